@@ -1,0 +1,168 @@
+//! Connecting: `DATABASE_URL` when given, else the private embedded cluster; migrations.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, PgPool};
+
+use crate::pg::{Cluster, ClusterOptions, PgError};
+
+/// The migrations in `migrations/`, embedded in the binary.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
+/// Database name used on the embedded cluster.
+pub const EMBEDDED_DATABASE: &str = "workdo";
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error(transparent)]
+    Embedded(#[from] PgError),
+    #[error("invalid database URL: {0}")]
+    Url(sqlx::Error),
+    #[error("cannot connect to {url}: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error(transparent)]
+    Sql(#[from] sqlx::Error),
+}
+
+/// Where the database is: the URL to use, and the embedded cluster when we started one.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub url: String,
+    pub cluster: Option<Cluster>,
+}
+
+/// `url` when given; otherwise start (or reuse) the private cluster in `data_dir` and create its
+/// `workdo` database.
+///
+/// # Errors
+/// When no server binaries are installed, or the cluster cannot be started or reached.
+pub async fn resolve(url: Option<&str>, data_dir: &Path) -> Result<Target, DbError> {
+    if let Some(url) = url.filter(|u| !u.trim().is_empty()) {
+        return Ok(Target {
+            url: url.to_string(),
+            cluster: None,
+        });
+    }
+    let opts = ClusterOptions {
+        dir: data_dir.to_path_buf(),
+        ephemeral: false,
+    };
+    let cluster = tokio::task::spawn_blocking(move || Cluster::ensure(&opts))
+        .await
+        .map_err(|e| PgError::Command {
+            what: "starting the embedded cluster".into(),
+            detail: e.to_string(),
+        })??;
+    create_database(&cluster.url("postgres"), EMBEDDED_DATABASE).await?;
+    Ok(Target {
+        url: cluster.url(EMBEDDED_DATABASE),
+        cluster: Some(cluster),
+    })
+}
+
+/// Create `name` on the server behind `admin_url` unless it exists.
+///
+/// # Errors
+/// When the server cannot be reached or refuses.
+pub async fn create_database(admin_url: &str, name: &str) -> Result<(), DbError> {
+    let opts = PgConnectOptions::from_str(admin_url).map_err(DbError::Url)?;
+    let mut conn = opts.connect().await.map_err(|source| DbError::Connect {
+        url: redact(admin_url),
+        source,
+    })?;
+    let exists: bool =
+        sqlx::query_scalar("select exists (select 1 from pg_database where datname = $1)")
+            .bind(name)
+            .fetch_one(&mut conn)
+            .await?;
+    if !exists {
+        // Identifiers cannot be bound; the name is quoted as an identifier.
+        let sql = format!("create database \"{}\"", name.replace('"', "\"\""));
+        match sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&mut conn)
+            .await
+        {
+            Ok(_) => {}
+            // Lost a race with another process creating it: fine.
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P04") => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    conn.close().await?;
+    Ok(())
+}
+
+/// A pool for runtime sessions: `jit` off (a claim whose cost passes `jit_above_cost` would
+/// JIT-compile on every call), a recognisable application name.
+///
+/// # Errors
+/// When the URL is malformed or the server cannot be reached.
+pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, DbError> {
+    let opts = PgConnectOptions::from_str(url)
+        .map_err(DbError::Url)?
+        .application_name("workdo")
+        .options([("jit", "off")]);
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(30))
+        .connect_with(opts)
+        .await
+        .map_err(|source| DbError::Connect {
+            url: redact(url),
+            source,
+        })
+}
+
+/// Apply pending migrations. Their bookkeeping table lives in the `workdo` schema too.
+///
+/// # Errors
+/// When a migration fails or an applied one was changed.
+pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
+    let mut conn = pool.acquire().await?;
+    sqlx::query("create schema if not exists workdo")
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("set search_path to workdo, public")
+        .execute(&mut *conn)
+        .await?;
+    let result = MIGRATOR.run(&mut *conn).await;
+    // The connection goes back to the pool: leave it as the others are.
+    sqlx::query("reset search_path").execute(&mut *conn).await?;
+    result?;
+    Ok(())
+}
+
+/// The URL without its password, for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{}:***{}", &url[..scheme + 3], user, &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn redacts_password() {
+        assert_eq!(
+            super::redact("postgres://u:secret@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
+        assert_eq!(super::redact("postgres://u@h/db"), "postgres://u@h/db");
+    }
+}

@@ -1,0 +1,364 @@
+//! The embedded default: a private Postgres cluster started from the installed server binaries.
+//!
+//! With no `DATABASE_URL`, the CLI (and the test suite) run `initdb` once into a data directory of
+//! their own and start the server on a free loopback port; a later call finds it running (or starts
+//! it again) and reuses it. Postgres refuses to run as root, so when we are root every server
+//! command runs as the unprivileged `postgres` account through `runuser`, and the data directory is
+//! handed to that account.
+
+use std::fs::{self, OpenOptions};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// What can go wrong while finding, creating or starting the private cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum PgError {
+    #[error(
+        "no PostgreSQL server binaries (initdb, pg_ctl) were found on PATH or in /usr/lib/postgresql/*/bin; \
+         install them (Debian/Ubuntu: `apt-get install postgresql`, Fedora: `dnf install postgresql-server`, \
+         macOS: `brew install postgresql`) or set DATABASE_URL to a server you already run"
+    )]
+    NoBinaries,
+    #[error(
+        "running as root, but there is no unprivileged `postgres` account to run the server as \
+         (Postgres refuses to run as root); create one (`useradd --system postgres`) or set DATABASE_URL"
+    )]
+    NoPostgresUser,
+    #[error(
+        "the `postgres` account cannot enter {0}; choose a --data-dir it can reach (for example under /tmp or /var/lib) or set DATABASE_URL"
+    )]
+    Unreachable(PathBuf),
+    #[error("{what} failed: {detail}")]
+    Command { what: String, detail: String },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> PgError + '_ {
+    move |source| PgError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// How a private cluster is configured.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// Directory holding `pgdata/`, the server log and the lock file.
+    pub dir: PathBuf,
+    /// Trade durability for speed (`fsync=off`, `synchronous_commit=off`): for throwaway test
+    /// clusters only, never for the CLI's default.
+    pub ephemeral: bool,
+}
+
+/// A running private cluster.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub port: u16,
+    bin_dir: PathBuf,
+    run_as: Option<Account>,
+}
+
+#[derive(Debug, Clone)]
+struct Account {
+    name: String,
+    uid: u32,
+    gid: u32,
+}
+
+impl Cluster {
+    /// Connection URL for `database` on this cluster.
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+    }
+
+    fn pgdata(&self) -> PathBuf {
+        self.dir.join("pgdata")
+    }
+
+    /// Start the cluster in `opts.dir`, creating it first if needed; if it already runs, reuse it.
+    ///
+    /// # Errors
+    /// [`PgError::NoBinaries`] when no server is installed; otherwise the failing command's output.
+    pub fn ensure(opts: &ClusterOptions) -> Result<Cluster, PgError> {
+        let bin_dir = find_bin_dir().ok_or(PgError::NoBinaries)?;
+        let run_as = if is_root() {
+            Some(postgres_account().ok_or(PgError::NoPostgresUser)?)
+        } else {
+            None
+        };
+        fs::create_dir_all(&opts.dir).map_err(io_err(&opts.dir))?;
+        let dir = opts.dir.canonicalize().map_err(io_err(&opts.dir))?;
+        // One launcher at a time per directory: concurrent CLI calls must not both initdb.
+        let lock_path = dir.join("launch.lock");
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io_err(&lock_path))?;
+        lock.lock().map_err(io_err(&lock_path))?;
+
+        let mut cluster = Cluster {
+            dir,
+            port: 0,
+            bin_dir,
+            run_as,
+        };
+        if let Some(account) = &cluster.run_as {
+            chown(&cluster.dir, account)?;
+        }
+        if !cluster.pgdata().join("PG_VERSION").exists() {
+            cluster.initdb()?;
+        }
+        if let Some(port) = cluster.running_port() {
+            cluster.port = port;
+        } else {
+            cluster.port = cluster.pick_port()?;
+            cluster.start(opts.ephemeral)?;
+        }
+        drop(lock);
+        Ok(cluster)
+    }
+
+    /// Stop the server (fast shutdown). Stopping a stopped cluster is not an error.
+    ///
+    /// # Errors
+    /// When `pg_ctl stop` fails on a running cluster.
+    pub fn stop(&self) -> Result<(), PgError> {
+        if self.running_port().is_none() {
+            return Ok(());
+        }
+        let pgdata = self.pgdata();
+        let out = self.run(
+            "pg_ctl",
+            &[
+                "stop".as_ref(),
+                "-D".as_ref(),
+                pgdata.as_os_str(),
+                "-m".as_ref(),
+                "fast".as_ref(),
+                "-w".as_ref(),
+            ],
+        )?;
+        check("pg_ctl stop", &out)
+    }
+
+    /// A shell command line that stops this cluster; used by watchdogs that outlive us.
+    pub fn stop_command(&self) -> String {
+        let pg_ctl = self.bin_dir.join("pg_ctl");
+        let base = format!(
+            "{} stop -D '{}' -m immediate",
+            pg_ctl.display(),
+            self.pgdata().display()
+        );
+        match &self.run_as {
+            Some(a) => format!("runuser -u {} -- {base}", a.name),
+            None => base,
+        }
+    }
+
+    fn initdb(&self) -> Result<(), PgError> {
+        let pgdata = self.pgdata();
+        let out = self.run(
+            "initdb",
+            &[
+                "-D".as_ref(),
+                pgdata.as_os_str(),
+                "-U".as_ref(),
+                "postgres".as_ref(),
+                "--auth=trust".as_ref(),
+                "-E".as_ref(),
+                "UTF8".as_ref(),
+                "--locale=C".as_ref(),
+            ],
+        )?;
+        check("initdb", &out)
+    }
+
+    fn start(&self, ephemeral: bool) -> Result<(), PgError> {
+        let pgdata = self.pgdata();
+        let log = self.dir.join("postgres.log");
+        let mut server_opts = format!(
+            "-p {} -k '{}' -c listen_addresses=127.0.0.1 -c max_connections=200 -c jit=off",
+            self.port,
+            pgdata.display()
+        );
+        if ephemeral {
+            server_opts.push_str(" -c fsync=off -c synchronous_commit=off -c full_page_writes=off");
+        }
+        let out = self.run(
+            "pg_ctl",
+            &[
+                "start".as_ref(),
+                "-D".as_ref(),
+                pgdata.as_os_str(),
+                "-w".as_ref(),
+                "-t".as_ref(),
+                "120".as_ref(),
+                "-l".as_ref(),
+                log.as_os_str(),
+                "-o".as_ref(),
+                server_opts.as_ref(),
+            ],
+        )?;
+        check("pg_ctl start", &out).map_err(|e| match e {
+            PgError::Command { what, detail } => {
+                let tail = fs::read_to_string(&log)
+                    .map(|s| s.lines().rev().take(5).collect::<Vec<_>>().join(" | "))
+                    .unwrap_or_default();
+                PgError::Command {
+                    what,
+                    detail: format!("{detail}; server log ({}): {tail}", log.display()),
+                }
+            }
+            other => other,
+        })
+    }
+
+    /// The port of a server running on this data directory, if one runs.
+    fn running_port(&self) -> Option<u16> {
+        let pid_file = fs::read_to_string(self.pgdata().join("postmaster.pid")).ok()?;
+        let pid: i32 = pid_file.lines().next()?.trim().parse().ok()?;
+        // A stale pid file after a crash or reboot names a dead (or foreign) process.
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        if !String::from_utf8_lossy(&cmdline).contains("postgres") {
+            return None;
+        }
+        let port: u16 = pid_file.lines().nth(3)?.trim().parse().ok()?;
+        // Started, but is it answering yet? pg_ctl -w already waited; a connect confirms.
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        Some(port)
+    }
+
+    /// Reuse the port of the last run when it is free, so URLs printed earlier stay valid.
+    fn pick_port(&self) -> Result<u16, PgError> {
+        let port_file = self.dir.join("port");
+        if let Some(previous) = fs::read_to_string(&port_file)
+            .ok()
+            .and_then(|s| s.trim().parse::<u16>().ok())
+            && TcpListener::bind(("127.0.0.1", previous)).is_ok()
+        {
+            return Ok(previous);
+        }
+        let listener = TcpListener::bind(("127.0.0.1", 0)).map_err(io_err(&port_file))?;
+        let port = listener.local_addr().map_err(io_err(&port_file))?.port();
+        drop(listener);
+        fs::write(&port_file, port.to_string()).map_err(io_err(&port_file))?;
+        Ok(port)
+    }
+
+    fn run(&self, program: &str, args: &[&std::ffi::OsStr]) -> Result<Output, PgError> {
+        let exe = self.bin_dir.join(program);
+        let mut cmd = match &self.run_as {
+            Some(account) => {
+                let mut c = Command::new("runuser");
+                c.arg("-u").arg(&account.name).arg("--").arg(&exe);
+                c
+            }
+            None => Command::new(&exe),
+        };
+        cmd.args(args).current_dir(&self.dir);
+        cmd.output().map_err(|e| PgError::Command {
+            what: format!("{} ({})", program, exe.display()),
+            detail: e.to_string(),
+        })
+    }
+}
+
+fn check(what: &str, out: &Output) -> Result<(), PgError> {
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    Err(PgError::Command {
+        what: what.to_string(),
+        detail: format!("{} {} {}", out.status, stderr.trim(), stdout.trim())
+            .trim()
+            .to_string(),
+    })
+}
+
+/// The directory holding `initdb` and `pg_ctl`: `WORKDO_PG_BIN`, then PATH, then the newest
+/// `/usr/lib/postgresql/*/bin`.
+pub fn find_bin_dir() -> Option<PathBuf> {
+    let has_both = |d: &Path| d.join("initdb").is_file() && d.join("pg_ctl").is_file();
+    if let Some(dir) = std::env::var_os("WORKDO_PG_BIN").map(PathBuf::from) {
+        return has_both(&dir).then_some(dir);
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            if has_both(&dir) {
+                return Some(dir);
+            }
+        }
+    }
+    let mut versions: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let v = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let bin = e.path().join("bin");
+            has_both(&bin).then_some((v, bin))
+        })
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, dir)| dir)
+}
+
+fn is_root() -> bool {
+    // Effective uid from /proc avoids a libc dependency for one call.
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}
+
+fn postgres_account() -> Option<Account> {
+    let passwd = fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let mut f = line.split(':');
+        let name = f.next()?;
+        if name != "postgres" {
+            return None;
+        }
+        let _pw = f.next()?;
+        let uid = f.next()?.parse().ok()?;
+        let gid = f.next()?.parse().ok()?;
+        Some(Account {
+            name: name.to_string(),
+            uid,
+            gid,
+        })
+    })
+}
+
+fn chown(dir: &Path, account: &Account) -> Result<(), PgError> {
+    std::os::unix::fs::chown(dir, Some(account.uid), Some(account.gid)).map_err(io_err(dir))?;
+    // The account must be able to reach the directory through every parent.
+    let probe = Command::new("runuser")
+        .arg("-u")
+        .arg(&account.name)
+        .arg("--")
+        .arg("test")
+        .arg("-w")
+        .arg(dir)
+        .status()
+        .map_err(io_err(dir))?;
+    if probe.success() {
+        Ok(())
+    } else {
+        Err(PgError::Unreachable(dir.to_path_buf()))
+    }
+}

@@ -1,0 +1,164 @@
+//! Step statuses: the one enum mirrored by the `steps.status` column.
+//!
+//! ```text
+//!            start (prereqs pending)            start (no prereqs / all done)
+//!   waiting ──────────── last prereq done ───────────▶ ready ◀── promote when due ── scheduled
+//!      ▲                                                │  ▲                           (future start)
+//!      │ a prereq is reopened                     claim │  │ lease expired / retry        ▲
+//!      │                                                ▼  │                              │ defer
+//!      └──────────────────────────────────────────── started ──── error (retryable) ──▶ retrying
+//!                                                       │   └──── error at limit ────▶ error
+//!                                                       ▼
+//!                                         completed / skipped / intermediate
+//! ```
+//! `completed` and `skipped` are the finished statuses: they release dependants. Any other string a
+//! template declares for a step (for example `IN PROCESS`) is an intermediate status: unfinished,
+//! never claimed, set by the function or through the API.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum Status {
+    /// Prerequisites not yet completed or skipped.
+    Waiting,
+    /// Prerequisites done and start time come: in the queue.
+    Ready,
+    /// Prerequisites done but not due yet (future start date or `defer`).
+    Scheduled,
+    /// Claimed by a worker (or marked started by a robot).
+    Started,
+    Completed,
+    Skipped,
+    /// Failed for good (attempt limit reached, or not retryable); waits for a person.
+    Error,
+    /// Failed, and will be ready again after its back-off.
+    Retrying,
+    /// A status the template declares for this step.
+    Custom(String),
+}
+
+impl Status {
+    pub const BUILTIN: [&'static str; 8] = [
+        "waiting",
+        "ready",
+        "scheduled",
+        "started",
+        "completed",
+        "skipped",
+        "error",
+        "retrying",
+    ];
+
+    /// A built-in status by name, or a well-formed custom one; `None` for malformed text.
+    pub fn parse(text: &str) -> Option<Status> {
+        Some(match text {
+            "waiting" => Status::Waiting,
+            "ready" => Status::Ready,
+            "scheduled" => Status::Scheduled,
+            "started" => Status::Started,
+            "completed" => Status::Completed,
+            "skipped" => Status::Skipped,
+            "error" => Status::Error,
+            "retrying" => Status::Retrying,
+            other if Status::valid_custom(other) => Status::Custom(other.to_string()),
+            _ => return None,
+        })
+    }
+
+    /// Mirrors the CHECK constraint on `steps.status`.
+    pub fn valid_custom(text: &str) -> bool {
+        let mut chars = text.chars();
+        matches!(chars.next(), Some(c) if c.is_ascii_alphabetic())
+            && text.len() <= 64
+            && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, ' ' | '_' | '.' | '-'))
+    }
+
+    pub fn is_builtin(&self) -> bool {
+        !matches!(self, Status::Custom(_))
+    }
+
+    /// Completed or skipped: dependants may go on.
+    pub fn is_finished(&self) -> bool {
+        matches!(self, Status::Completed | Status::Skipped)
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            Status::Waiting => "waiting",
+            Status::Ready => "ready",
+            Status::Scheduled => "scheduled",
+            Status::Started => "started",
+            Status::Completed => "completed",
+            Status::Skipped => "skipped",
+            Status::Error => "error",
+            Status::Retrying => "retrying",
+            Status::Custom(s) => s,
+        }
+    }
+
+    /// The status as the WorkDo workflow service shows it: queue states are all `waiting` there.
+    pub fn workdo_name(&self) -> &str {
+        match self {
+            Status::Ready | Status::Scheduled => "waiting",
+            other => other.as_str(),
+        }
+    }
+
+    /// Whether a `current-status` precondition naming `expected` holds for this status.
+    /// `waiting` matches every queue state, as WorkDo clients know no finer ones.
+    pub fn matches(&self, expected: &str) -> bool {
+        self.as_str() == expected || self.workdo_name() == expected
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<Status> for String {
+    fn from(s: Status) -> String {
+        s.as_str().to_string()
+    }
+}
+
+impl TryFrom<String> for Status {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        Status::parse(&s).ok_or_else(|| format!("invalid status {s:?}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_round_trips() {
+        for name in Status::BUILTIN {
+            let s = Status::parse(name).expect("builtin parses");
+            assert!(s.is_builtin());
+            assert_eq!(s.as_str(), name);
+        }
+        assert_eq!(
+            Status::parse("IN PROCESS"),
+            Some(Status::Custom("IN PROCESS".into()))
+        );
+        assert_eq!(Status::parse("1bad"), None);
+        assert_eq!(Status::parse(""), None);
+        assert_eq!(Status::parse("drop table; --"), None);
+    }
+
+    #[test]
+    fn workdo_view_of_queue_states() {
+        assert!(Status::Ready.matches("waiting"));
+        assert!(Status::Scheduled.matches("waiting"));
+        assert!(Status::Ready.matches("ready"));
+        assert!(!Status::Started.matches("waiting"));
+        assert!(Status::Completed.is_finished() && Status::Skipped.is_finished());
+        assert!(!Status::Error.is_finished());
+    }
+}

@@ -1,0 +1,131 @@
+//! All SQL lives here. Each statement is a method named noun-verb (`step_claim`,
+//! `workflow_start`, …); nothing outside this module builds SQL.
+//!
+//! **Invariant:** for every step, `pending` equals the number of its prerequisites that are not
+//! `completed` or `skipped`; a step is `ready`/`scheduled` only when `pending = 0`. Every status
+//! change goes through [`Store::steps_apply`], which keeps that true in the same transaction.
+
+mod queries;
+mod steps;
+mod templates;
+mod workflows;
+
+pub use queries::{Facet, ObjectView, QueueEntry, Why, WorkflowView};
+pub use steps::{Change, Claimed, SetOutcome, SetRequest, StepFilter};
+pub use templates::TemplateRow;
+pub use workflows::{StartRequest, Started};
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// What a store call can fail with; each variant says what the caller did wrong, or that the
+/// database did.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("unknown template {0:?}: load it first (`workdo templates load`)")]
+    UnknownTemplate(String),
+    #[error("no object {0:?}")]
+    UnknownObject(String),
+    #[error("object {object:?} has no active {template} workflow")]
+    UnknownWorkflow { object: String, template: String },
+    #[error("{template} has no step {step:?}")]
+    UnknownStep { template: String, step: String },
+    #[error("step {step} is {actual:?}, not {expected:?} as required; nothing changed")]
+    StatusMismatch {
+        step: String,
+        expected: String,
+        actual: String,
+    },
+    #[error("invalid status {status:?} for step {step}: use one of {allowed}")]
+    InvalidStatus {
+        step: String,
+        status: String,
+        allowed: String,
+    },
+    #[error("invalid {field} {value:?}: {reason}")]
+    Invalid {
+        field: &'static str,
+        value: String,
+        reason: &'static str,
+    },
+    #[error("stored template {0} cannot be read: {1}")]
+    CorruptTemplate(String, serde_json::Error),
+    #[error(transparent)]
+    Sql(#[from] sqlx::Error),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Handle on the workdo schema.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: PgPool,
+}
+
+impl Store {
+    pub fn new(pool: PgPool) -> Self {
+        Store { pool }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+/// One step row, as every read returns it.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct StepRow {
+    pub id: i64,
+    pub workflow_id: i64,
+    pub object_id: String,
+    pub template: String,
+    pub version: i32,
+    pub lane: String,
+    pub active: bool,
+    pub name: String,
+    pub status: String,
+    pub prereqs: Vec<String>,
+    pub pending: i32,
+    pub priority: i32,
+    pub run_at: DateTime<Utc>,
+    pub attempts: i32,
+    pub max_attempts: i32,
+    pub lifecycle: Option<String>,
+    pub note: Option<String>,
+    pub error_message: Option<String>,
+    pub error_text: Option<String>,
+    pub elapsed: Option<f64>,
+    pub lease_owner: Option<String>,
+    pub lease_token: Option<Uuid>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// Object ids: printable, no whitespace, at most 200 characters.
+pub fn check_object_id(id: &str) -> Result<()> {
+    if id.is_empty() || id.len() > 200 || id.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(StoreError::Invalid {
+            field: "object id",
+            value: id.chars().take(80).collect(),
+            reason: "must be 1-200 printable characters without spaces",
+        });
+    }
+    Ok(())
+}
+
+/// Lanes: like template names.
+pub fn check_lane(lane: &str) -> Result<()> {
+    if !crate::template::valid_name(lane) {
+        return Err(StoreError::Invalid {
+            field: "lane",
+            value: lane.chars().take(80).collect(),
+            reason: "use letters, digits and -_. (at most 100)",
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,374 @@
+//! Reads: queues as queries, facets, an object's view, and why a step is not running.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{Result, StepRow, Store, StoreError};
+
+/// One object in a WorkDo-style queue.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct QueueEntry {
+    pub object_id: String,
+    pub version: i32,
+    pub lane: String,
+    pub status: String,
+    pub priority: i32,
+    pub run_at: DateTime<Utc>,
+}
+
+/// Count of active steps per template, step and status (`scheduled` shown apart from `ready`).
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct Facet {
+    pub template: String,
+    pub step: String,
+    pub status: String,
+    pub count: i64,
+}
+
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct WorkflowRow {
+    pub id: i64,
+    pub template: String,
+    pub template_id: i64,
+    pub version: i32,
+    pub status: String,
+    pub active: bool,
+    pub priority: i32,
+    pub lane: String,
+    pub start_at: DateTime<Utc>,
+    pub context: Value,
+    pub created_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkflowView {
+    #[serde(flatten)]
+    pub workflow: WorkflowRow,
+    pub steps: Vec<StepRow>,
+}
+
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct Milestone {
+    pub name: String,
+    pub version: i32,
+    pub at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct Event {
+    pub id: i64,
+    pub at: DateTime<Utc>,
+    pub workflow_id: Option<i64>,
+    pub template: Option<String>,
+    pub version: Option<i32>,
+    pub step: Option<String>,
+    pub kind: String,
+    pub status: Option<String>,
+    pub attempt: Option<i32>,
+    pub actor: Option<String>,
+    pub detail: Option<Value>,
+}
+
+/// Everything about one object.
+#[derive(Debug, Clone, Serialize)]
+pub struct ObjectView {
+    pub id: String,
+    pub version: i32,
+    pub properties: Value,
+    pub documents: Vec<String>,
+    pub workflows: Vec<WorkflowView>,
+    pub milestones: Vec<Milestone>,
+    pub events: Vec<Event>,
+}
+
+/// Why a step is (not) running.
+#[derive(Debug, Clone, Serialize)]
+pub struct Why {
+    pub step: StepRow,
+    /// One line per reason.
+    pub reasons: Vec<String>,
+}
+
+impl Store {
+    /// Objects whose step `template:step` waits (in the queue or for its prerequisites) and whose
+    /// steps in `completed` (pairs of template and step) are all completed or skipped; active
+    /// versions only; optionally one lane. Highest priority first, then longest waiting.
+    pub async fn queue_waiting(
+        &self,
+        template: &str,
+        step: &str,
+        completed: &[(String, String)],
+        lane: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<QueueEntry>> {
+        let (ct, cs): (Vec<String>, Vec<String>) = completed.iter().cloned().unzip();
+        let rows = sqlx::query_as(
+            "select s.object_id, s.version, s.lane, s.status, s.priority, s.run_at
+               from workdo.steps s
+              where s.template = $1 and s.name = $2 and s.active
+                and s.status in ('waiting', 'ready')
+                and ($3::text is null or s.lane = $3)
+                and (select count(distinct (c.template, c.name))
+                       from workdo.steps c
+                       join unnest($4::text[], $5::text[]) as r(template, name)
+                         on c.template = r.template and c.name = r.name
+                      where c.object_id = s.object_id and c.active
+                        and c.status in ('completed', 'skipped'))
+                    = (select count(distinct (t, n)) from unnest($4::text[], $5::text[]) as q(t, n))
+              order by s.priority desc, s.run_at, s.id
+              limit $6",
+        )
+        .bind(template)
+        .bind(step)
+        .bind(lane)
+        .bind(&ct)
+        .bind(&cs)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows)
+    }
+
+    /// Objects whose step `template:step` is in `error` (active versions).
+    pub async fn queue_errors(
+        &self,
+        template: &str,
+        step: &str,
+        limit: i64,
+    ) -> Result<Vec<StepRow>> {
+        let rows = sqlx::query_as(
+            "select * from workdo.steps
+              where template = $1 and name = $2 and active and status = 'error'
+              order by updated_at desc limit $3",
+        )
+        .bind(template)
+        .bind(step)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows)
+    }
+
+    /// Lanes that have queued work for `template:step`.
+    pub async fn queue_lanes(&self, template: &str, step: &str) -> Result<Vec<String>> {
+        let rows = sqlx::query_scalar(
+            "select distinct lane from workdo.steps
+              where template = $1 and name = $2 and active and status in ('waiting', 'ready')
+              order by lane",
+        )
+        .bind(template)
+        .bind(step)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows)
+    }
+
+    /// Template × step × status counts over active steps.
+    pub async fn facets(&self, template: Option<&str>) -> Result<Vec<Facet>> {
+        let rows = sqlx::query_as(
+            "select template, name as step, status, count(*) as count
+               from workdo.steps
+              where active and ($1::text is null or template = $1)
+              group by template, name, status
+              order by template, name, status",
+        )
+        .bind(template)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows)
+    }
+
+    /// An object with its workflows, steps, milestones and its last `events` events.
+    pub async fn object_view(&self, id: &str, events: i64) -> Result<ObjectView> {
+        let obj: Option<(String, i32, Value)> =
+            sqlx::query_as("select id, version, properties from workdo.objects where id = $1")
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?;
+        let (id, version, properties) = obj.ok_or_else(|| StoreError::UnknownObject(id.into()))?;
+        let documents = sqlx::query_scalar(
+            "select name from workdo.documents where object_id = $1 order by name",
+        )
+        .bind(&id)
+        .fetch_all(&self.pool)
+        .await?;
+        let workflows: Vec<WorkflowRow> = sqlx::query_as(
+            "select id, template, template_id, version, status, active, priority, lane, start_at,
+                    context, created_at, completed_at
+               from workdo.workflows where object_id = $1 order by version, created_at, id",
+        )
+        .bind(&id)
+        .fetch_all(&self.pool)
+        .await?;
+        let steps: Vec<StepRow> = sqlx::query_as(
+            "select * from workdo.steps where object_id = $1 order by workflow_id, id",
+        )
+        .bind(&id)
+        .fetch_all(&self.pool)
+        .await?;
+        let workflows = workflows
+            .into_iter()
+            .map(|w| WorkflowView {
+                steps: steps
+                    .iter()
+                    .filter(|s| s.workflow_id == w.id)
+                    .cloned()
+                    .collect(),
+                workflow: w,
+            })
+            .collect();
+        let milestones = self.milestones(&id).await?;
+        let mut events: Vec<Event> = sqlx::query_as(
+            "select id, at, workflow_id, template, version, step, kind, status, attempt, actor, detail
+               from workdo.events where object_id = $1 order by id desc limit $2",
+        )
+        .bind(&id)
+        .bind(events)
+        .fetch_all(&self.pool)
+        .await?;
+        events.reverse();
+        Ok(ObjectView {
+            id,
+            version,
+            properties,
+            documents,
+            workflows,
+            milestones,
+            events,
+        })
+    }
+
+    /// Lifecycle milestones of an object, oldest first.
+    pub async fn milestones(&self, id: &str) -> Result<Vec<Milestone>> {
+        let rows = sqlx::query_as(
+            "select name, version, at from workdo.milestones where object_id = $1 order by at, id",
+        )
+        .bind(id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows)
+    }
+
+    /// Explain what keeps a step from running (or that nothing does).
+    pub async fn why(&self, object: &str, template: &str, step: &str) -> Result<Why> {
+        let row: Option<StepRow> = sqlx::query_as(
+            "select * from workdo.steps where object_id = $1 and template = $2 and name = $3
+              order by active desc, version desc limit 1",
+        )
+        .bind(object)
+        .bind(template)
+        .bind(step)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(s) = row else {
+            return Err(StoreError::UnknownStep {
+                template: template.into(),
+                step: format!("{step} (on {object})"),
+            });
+        };
+        let mut reasons = Vec::new();
+        if !s.active {
+            reasons.push(format!(
+                "inactive: object version {} superseded it; queues only see the current version",
+                s.version
+            ));
+        }
+        let workflow: (i64, DateTime<Utc>) =
+            sqlx::query_as("select template_id, start_at from workdo.workflows where id = $1")
+                .bind(s.workflow_id)
+                .fetch_one(&self.pool)
+                .await?;
+        let spec = self.template_by_id(workflow.0).await?.spec;
+        let spec_step = spec.step(&s.name);
+        match s.status.as_str() {
+            "waiting" => {
+                let prereqs: Vec<(String, String)> = sqlx::query_as(
+                    "select name, status from workdo.steps
+                      where workflow_id = $1 and name = any($2) order by name",
+                )
+                .bind(s.workflow_id)
+                .bind(&s.prereqs)
+                .fetch_all(&self.pool)
+                .await?;
+                for (name, status) in prereqs
+                    .iter()
+                    .filter(|(_, st)| st != "completed" && st != "skipped")
+                {
+                    reasons.push(format!("waiting for prerequisite {name} ({status})"));
+                }
+            }
+            "scheduled" => reasons.push(format!(
+                "scheduled: not before {} (workflow start {})",
+                s.run_at.to_rfc3339(),
+                workflow.1.to_rfc3339()
+            )),
+            "retrying" => reasons.push(format!(
+                "retrying: attempt {} of {} failed ({}); next attempt at {}",
+                s.attempts,
+                s.max_attempts,
+                s.error_message.as_deref().unwrap_or("no message"),
+                s.run_at.to_rfc3339()
+            )),
+            "ready" => {
+                let ahead: i64 = sqlx::query_scalar(
+                    "select count(*) from workdo.steps
+                      where template = $1 and name = $2 and status = 'ready' and active
+                        and (priority > $3 or (priority = $3 and (run_at, id) < ($4, $5)))",
+                )
+                .bind(&s.template)
+                .bind(&s.name)
+                .bind(s.priority)
+                .bind(s.run_at)
+                .bind(s.id)
+                .fetch_one(&self.pool)
+                .await?;
+                reasons.push(format!(
+                    "ready since {}, priority {}, {ahead} ahead of it in the {}:{} queue",
+                    s.run_at.to_rfc3339(),
+                    s.priority,
+                    s.template,
+                    s.name
+                ));
+                match spec_step {
+                    Some(st) if st.skip_queue => reasons.push(
+                        "skip-queue: no worker runs it; it is set through the API, CLI or web page"
+                            .into(),
+                    ),
+                    Some(st) if st.function.is_none() => reasons.push(
+                        "no function: a human (or external robot) task, completed through the API, CLI or web page"
+                            .into(),
+                    ),
+                    _ => reasons.push(format!(
+                        "waiting for a worker running {}:{}",
+                        s.template, s.name
+                    )),
+                }
+            }
+            "started" => reasons.push(match (&s.lease_owner, s.lease_expires_at) {
+                (Some(owner), Some(exp)) => format!(
+                    "running: attempt {} of {}, leased by {owner} until {}",
+                    s.attempts,
+                    s.max_attempts,
+                    exp.to_rfc3339()
+                ),
+                _ => "marked started from outside; waiting for its robot to report".into(),
+            }),
+            "error" => reasons.push(format!(
+                "error after {} of {} attempts: {}; `workdo retry --object {} --template {} --step {}` puts it back",
+                s.attempts,
+                s.max_attempts,
+                s.error_message.as_deref().unwrap_or("no message"),
+                s.object_id,
+                s.template,
+                s.name
+            )),
+            "completed" | "skipped" => reasons.push(format!("finished: {}", s.status)),
+            other => reasons.push(format!(
+                "in intermediate status {other:?}: waiting for its function or a person to move it on"
+            )),
+        }
+        Ok(Why { step: s, reasons })
+    }
+}

@@ -1,0 +1,928 @@
+//! Step transitions: claim, apply status changes (and their consequences), sweeps.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::{PgConnection, Postgres, Transaction};
+use uuid::Uuid;
+
+use super::{Result, StepRow, Store, StoreError};
+use crate::status::Status;
+
+/// NOTIFY channel carrying `template:step` of steps that became ready.
+pub const READY_CHANNEL: &str = "workdo_ready";
+
+/// A status change for one step, applied by [`Store::steps_apply`].
+#[derive(Debug, Clone)]
+pub struct Change {
+    pub id: i64,
+    /// Target status. `waiting`/`ready` become `ready`, `scheduled` or `waiting` as the step's
+    /// prerequisites and start time say.
+    pub status: Status,
+    pub note: Option<String>,
+    pub error_message: Option<String>,
+    pub error_text: Option<String>,
+    pub lifecycle: Option<String>,
+    pub elapsed: Option<f64>,
+    /// Due time for `scheduled` (defer) and `retrying` (back-off).
+    pub run_at: Option<DateTime<Utc>>,
+    /// Count an attempt (an exception reported from outside a worker's claim).
+    pub add_attempt: bool,
+    /// Apply only while the step is still held under this lease.
+    pub lease: Option<Uuid>,
+    /// Reset the attempts count (manual retry).
+    pub reset_attempts: bool,
+    pub event: &'static str,
+    pub detail: Value,
+}
+
+impl Change {
+    pub fn new(id: i64, status: Status, event: &'static str) -> Self {
+        Change {
+            id,
+            status,
+            note: None,
+            error_message: None,
+            error_text: None,
+            lifecycle: None,
+            elapsed: None,
+            run_at: None,
+            add_attempt: false,
+            lease: None,
+            reset_attempts: false,
+            event,
+            detail: Value::Null,
+        }
+    }
+}
+
+/// What a batch of changes did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Applied {
+    /// Steps changed (ids), with their old and new status.
+    pub changed: Vec<(i64, String, String)>,
+    /// Ids in the batch that were skipped because their lease was lost.
+    pub lost: Vec<i64>,
+    /// Steps that became ready, as (workflow id, step name).
+    pub ready: Vec<(i64, String)>,
+    /// Workflows that completed.
+    pub completed_workflows: Vec<i64>,
+}
+
+/// A step claimed by a worker.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct Claimed {
+    pub id: i64,
+    pub workflow_id: i64,
+    pub object_id: String,
+    pub template: String,
+    pub name: String,
+    pub version: i32,
+    pub lane: String,
+    pub attempts: i32,
+    pub max_attempts: i32,
+    pub priority: i32,
+    pub lease_token: Uuid,
+    pub lease_expires_at: DateTime<Utc>,
+}
+
+/// Set one step's status from outside (CLI, API, web page): the WorkDo update call.
+#[derive(Debug, Clone)]
+pub struct SetRequest {
+    pub object: String,
+    pub template: String,
+    pub step: String,
+    pub status: String,
+    pub note: Option<String>,
+    pub error_message: Option<String>,
+    pub error_text: Option<String>,
+    pub lifecycle: Option<String>,
+    pub elapsed: Option<f64>,
+    /// Precondition: change only if the step's status is this one.
+    pub current_status: Option<String>,
+    /// Object version; the active workflow when `None`.
+    pub version: Option<i32>,
+    pub actor: String,
+}
+
+impl SetRequest {
+    pub fn new(object: &str, template: &str, step: &str, status: &str) -> Self {
+        SetRequest {
+            object: object.into(),
+            template: template.into(),
+            step: step.into(),
+            status: status.into(),
+            note: None,
+            error_message: None,
+            error_text: None,
+            lifecycle: None,
+            elapsed: None,
+            current_status: None,
+            version: None,
+            actor: "workdo".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SetOutcome {
+    pub step: StepRow,
+    /// Steps of the workflow that became ready through this change.
+    pub next_steps: Vec<String>,
+}
+
+/// Which steps a bulk command (retry, skip, prioritize) touches. Every `Some` must match.
+#[derive(Debug, Clone, Default)]
+pub struct StepFilter {
+    pub object: Option<String>,
+    pub template: Option<String>,
+    pub step: Option<String>,
+    /// Only steps in this status.
+    pub status: Option<String>,
+    /// Objects whose property `.0` equals `.1` (as JSON).
+    pub property: Option<(String, Value)>,
+}
+
+/// Events to append, written with one statement.
+#[derive(Default)]
+pub(crate) struct EventBuf {
+    object_id: Vec<String>,
+    workflow_id: Vec<Option<i64>>,
+    template: Vec<Option<String>>,
+    version: Vec<Option<i32>>,
+    step: Vec<Option<String>>,
+    kind: Vec<String>,
+    status: Vec<Option<String>>,
+    attempt: Vec<Option<i32>>,
+    actor: Vec<String>,
+    detail: Vec<Value>,
+}
+
+impl EventBuf {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn push(
+        &mut self,
+        object_id: &str,
+        workflow_id: Option<i64>,
+        template: Option<&str>,
+        version: Option<i32>,
+        step: Option<&str>,
+        kind: &str,
+        status: Option<&str>,
+        attempt: Option<i32>,
+        actor: &str,
+        detail: Value,
+    ) {
+        self.object_id.push(object_id.to_string());
+        self.workflow_id.push(workflow_id);
+        self.template.push(template.map(String::from));
+        self.version.push(version);
+        self.step.push(step.map(String::from));
+        self.kind.push(kind.to_string());
+        self.status.push(status.map(String::from));
+        self.attempt.push(attempt);
+        self.actor.push(actor.to_string());
+        self.detail.push(detail);
+    }
+
+    pub(crate) async fn flush(&mut self, conn: &mut PgConnection) -> Result<()> {
+        if self.kind.is_empty() {
+            return Ok(());
+        }
+        sqlx::query(
+            "insert into workdo.events
+                (object_id, workflow_id, template, version, step, kind, status, attempt, actor, detail)
+             select object_id, workflow_id, template, version, step, kind, status, attempt, actor,
+                    nullif(detail, 'null'::jsonb)
+               from unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::text[], $6::text[],
+                           $7::text[], $8::int[], $9::text[], $10::jsonb[])
+                    as t(object_id, workflow_id, template, version, step, kind, status, attempt, actor, detail)",
+        )
+        .bind(&self.object_id)
+        .bind(&self.workflow_id)
+        .bind(&self.template)
+        .bind(&self.version)
+        .bind(&self.step)
+        .bind(&self.kind)
+        .bind(&self.status)
+        .bind(&self.attempt)
+        .bind(&self.actor)
+        .bind(&self.detail)
+        .execute(conn)
+        .await?;
+        *self = EventBuf::default();
+        Ok(())
+    }
+}
+
+/// One NOTIFY per distinct `template:step`, delivered when the transaction commits.
+pub(crate) async fn notify_ready(conn: &mut PgConnection, keys: &[String]) -> Result<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    sqlx::query("select pg_notify($1, k) from unnest($2::text[]) as k")
+        .bind(READY_CHANNEL)
+        .bind(keys)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+#[derive(sqlx::FromRow)]
+struct ChangedRow {
+    id: i64,
+    workflow_id: i64,
+    object_id: String,
+    template: String,
+    version: i32,
+    name: String,
+    old_status: String,
+    status: String,
+    lifecycle: Option<String>,
+    attempts: i32,
+}
+
+#[derive(sqlx::FromRow)]
+struct DependantRow {
+    workflow_id: i64,
+    object_id: String,
+    template: String,
+    version: i32,
+    name: String,
+    old_status: String,
+    status: String,
+}
+
+impl Store {
+    /// Apply status changes in one transaction of the caller's, with every consequence:
+    /// dependants' readiness, workflow completion, milestones, events, NOTIFY.
+    ///
+    /// Changes carrying a lease apply only while the step is still `started` under it; the
+    /// others are reported in [`Applied::lost`] and change nothing.
+    pub(crate) async fn steps_apply(
+        conn: &mut PgConnection,
+        changes: &[Change],
+        actor: &str,
+    ) -> Result<Applied> {
+        let mut applied = Applied::default();
+        if changes.is_empty() {
+            return Ok(applied);
+        }
+        let ids: Vec<i64> = changes.iter().map(|c| c.id).collect();
+        let statuses: Vec<String> = changes
+            .iter()
+            .map(|c| c.status.as_str().to_string())
+            .collect();
+        let notes: Vec<Option<String>> = changes.iter().map(|c| c.note.clone()).collect();
+        let messages: Vec<Option<String>> =
+            changes.iter().map(|c| c.error_message.clone()).collect();
+        let texts: Vec<Option<String>> = changes.iter().map(|c| c.error_text.clone()).collect();
+        let lifecycles: Vec<Option<String>> = changes.iter().map(|c| c.lifecycle.clone()).collect();
+        let elapsed: Vec<Option<f64>> = changes.iter().map(|c| c.elapsed).collect();
+        let run_at: Vec<Option<DateTime<Utc>>> = changes.iter().map(|c| c.run_at).collect();
+        let add: Vec<i32> = changes.iter().map(|c| i32::from(c.add_attempt)).collect();
+        let reset: Vec<bool> = changes.iter().map(|c| c.reset_attempts).collect();
+        let leases: Vec<Option<Uuid>> = changes.iter().map(|c| c.lease).collect();
+
+        // 1. The steps themselves. `calc` decides each step's real new status: a step put back
+        //    to waiting is ready at once when nothing holds it, or scheduled when not yet due.
+        let rows: Vec<ChangedRow> = sqlx::query_as(
+            "with input as (
+                select * from unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[],
+                                     $6::text[], $7::float8[], $8::timestamptz[], $9::int[],
+                                     $10::bool[], $11::uuid[])
+                    as t(id, status, note, message, etext, lifecycle, elapsed, run_at, add_attempts,
+                         reset, lease)
+             ), calc as (
+                select s.id, s.status as old_status, i.note, i.message, i.etext, i.lifecycle,
+                       i.elapsed, i.add_attempts, i.reset,
+                       case
+                         when i.status in ('waiting', 'ready', 'scheduled') and s.pending > 0 then 'waiting'
+                         when i.status in ('waiting', 'ready', 'scheduled')
+                              and coalesce(i.run_at, w.start_at) > now() then 'scheduled'
+                         when i.status in ('waiting', 'ready', 'scheduled') then 'ready'
+                         else i.status
+                       end as new_status,
+                       coalesce(i.run_at, w.start_at) as due
+                  from workdo.steps s
+                  join input i on i.id = s.id
+                  join workdo.workflows w on w.id = s.workflow_id
+                 where i.lease is null or (s.status = 'started' and s.lease_token = i.lease)
+                   for update of s
+             )
+             update workdo.steps s set
+                status = c.new_status,
+                run_at = case
+                           when c.new_status = 'ready' and c.old_status <> 'ready' then now()
+                           when c.new_status in ('scheduled', 'retrying') then c.due
+                           else s.run_at
+                         end,
+                note = coalesce(c.note, s.note),
+                error_message = case
+                                  when c.new_status in ('error', 'retrying') then coalesce(c.message, s.error_message)
+                                  when c.new_status in ('completed', 'skipped', 'waiting', 'ready', 'scheduled') then null
+                                  else coalesce(c.message, s.error_message)
+                                end,
+                error_text = case
+                               when c.new_status in ('error', 'retrying') then coalesce(c.etext, s.error_text)
+                               when c.new_status in ('completed', 'skipped', 'waiting', 'ready', 'scheduled') then null
+                               else coalesce(c.etext, s.error_text)
+                             end,
+                lifecycle = coalesce(c.lifecycle, s.lifecycle),
+                elapsed = coalesce(c.elapsed,
+                                   case when c.new_status in ('completed', 'skipped', 'error', 'retrying')
+                                             and s.started_at is not null and c.old_status = 'started'
+                                        then extract(epoch from clock_timestamp() - s.started_at)::float8 end,
+                                   s.elapsed),
+                attempts = case when c.reset then 0 else s.attempts end + c.add_attempts,
+                lease_owner = case when c.new_status = 'started' then s.lease_owner end,
+                lease_token = case when c.new_status = 'started' then s.lease_token end,
+                lease_expires_at = case when c.new_status = 'started' then s.lease_expires_at end,
+                started_at = case when c.new_status = 'started' and c.old_status <> 'started' then now()
+                                  else s.started_at end,
+                finished_at = case
+                                when c.new_status in ('completed', 'skipped')
+                                  then case when c.old_status in ('completed', 'skipped')
+                                            then s.finished_at else now() end
+                              end,
+                updated_at = now()
+               from calc c
+              where s.id = c.id
+             returning s.id, s.workflow_id, s.object_id, s.template, s.version, s.name,
+                       c.old_status, s.status, s.lifecycle, s.attempts",
+        )
+        .bind(&ids)
+        .bind(&statuses)
+        .bind(&notes)
+        .bind(&messages)
+        .bind(&texts)
+        .bind(&lifecycles)
+        .bind(&elapsed)
+        .bind(&run_at)
+        .bind(&add)
+        .bind(&reset)
+        .bind(&leases)
+        .fetch_all(&mut *conn)
+        .await?;
+
+        let by_id: BTreeMap<i64, &Change> = changes.iter().map(|c| (c.id, c)).collect();
+        let mut events = EventBuf::default();
+        let mut dep_wf = Vec::new();
+        let mut dep_name = Vec::new();
+        let mut dep_delta = Vec::new();
+        let mut wf_delta: BTreeMap<i64, i32> = BTreeMap::new();
+        let mut ms = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut notify = Vec::new();
+        for r in &rows {
+            let was = Status::parse(&r.old_status).is_some_and(|s| s.is_finished());
+            let now = Status::parse(&r.status).is_some_and(|s| s.is_finished());
+            if was != now {
+                let delta = if now { -1 } else { 1 };
+                dep_wf.push(r.workflow_id);
+                dep_name.push(r.name.clone());
+                dep_delta.push(delta);
+                *wf_delta.entry(r.workflow_id).or_default() += delta;
+            }
+            if r.status == "completed"
+                && r.old_status != "completed"
+                && let Some(lc) = &r.lifecycle
+            {
+                ms.0.push(r.object_id.clone());
+                ms.1.push(r.version);
+                ms.2.push(lc.clone());
+                ms.3.push(r.workflow_id);
+            }
+            if r.status == "ready" && r.old_status != "ready" {
+                applied.ready.push((r.workflow_id, r.name.clone()));
+                notify.push(format!("{}:{}", r.template, r.name));
+            }
+            let change = by_id.get(&r.id);
+            let mut detail = change.map(|c| c.detail.clone()).unwrap_or(Value::Null);
+            if let Some(c) = change {
+                let mut m = serde_json::Map::new();
+                if let Value::Object(existing) = detail {
+                    m = existing;
+                }
+                m.insert("from".into(), Value::String(r.old_status.clone()));
+                if let Some(msg) = &c.error_message {
+                    m.insert("message".into(), Value::String(msg.clone()));
+                }
+                if let Some(note) = &c.note {
+                    m.insert("note".into(), Value::String(note.clone()));
+                }
+                if let Some(at) = c.run_at {
+                    m.insert("run_at".into(), Value::String(at.to_rfc3339()));
+                }
+                detail = Value::Object(m);
+            }
+            events.push(
+                &r.object_id,
+                Some(r.workflow_id),
+                Some(&r.template),
+                Some(r.version),
+                Some(&r.name),
+                change.map_or("status_set", |c| c.event),
+                Some(&r.status),
+                Some(r.attempts),
+                actor,
+                detail,
+            );
+            applied
+                .changed
+                .push((r.id, r.old_status.clone(), r.status.clone()));
+        }
+        let changed: std::collections::HashSet<i64> = rows.iter().map(|r| r.id).collect();
+        applied.lost = ids.into_iter().filter(|id| !changed.contains(id)).collect();
+
+        // 2. Dependants: one counter update each, found by (workflow_id, name ∈ prereqs).
+        if !dep_wf.is_empty() {
+            let deps: Vec<DependantRow> = sqlx::query_as(
+                "with f as (
+                    select * from unnest($1::bigint[], $2::text[], $3::int[]) as f(workflow_id, name, delta)
+                 ), d as (
+                    select s.id, sum(f.delta)::int as delta, s.status as old_status
+                      from f join workdo.steps s
+                        on s.workflow_id = f.workflow_id and f.name = any(s.prereqs)
+                     group by s.id, s.status
+                 )
+                 update workdo.steps s set
+                    pending = s.pending + d.delta,
+                    status = case
+                               when s.status = 'waiting' and s.pending + d.delta = 0
+                                 then case when w.start_at > now() then 'scheduled' else 'ready' end
+                               when s.status in ('ready', 'scheduled') and s.pending + d.delta > 0
+                                 then 'waiting'
+                               else s.status
+                             end,
+                    run_at = case
+                               when s.status = 'waiting' and s.pending + d.delta = 0
+                                 then greatest(now(), w.start_at)
+                               else s.run_at
+                             end,
+                    updated_at = now()
+                   from d, workdo.workflows w
+                  where s.id = d.id and w.id = s.workflow_id
+                 returning s.workflow_id, s.object_id, s.template, s.version, s.name, d.old_status, s.status",
+            )
+            .bind(&dep_wf)
+            .bind(&dep_name)
+            .bind(&dep_delta)
+            .fetch_all(&mut *conn)
+            .await?;
+            for d in deps.iter().filter(|d| d.old_status != d.status) {
+                if d.status == "ready" {
+                    applied.ready.push((d.workflow_id, d.name.clone()));
+                    notify.push(format!("{}:{}", d.template, d.name));
+                }
+                events.push(
+                    &d.object_id,
+                    Some(d.workflow_id),
+                    Some(&d.template),
+                    Some(d.version),
+                    Some(&d.name),
+                    "prerequisites",
+                    Some(&d.status),
+                    None,
+                    actor,
+                    serde_json::json!({ "from": d.old_status }),
+                );
+            }
+        }
+
+        // 3. Workflows: the unfinished-steps counter decides completion.
+        if !wf_delta.is_empty() {
+            let (wids, deltas): (Vec<i64>, Vec<i32>) = wf_delta.into_iter().unzip();
+            let done: Vec<(i64, String, String, i32, String, String)> = sqlx::query_as(
+                "with d as (select * from unnest($1::bigint[], $2::int[]) as d(id, delta)),
+                 old as (select w.id, w.status from workdo.workflows w join d using (id) for update of w)
+                 update workdo.workflows w set
+                    unfinished = w.unfinished + d.delta,
+                    status = case when w.unfinished + d.delta = 0 then 'completed' else 'active' end,
+                    completed_at = case when w.unfinished + d.delta = 0 then coalesce(w.completed_at, now()) end
+                   from d join old using (id)
+                  where w.id = d.id
+                 returning w.id, w.object_id, w.template, w.version, old.status, w.status",
+            )
+            .bind(&wids)
+            .bind(&deltas)
+            .fetch_all(&mut *conn)
+            .await?;
+            for (id, object, template, version, old, status) in done {
+                if status != old {
+                    if status == "completed" {
+                        applied.completed_workflows.push(id);
+                    }
+                    events.push(
+                        &object,
+                        Some(id),
+                        Some(&template),
+                        Some(version),
+                        None,
+                        if status == "completed" {
+                            "workflow_completed"
+                        } else {
+                            "workflow_reopened"
+                        },
+                        Some(&status),
+                        None,
+                        actor,
+                        Value::Null,
+                    );
+                }
+            }
+        }
+
+        // 4. Milestones of steps that completed.
+        if !ms.0.is_empty() {
+            sqlx::query(
+                "insert into workdo.milestones (object_id, version, name, workflow_id)
+                 select * from unnest($1::text[], $2::int[], $3::text[], $4::bigint[])",
+            )
+            .bind(&ms.0)
+            .bind(&ms.1)
+            .bind(&ms.2)
+            .bind(&ms.3)
+            .execute(&mut *conn)
+            .await?;
+        }
+        events.flush(&mut *conn).await?;
+        notify.sort();
+        notify.dedup();
+        notify_ready(&mut *conn, &notify).await?;
+        Ok(applied)
+    }
+
+    /// Set one step's status: the WorkDo update call. Honours a `current_status` precondition
+    /// (a mismatch changes nothing), checks the status against the template the workflow is
+    /// locked to, counts an attempt for `error`, and returns the steps that became ready.
+    pub async fn step_set(&self, req: &SetRequest) -> Result<SetOutcome> {
+        let mut tx = self.pool.begin().await?;
+        let step = lock_step(&mut tx, &req.object, &req.template, &req.step, req.version).await?;
+        let template_id: i64 =
+            sqlx::query_scalar("select template_id from workdo.workflows where id = $1")
+                .bind(step.workflow_id)
+                .fetch_one(&mut *tx)
+                .await?;
+        let spec = self.template_by_id(template_id).await?.spec;
+        let Some(status) =
+            Status::parse(&req.status).filter(|_| spec.allows_status(&req.step, &req.status))
+        else {
+            let declared = spec
+                .step(&req.step)
+                .map(|s| s.statuses.clone())
+                .unwrap_or_default();
+            let mut allowed: Vec<&str> = Status::BUILTIN.to_vec();
+            allowed.extend(declared.iter().map(String::as_str));
+            return Err(StoreError::InvalidStatus {
+                step: format!("{}:{}", req.template, req.step),
+                status: req.status.clone(),
+                allowed: allowed.join(", "),
+            });
+        };
+        let current = Status::parse(&step.status).unwrap_or(Status::Custom(step.status.clone()));
+        if let Some(expected) = &req.current_status
+            && !current.matches(expected)
+        {
+            return Err(StoreError::StatusMismatch {
+                step: format!("{}:{}", req.template, req.step),
+                expected: expected.clone(),
+                actual: current.workdo_name().to_string(),
+            });
+        }
+        if let Some(lc) = &req.lifecycle
+            && !crate::template::valid_name(lc)
+        {
+            return Err(StoreError::Invalid {
+                field: "lifecycle",
+                value: lc.clone(),
+                reason: "use letters, digits and -_.",
+            });
+        }
+        let mut change = Change::new(step.id, status.clone(), "status_set");
+        change.note = req.note.clone();
+        change.error_message = req.error_message.clone();
+        change.error_text = req.error_text.clone();
+        change.lifecycle = req.lifecycle.clone();
+        change.elapsed = req.elapsed;
+        change.add_attempt = status == Status::Error;
+        let applied = Self::steps_apply(&mut tx, &[change], &req.actor).await?;
+        let row: StepRow = sqlx::query_as("select * from workdo.steps where id = $1")
+            .bind(step.id)
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let next_steps = applied
+            .ready
+            .into_iter()
+            .filter(|(wf, _)| *wf == step.workflow_id)
+            .map(|(_, name)| name)
+            .filter(|name| name != &req.step)
+            .collect();
+        Ok(SetOutcome {
+            step: row,
+            next_steps,
+        })
+    }
+
+    /// Claim up to `limit` ready steps of `template:step` (optionally of one lane): highest
+    /// priority first, then longest ready; each gets an attempt and a lease until `lease`.
+    pub async fn step_claim(
+        &self,
+        template: &str,
+        step: &str,
+        lane: Option<&str>,
+        limit: i64,
+        owner: &str,
+        lease: std::time::Duration,
+    ) -> Result<Vec<Claimed>> {
+        let mut conn = self.pool.acquire().await?;
+        Self::step_claim_on(&mut conn, template, step, lane, limit, owner, lease).await
+    }
+
+    /// [`Store::step_claim`] on a connection (or transaction) of the caller's.
+    pub async fn step_claim_on(
+        conn: &mut PgConnection,
+        template: &str,
+        step: &str,
+        lane: Option<&str>,
+        limit: i64,
+        owner: &str,
+        lease: std::time::Duration,
+    ) -> Result<Vec<Claimed>> {
+        let claimed: Vec<Claimed> = sqlx::query_as(
+            "with c as (
+                select id from workdo.steps
+                 where template = $1 and name = $2 and status = 'ready' and active
+                   and ($3::text is null or lane = $3)
+                 order by priority desc, run_at, id
+                 limit $4
+                   for update skip locked
+             )
+             update workdo.steps s set
+                status = 'started',
+                attempts = s.attempts + 1,
+                lease_owner = $5,
+                lease_token = gen_random_uuid(),
+                lease_expires_at = now() + make_interval(secs => $6),
+                started_at = now(),
+                updated_at = now()
+               from c
+              where s.id = c.id
+             returning s.id, s.workflow_id, s.object_id, s.template, s.name, s.version, s.lane,
+                       s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at",
+        )
+        .bind(template)
+        .bind(step)
+        .bind(lane)
+        .bind(limit)
+        .bind(owner)
+        .bind(lease.as_secs_f64())
+        .fetch_all(&mut *conn)
+        .await?;
+        Ok(claimed)
+    }
+
+    /// Make due `scheduled` and `retrying` steps ready. Returns how many.
+    pub async fn steps_promote_due(&self, limit: i64) -> Result<usize> {
+        let mut tx = self.pool.begin().await?;
+        let due: Vec<(i64, String)> = sqlx::query_as(
+            "select id, status from workdo.steps
+              where status in ('scheduled', 'retrying') and run_at <= now()
+              order by run_at
+              limit $1
+                for update skip locked",
+        )
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        let changes: Vec<Change> = due
+            .iter()
+            .map(|(id, _)| Change::new(*id, Status::Ready, "due"))
+            .collect();
+        let n = Self::steps_apply(&mut tx, &changes, "workdo")
+            .await?
+            .changed
+            .len();
+        tx.commit().await?;
+        Ok(n)
+    }
+
+    /// Steps whose lease expired (their worker died or hung) go back to the queue, or to
+    /// `error` when that was their last attempt. Returns how many.
+    pub async fn steps_sweep_leases(&self, limit: i64) -> Result<usize> {
+        let mut tx = self.pool.begin().await?;
+        let expired: Vec<(i64, i32, i32, Option<String>)> = sqlx::query_as(
+            "select id, attempts, max_attempts, lease_owner from workdo.steps
+              where lease_token is not null and lease_expires_at < now()
+              order by lease_expires_at
+              limit $1
+                for update skip locked",
+        )
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        let changes: Vec<Change> = expired
+            .iter()
+            .map(|(id, attempts, max, owner)| {
+                let last = attempts >= max;
+                let mut c = Change::new(
+                    *id,
+                    if last { Status::Error } else { Status::Ready },
+                    "lease_expired",
+                );
+                if last {
+                    c.error_message = Some(format!(
+                        "lease of {} expired on attempt {attempts} of {max}",
+                        owner.as_deref().unwrap_or("a worker")
+                    ));
+                }
+                c.detail = serde_json::json!({ "owner": owner });
+                c
+            })
+            .collect();
+        let n = Self::steps_apply(&mut tx, &changes, "workdo")
+            .await?
+            .changed
+            .len();
+        tx.commit().await?;
+        Ok(n)
+    }
+
+    /// Put steps matching `filter` (default: those in `error`) back in the queue, with their
+    /// attempts reset. Returns how many.
+    pub async fn steps_retry(&self, filter: &StepFilter, actor: &str) -> Result<usize> {
+        let mut f = filter.clone();
+        if f.status.is_none() {
+            f.status = Some("error".into());
+        }
+        self.bulk(&f, actor, |id| {
+            let mut c = Change::new(id, Status::Waiting, "retried");
+            c.reset_attempts = true;
+            c
+        })
+        .await
+    }
+
+    /// Skip every unfinished step matching `filter`. Returns how many.
+    pub async fn steps_skip(&self, filter: &StepFilter, actor: &str) -> Result<usize> {
+        self.bulk(filter, actor, |id| {
+            Change::new(id, Status::Skipped, "skipped")
+        })
+        .await
+    }
+
+    /// Set the priority of the unfinished steps matching `filter`. Returns how many.
+    pub async fn steps_prioritize(
+        &self,
+        filter: &StepFilter,
+        priority: i32,
+        actor: &str,
+    ) -> Result<usize> {
+        let mut tx = self.pool.begin().await?;
+        let ids = filtered_ids(&mut tx, filter).await?;
+        let rows: Vec<(String, i64, String, i32, String, String)> = sqlx::query_as(
+            "update workdo.steps set priority = $2, updated_at = now()
+              where id = any($1)
+             returning object_id, workflow_id, template, version, name, status",
+        )
+        .bind(&ids)
+        .bind(priority)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut events = EventBuf::default();
+        for (object, wf, template, version, name, status) in &rows {
+            events.push(
+                object,
+                Some(*wf),
+                Some(template),
+                Some(*version),
+                Some(name),
+                "prioritized",
+                Some(status),
+                None,
+                actor,
+                serde_json::json!({ "priority": priority }),
+            );
+        }
+        events.flush(&mut tx).await?;
+        tx.commit().await?;
+        Ok(rows.len())
+    }
+
+    async fn bulk(
+        &self,
+        filter: &StepFilter,
+        actor: &str,
+        make: impl Fn(i64) -> Change,
+    ) -> Result<usize> {
+        let mut tx = self.pool.begin().await?;
+        let ids = filtered_ids(&mut tx, filter).await?;
+        let changes: Vec<Change> = ids.into_iter().map(make).collect();
+        let n = Self::steps_apply(&mut tx, &changes, actor)
+            .await?
+            .changed
+            .len();
+        tx.commit().await?;
+        Ok(n)
+    }
+
+    /// All steps of the object's active workflow of `template` skipped in one transaction.
+    pub async fn workflow_skip_all(
+        &self,
+        object: &str,
+        template: &str,
+        actor: &str,
+    ) -> Result<usize> {
+        let n = self
+            .steps_skip(
+                &StepFilter {
+                    object: Some(object.into()),
+                    template: Some(template.into()),
+                    ..Default::default()
+                },
+                actor,
+            )
+            .await?;
+        Ok(n)
+    }
+}
+
+/// Ids of the active, unfinished steps matching `filter`, locked.
+async fn filtered_ids(tx: &mut Transaction<'_, Postgres>, f: &StepFilter) -> Result<Vec<i64>> {
+    let (prop_key, prop_value) = match &f.property {
+        Some((k, v)) => (Some(k.as_str()), Some(v.clone())),
+        None => (None, None),
+    };
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "select s.id from workdo.steps s
+          where s.active
+            and s.status not in ('completed', 'skipped')
+            and ($1::text is null or s.object_id = $1)
+            and ($2::text is null or s.template = $2)
+            and ($3::text is null or s.name = $3)
+            and ($4::text is null or s.status = $4)
+            and ($5::text is null or exists (
+                  select 1 from workdo.objects o
+                   where o.id = s.object_id and o.properties -> $5 = $6::jsonb))
+          order by s.id
+            for update",
+    )
+    .bind(&f.object)
+    .bind(&f.template)
+    .bind(&f.step)
+    .bind(&f.status)
+    .bind(prop_key)
+    .bind(prop_value)
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(ids)
+}
+
+/// The step `template:step` of the object's active workflow (or of `version`), locked.
+async fn lock_step(
+    tx: &mut Transaction<'_, Postgres>,
+    object: &str,
+    template: &str,
+    step: &str,
+    version: Option<i32>,
+) -> Result<StepRow> {
+    let row: Option<StepRow> = sqlx::query_as(
+        "select s.* from workdo.steps s
+          where s.object_id = $1 and s.template = $2 and s.name = $3
+            and (($4::int is null and s.active) or s.version = $4)
+          order by s.version desc
+          limit 1
+            for update",
+    )
+    .bind(object)
+    .bind(template)
+    .bind(step)
+    .bind(version)
+    .fetch_optional(&mut **tx)
+    .await?;
+    if let Some(row) = row {
+        return Ok(row);
+    }
+    let has_workflow: bool = sqlx::query_scalar(
+        "select exists (select 1 from workdo.workflows where object_id = $1 and template = $2
+                          and (($3::int is null and active) or version = $3))",
+    )
+    .bind(object)
+    .bind(template)
+    .bind(version)
+    .fetch_one(&mut **tx)
+    .await?;
+    Err(if has_workflow {
+        StoreError::UnknownStep {
+            template: template.into(),
+            step: step.into(),
+        }
+    } else {
+        StoreError::UnknownWorkflow {
+            object: object.into(),
+            template: template.into(),
+        }
+    })
+}

@@ -1,0 +1,148 @@
+//! Template versions: every loaded source is kept, keyed by its SHA-256.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::{Result, Store, StoreError};
+use crate::template::{Loaded, Template};
+
+/// A stored template version.
+#[derive(Debug, Clone, Serialize)]
+pub struct TemplateRow {
+    pub id: i64,
+    pub name: String,
+    pub sha256: String,
+    pub format: String,
+    pub origin: Option<String>,
+    pub loaded_at: DateTime<Utc>,
+    pub is_current: bool,
+    pub versions: i64,
+    pub spec: Template,
+}
+
+#[derive(sqlx::FromRow)]
+struct RawRow {
+    id: i64,
+    name: String,
+    sha256: String,
+    format: String,
+    origin: Option<String>,
+    loaded_at: DateTime<Utc>,
+    is_current: bool,
+    versions: i64,
+    spec: serde_json::Value,
+}
+
+impl TryFrom<RawRow> for TemplateRow {
+    type Error = StoreError;
+    fn try_from(r: RawRow) -> Result<Self> {
+        let spec = serde_json::from_value(r.spec)
+            .map_err(|e| StoreError::CorruptTemplate(format!("{} {}", r.name, r.sha256), e))?;
+        Ok(TemplateRow {
+            id: r.id,
+            name: r.name,
+            sha256: r.sha256,
+            format: r.format,
+            origin: r.origin,
+            loaded_at: r.loaded_at,
+            is_current: r.is_current,
+            versions: r.versions,
+            spec,
+        })
+    }
+}
+
+const SELECT: &str = "select t.id, t.name, t.sha256, t.format, t.origin, t.loaded_at, t.is_current,
+        (select count(*) from workdo.templates v where v.name = t.name) as versions, t.spec
+   from workdo.templates t";
+
+impl Store {
+    /// Store a loaded template and make it the current version of its name. Loading the same
+    /// source again changes nothing but makes that version current again.
+    ///
+    /// Returns the version's id and whether it was new.
+    pub async fn template_save(&self, loaded: &Loaded) -> Result<(i64, bool)> {
+        let spec = serde_json::to_value(&loaded.template)
+            .map_err(|e| StoreError::CorruptTemplate(loaded.template.name.clone(), e))?;
+        let mut tx = self.pool.begin().await?;
+        // Serialise loads of one name so exactly one version stays current.
+        sqlx::query("select pg_advisory_xact_lock(hashtext('workdo.template:' || $1))")
+            .bind(&loaded.template.name)
+            .execute(&mut *tx)
+            .await?;
+        let existing: Option<(i64, bool)> = sqlx::query_as(
+            "select id, is_current from workdo.templates where name = $1 and sha256 = $2",
+        )
+        .bind(&loaded.template.name)
+        .bind(&loaded.sha256)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some((id, true)) = existing {
+            tx.commit().await?;
+            return Ok((id, false));
+        }
+        sqlx::query(
+            "update workdo.templates set is_current = false where name = $1 and is_current",
+        )
+        .bind(&loaded.template.name)
+        .execute(&mut *tx)
+        .await?;
+        let (id, created) = match existing {
+            Some((id, _)) => {
+                sqlx::query("update workdo.templates set is_current = true where id = $1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                (id, false)
+            }
+            None => {
+                let id: i64 = sqlx::query_scalar(
+                    "insert into workdo.templates (name, sha256, kind, format, origin, source, spec)
+                     values ($1, $2, 'steps', $3, $4, $5, $6) returning id",
+                )
+                .bind(&loaded.template.name)
+                .bind(&loaded.sha256)
+                .bind(loaded.format.as_str())
+                .bind(&loaded.origin)
+                .bind(&loaded.source)
+                .bind(&spec)
+                .fetch_one(&mut *tx)
+                .await?;
+                (id, true)
+            }
+        };
+        tx.commit().await?;
+        Ok((id, created))
+    }
+
+    /// The current version of a template.
+    pub async fn template_current(&self, name: &str) -> Result<TemplateRow> {
+        let sql = format!("{SELECT} where t.name = $1 and t.is_current");
+        let row: Option<RawRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.ok_or_else(|| StoreError::UnknownTemplate(name.to_string()))?
+            .try_into()
+    }
+
+    /// A template version by id (the one a workflow is locked to).
+    pub async fn template_by_id(&self, id: i64) -> Result<TemplateRow> {
+        let sql = format!("{SELECT} where t.id = $1");
+        let row: Option<RawRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.ok_or_else(|| StoreError::UnknownTemplate(format!("#{id}")))?
+            .try_into()
+    }
+
+    /// Current versions of all templates, by name.
+    pub async fn template_list(&self) -> Result<Vec<TemplateRow>> {
+        let sql = format!("{SELECT} where t.is_current order by t.name");
+        let rows: Vec<RawRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.into_iter().map(TryInto::try_into).collect()
+    }
+}

@@ -1,0 +1,408 @@
+//! Objects and starting workflows on them.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::{Postgres, Transaction};
+
+use super::steps::{EventBuf, notify_ready};
+use super::{Result, Store, StoreError, check_lane, check_object_id};
+use crate::status::Status;
+use crate::template::Template;
+
+/// Start one template on one or more objects.
+#[derive(Debug, Clone)]
+pub struct StartRequest {
+    pub template: String,
+    pub objects: Vec<String>,
+    /// Object version; defaults to the object's current version (1 for a new object).
+    pub version: Option<i32>,
+    pub priority: i32,
+    pub lane: String,
+    /// Not before this time; `None` is now.
+    pub start_at: Option<DateTime<Utc>>,
+    pub context: Value,
+    pub actor: String,
+}
+
+impl StartRequest {
+    pub fn new(template: &str, objects: &[&str]) -> Self {
+        StartRequest {
+            template: template.to_string(),
+            objects: objects.iter().map(|o| o.to_string()).collect(),
+            version: None,
+            priority: 0,
+            lane: "default".into(),
+            start_at: None,
+            context: Value::Object(Default::default()),
+            actor: "workdo".into(),
+        }
+    }
+}
+
+/// A workflow that was started.
+#[derive(Debug, Clone, Serialize)]
+pub struct Started {
+    pub workflow_id: i64,
+    pub object_id: String,
+    pub template: String,
+    pub version: i32,
+    /// Whether it replaced an earlier workflow of the same template and object version.
+    pub replaced: bool,
+    pub ready: Vec<String>,
+}
+
+#[derive(sqlx::FromRow)]
+struct ObjectRow {
+    version: i32,
+}
+
+impl Store {
+    /// Register an object, or merge `properties` into an existing one and replace the named
+    /// documents. Returns whether it was new.
+    pub async fn object_put(
+        &self,
+        id: &str,
+        properties: &BTreeMap<String, Value>,
+        documents: &BTreeMap<String, String>,
+        actor: &str,
+    ) -> Result<bool> {
+        check_object_id(id)?;
+        let mut tx = self.pool.begin().await?;
+        let props = serde_json::to_value(properties).unwrap_or(Value::Null);
+        let created: bool = sqlx::query_scalar(
+            "insert into workdo.objects (id, properties) values ($1, $2)
+             on conflict (id) do update
+                set properties = workdo.objects.properties || excluded.properties,
+                    updated_at = now()
+             returning (xmax = 0)",
+        )
+        .bind(id)
+        .bind(&props)
+        .fetch_one(&mut *tx)
+        .await?;
+        for (name, content) in documents {
+            sqlx::query(
+                "insert into workdo.documents (object_id, name, content) values ($1, $2, $3)
+                 on conflict (object_id, name) do update
+                    set content = excluded.content, updated_at = now()",
+            )
+            .bind(id)
+            .bind(name)
+            .bind(content)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let mut events = EventBuf::default();
+        if created {
+            registered(&mut tx, id, 1).await?;
+        }
+        events.push(
+            id,
+            None,
+            None,
+            None,
+            None,
+            if created { "object_registered" } else { "object_updated" },
+            None,
+            None,
+            actor,
+            serde_json::json!({ "properties": props, "documents": documents.keys().collect::<Vec<_>>() }),
+        );
+        events.flush(&mut tx).await?;
+        tx.commit().await?;
+        Ok(created)
+    }
+
+    /// Start `req.template` (its current version) on every object in `req.objects`, in one
+    /// transaction. An object not registered yet is registered. Starting the same template again
+    /// for the same object version replaces its steps; a newer object version makes the steps of
+    /// older versions inactive.
+    pub async fn workflow_start(&self, req: &StartRequest) -> Result<Vec<Started>> {
+        check_lane(&req.lane)?;
+        if !req.context.is_object() {
+            return Err(StoreError::Invalid {
+                field: "context",
+                value: req.context.to_string().chars().take(80).collect(),
+                reason: "must be a JSON object",
+            });
+        }
+        if let Some(v) = req.version
+            && v < 1
+        {
+            return Err(StoreError::Invalid {
+                field: "version",
+                value: v.to_string(),
+                reason: "object versions start at 1",
+            });
+        }
+        for o in &req.objects {
+            check_object_id(o)?;
+        }
+        let template = self.template_current(&req.template).await?;
+        let mut tx = self.pool.begin().await?;
+        let mut events = EventBuf::default();
+        let mut out = Vec::with_capacity(req.objects.len());
+        let mut notify = Vec::new();
+        for object in &req.objects {
+            let started = start_one(
+                &mut tx,
+                &mut events,
+                req,
+                template.id,
+                &template.spec,
+                object,
+            )
+            .await?;
+            if !started.ready.is_empty() {
+                notify.extend(
+                    started
+                        .ready
+                        .iter()
+                        .map(|s| format!("{}:{s}", req.template)),
+                );
+            }
+            out.push(started);
+        }
+        events.flush(&mut tx).await?;
+        notify.sort();
+        notify.dedup();
+        notify_ready(&mut tx, &notify).await?;
+        tx.commit().await?;
+        Ok(out)
+    }
+}
+
+async fn registered(tx: &mut Transaction<'_, Postgres>, id: &str, version: i32) -> Result<()> {
+    sqlx::query(
+        "insert into workdo.milestones (object_id, version, name) values ($1, $2, 'registered')",
+    )
+    .bind(id)
+    .bind(version)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn start_one(
+    tx: &mut Transaction<'_, Postgres>,
+    events: &mut EventBuf,
+    req: &StartRequest,
+    template_id: i64,
+    spec: &Template,
+    object: &str,
+) -> Result<Started> {
+    // Register on first sight (the workflow service keeps no separate registry).
+    let existing: Option<ObjectRow> =
+        sqlx::query_as("select version from workdo.objects where id = $1 for update")
+            .bind(object)
+            .fetch_optional(&mut **tx)
+            .await?;
+    let version = match (&existing, req.version) {
+        (_, Some(v)) => v,
+        (Some(o), None) => o.version,
+        (None, None) => 1,
+    };
+    match existing {
+        None => {
+            sqlx::query("insert into workdo.objects (id, version) values ($1, $2)")
+                .bind(object)
+                .bind(version)
+                .execute(&mut **tx)
+                .await?;
+            registered(tx, object, version).await?;
+            events.push(
+                object,
+                None,
+                None,
+                Some(version),
+                None,
+                "object_registered",
+                None,
+                None,
+                &req.actor,
+                Value::Null,
+            );
+        }
+        Some(o) if version > o.version => {
+            sqlx::query("update workdo.objects set version = $2, updated_at = now() where id = $1")
+                .bind(object)
+                .bind(version)
+                .execute(&mut **tx)
+                .await?;
+            // A new object version: the older versions' work leaves the queues.
+            sqlx::query("update workdo.workflows set active = false where object_id = $1 and version < $2 and active")
+                .bind(object)
+                .bind(version)
+                .execute(&mut **tx)
+                .await?;
+            let n = sqlx::query("update workdo.steps set active = false, updated_at = now() where object_id = $1 and version < $2 and active")
+                .bind(object)
+                .bind(version)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected();
+            events.push(
+                object,
+                None,
+                None,
+                Some(version),
+                None,
+                "versions_deactivated",
+                None,
+                None,
+                &req.actor,
+                serde_json::json!({"older_than": version, "steps": n}),
+            );
+        }
+        Some(_) => {}
+    }
+    // Re-create semantics: the same template on the same object version replaces its steps.
+    let replaced: Option<i64> = sqlx::query_scalar(
+        "delete from workdo.workflows where object_id = $1 and template = $2 and version = $3 returning id",
+    )
+    .bind(object)
+    .bind(&req.template)
+    .bind(version)
+    .fetch_optional(&mut **tx)
+    .await?;
+
+    let now = Utc::now();
+    let start_at = req.start_at.unwrap_or(now);
+    let future = start_at > now;
+    // Initial statuses are static: derived from the template alone.
+    let finished: std::collections::HashSet<&str> = spec
+        .steps
+        .iter()
+        .filter(|s| s.initial_status.as_ref().is_some_and(Status::is_finished))
+        .map(|s| s.name.as_str())
+        .collect();
+    let mut names = Vec::new();
+    let mut statuses = Vec::new();
+    let mut prereqs = Vec::new();
+    let mut pendings = Vec::new();
+    let mut attempts = Vec::new();
+    let mut limits = Vec::new();
+    let mut lifecycles = Vec::new();
+    let mut ready = Vec::new();
+    for s in &spec.steps {
+        let pending = s
+            .prereqs
+            .iter()
+            .filter(|p| !finished.contains(p.as_str()))
+            .count() as i32;
+        let status = match &s.initial_status {
+            Some(st) => st.clone(),
+            None if pending > 0 => Status::Waiting,
+            None if future => Status::Scheduled,
+            None => Status::Ready,
+        };
+        if status == Status::Ready {
+            ready.push(s.name.clone());
+        }
+        names.push(s.name.clone());
+        attempts.push(i32::from(status == Status::Completed));
+        statuses.push(status.as_str().to_string());
+        // Arrays of arrays must be rectangular in Postgres: pass prerequisites as JSON.
+        prereqs.push(serde_json::to_value(&s.prereqs).unwrap_or(Value::Null));
+        pendings.push(pending);
+        limits.push(s.error_limit.min(i32::MAX as u32) as i32);
+        lifecycles.push(s.lifecycle.clone());
+    }
+    let unfinished = spec.steps.len() as i32 - finished.len() as i32;
+    let workflow_id: i64 = sqlx::query_scalar(
+        "insert into workdo.workflows
+            (object_id, template, template_id, version, priority, lane, start_at, context, unfinished,
+             status, completed_at)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9,
+                 case when $9 = 0 then 'completed' else 'active' end,
+                 case when $9 = 0 then now() end)
+         returning id",
+    )
+    .bind(object)
+    .bind(&req.template)
+    .bind(template_id)
+    .bind(version)
+    .bind(req.priority)
+    .bind(&req.lane)
+    .bind(start_at)
+    .bind(&req.context)
+    .bind(unfinished)
+    .fetch_one(&mut **tx)
+    .await?;
+    sqlx::query(
+        "insert into workdo.steps
+            (workflow_id, object_id, template, version, lane, name, status, prereqs, pending,
+             priority, run_at, attempts, max_attempts, lifecycle, finished_at)
+         select $1, $2, $3, $4, $5, t.name, t.status,
+                array(select jsonb_array_elements_text(t.prereqs)), t.pending,
+                $6, $7, t.attempts, t.max_attempts, t.lifecycle,
+                case when t.status in ('completed', 'skipped') then now() end
+           from unnest($8::text[], $9::text[], $10::jsonb[], $11::int[], $12::int[], $13::int[], $14::text[])
+                as t(name, status, prereqs, pending, attempts, max_attempts, lifecycle)",
+    )
+    .bind(workflow_id)
+    .bind(object)
+    .bind(&req.template)
+    .bind(version)
+    .bind(&req.lane)
+    .bind(req.priority)
+    .bind(start_at)
+    .bind(&names)
+    .bind(&statuses)
+    .bind(&prereqs)
+    .bind(&pendings)
+    .bind(&attempts)
+    .bind(&limits)
+    .bind(&lifecycles)
+    .execute(&mut **tx)
+    .await?;
+    // Bootstrap steps that start completed record their milestones now.
+    for s in &spec.steps {
+        if s.initial_status == Some(Status::Completed)
+            && let Some(lc) = &s.lifecycle
+        {
+            sqlx::query(
+                "insert into workdo.milestones (object_id, version, name, workflow_id) values ($1, $2, $3, $4)",
+            )
+            .bind(object)
+            .bind(version)
+            .bind(lc)
+            .bind(workflow_id)
+            .execute(&mut **tx)
+            .await?;
+        }
+    }
+    events.push(
+        object,
+        Some(workflow_id),
+        Some(&req.template),
+        Some(version),
+        None,
+        if replaced.is_some() {
+            "workflow_replaced"
+        } else {
+            "workflow_started"
+        },
+        None,
+        None,
+        &req.actor,
+        serde_json::json!({
+            "template_id": template_id,
+            "priority": req.priority,
+            "lane": req.lane,
+            "start_at": start_at,
+            "replaced_workflow": replaced,
+        }),
+    );
+    Ok(Started {
+        workflow_id,
+        object_id: object.to_string(),
+        template: req.template.clone(),
+        version,
+        replaced: replaced.is_some(),
+        ready: if future { Vec::new() } else { ready },
+    })
+}

@@ -1,0 +1,280 @@
+//! WorkDo XML templates, as the workflow service reads them:
+//!
+//! ```xml
+//! <workflow-def id="accessionWF" repository="dor">
+//!   <process name="start-accession" status="completed" lifecycle="submitted" sequence="1">
+//!     <label>Start Accessioning</label>
+//!   </process>
+//!   <process name="descriptive-metadata" batch-limit="1000" error-limit="10" sequence="2">
+//!     <prereq>start-accession</prereq>
+//!     <function exec="functions/bin/descriptive-metadata" timeout="30s"/>
+//!   </process>
+//! </workflow-def>
+//! ```
+//! `<function>` is ours (the service bound robots elsewhere); every other element and attribute is
+//! the service's. Attributes we do not use (`sequence`, `queue-limit`, `repository`) are accepted
+//! and ignored, as the service did.
+
+use std::collections::HashMap;
+
+use roxmltree::{Document, Node};
+
+use super::{
+    DEFAULT_ERROR_LIMIT, DEFAULT_TIMEOUT_SECS, FunctionSpec, Locate, Problem, Runner, StepSpec,
+    Template, TemplateError, parse_duration_secs, validate,
+};
+use crate::status::Status;
+
+struct Lines {
+    root: usize,
+    steps: Vec<HashMap<String, usize>>,
+}
+
+impl Locate for Lines {
+    fn line(&self, step: Option<usize>, field: &str) -> Option<usize> {
+        match step {
+            None => Some(self.root),
+            Some(i) => {
+                let fields = self.steps.get(i)?;
+                fields.get(field).or_else(|| fields.get("")).copied()
+            }
+        }
+    }
+}
+
+pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateError> {
+    let doc = Document::parse(source).map_err(|e| {
+        let pos = e.pos();
+        TemplateError::one(
+            origin,
+            Some(pos.row as usize),
+            "xml",
+            format!("malformed XML: {e}"),
+        )
+    })?;
+    let line_of = |pos: usize| doc.text_pos_at(pos).row as usize;
+    let root = doc.root_element();
+    let mut problems: Vec<Problem> = Vec::new();
+    let mut problem = |line: usize, field: &str, message: String| {
+        problems.push(Problem {
+            file: origin.to_string(),
+            line: Some(line),
+            field: field.to_string(),
+            message,
+        });
+    };
+    let root_line = line_of(root.range().start);
+    if !matches!(root.tag_name().name(), "workflow-def" | "workflow") {
+        return Err(TemplateError::one(
+            origin,
+            Some(root_line),
+            "workflow-def",
+            format!(
+                "root element is <{}>, expected <workflow-def>",
+                root.tag_name().name()
+            ),
+        ));
+    }
+    let name = match root.attribute("id") {
+        Some(id) => id.trim().to_string(),
+        None => {
+            problem(root_line, "id", "<workflow-def> has no id attribute".into());
+            String::new()
+        }
+    };
+    let mut steps = Vec::new();
+    let mut lines = Lines {
+        root: root_line,
+        steps: Vec::new(),
+    };
+    for node in root.children().filter(|n| n.is_element()) {
+        if node.tag_name().name() != "process" {
+            continue;
+        }
+        let node_line = line_of(node.range().start);
+        let mut at: HashMap<String, usize> = HashMap::new();
+        at.insert(String::new(), node_line);
+        for attr in node.attributes() {
+            at.insert(attr.name().to_string(), line_of(attr.range().start));
+        }
+        let attr_line =
+            |at: &HashMap<String, usize>, name: &str| at.get(name).copied().unwrap_or(node_line);
+        let step_name = match node.attribute("name") {
+            Some(n) => n.trim().to_string(),
+            None => {
+                problem(node_line, "name", "<process> has no name attribute".into());
+                String::new()
+            }
+        };
+        let number = |attr: &str, problem: &mut dyn FnMut(usize, &str, String)| -> Option<u32> {
+            let text = node.attribute(attr)?;
+            match text.trim().parse::<u32>() {
+                Ok(v) => Some(v),
+                Err(_) => {
+                    problem(
+                        attr_line(&at, attr),
+                        attr,
+                        format!("{text:?} is not a whole number"),
+                    );
+                    None
+                }
+            }
+        };
+        let error_limit = number("error-limit", &mut problem).unwrap_or(DEFAULT_ERROR_LIMIT);
+        let batch_limit = number("batch-limit", &mut problem);
+        let _ = number("sequence", &mut problem);
+        let skip_queue = match node.attribute("skip-queue").map(str::trim) {
+            None => false,
+            Some(v) if v.eq_ignore_ascii_case("true") => true,
+            Some(v) if v.eq_ignore_ascii_case("false") => false,
+            Some(v) => {
+                problem(
+                    attr_line(&at, "skip-queue"),
+                    "skip-queue",
+                    format!("{v:?} is not true or false"),
+                );
+                false
+            }
+        };
+        let initial_status = match node.attribute("status").map(str::trim) {
+            None | Some("waiting") | Some("") => None,
+            Some("completed") => Some(Status::Completed),
+            Some("skipped") => Some(Status::Skipped),
+            Some(v) => {
+                problem(
+                    attr_line(&at, "status"),
+                    "status",
+                    format!("{v:?}: a template step may start waiting, completed or skipped"),
+                );
+                None
+            }
+        };
+        let lifecycle = node
+            .attribute("lifecycle")
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from);
+        let mut label = node.attribute("label").map(String::from);
+        let mut prereqs = Vec::new();
+        let mut function = None;
+        for child in node.children().filter(|n| n.is_element()) {
+            let child_line = line_of(child.range().start);
+            match child.tag_name().name() {
+                "label" => label = Some(text_of(child)),
+                "prereq" => {
+                    let raw = text_of(child);
+                    at.entry("prereq".into()).or_insert(child_line);
+                    // Qualified names (`dor:accessionWF:step`, `accessionWF:step`) of this very
+                    // workflow are plain prerequisites; others stay qualified and fail validation.
+                    let parts: Vec<&str> = raw.split(':').collect();
+                    let local = match parts.as_slice() {
+                        [_, wf, step] | [wf, step] if *wf == name => step.to_string(),
+                        _ => raw,
+                    };
+                    prereqs.push(local);
+                }
+                "function" => {
+                    at.insert("function".into(), child_line);
+                    function =
+                        parse_function(child, &mut |field, msg| problem(child_line, field, msg));
+                }
+                _ => {}
+            }
+        }
+        lines.steps.push(at);
+        steps.push(StepSpec {
+            name: step_name,
+            label,
+            prereqs,
+            lifecycle,
+            error_limit,
+            batch_limit,
+            skip_queue,
+            initial_status,
+            statuses: Vec::new(),
+            function,
+        });
+    }
+    if !problems.is_empty() {
+        return Err(TemplateError { problems });
+    }
+    let template = Template {
+        name,
+        description: None,
+        steps,
+        alert_to: Vec::new(),
+    };
+    validate(origin, &template, &lines)?;
+    Ok(template)
+}
+
+fn text_of(node: Node<'_, '_>) -> String {
+    node.text().unwrap_or_default().trim().to_string()
+}
+
+fn parse_function(
+    node: Node<'_, '_>,
+    problem: &mut dyn FnMut(&str, String),
+) -> Option<FunctionSpec> {
+    let argv = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+    let number = |attr: &str, default: u32, problem: &mut dyn FnMut(&str, String)| match node
+        .attribute(attr)
+    {
+        None => default,
+        Some(t) => t.trim().parse().unwrap_or_else(|_| {
+            problem(attr, format!("{t:?} is not a whole number"));
+            default
+        }),
+    };
+    let runner = match (
+        node.attribute("exec"),
+        node.attribute("warm"),
+        node.attribute("http"),
+        node.attribute("builtin"),
+    ) {
+        (Some(e), None, None, None) => Runner::Exec { argv: argv(e) },
+        (None, Some(w), None, None) => Runner::Warm {
+            argv: argv(w),
+            pool: number("pool", 1, problem),
+        },
+        (None, None, Some(u), None) => Runner::Http {
+            url: u.trim().to_string(),
+        },
+        (None, None, None, Some(b)) => Runner::Builtin {
+            name: b.trim().to_string(),
+        },
+        _ => {
+            problem(
+                "function",
+                "<function> needs exactly one of exec, warm, http or builtin".into(),
+            );
+            return None;
+        }
+    };
+    let timeout_secs = match node.attribute("timeout") {
+        None => DEFAULT_TIMEOUT_SECS,
+        Some(t) => parse_duration_secs(t).unwrap_or_else(|| {
+            problem(
+                "timeout",
+                format!("{t:?} is not a duration such as 30s or 5m"),
+            );
+            DEFAULT_TIMEOUT_SECS
+        }),
+    };
+    let documents = node
+        .attribute("documents")
+        .map(|d| {
+            d.split([',', ' '])
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(FunctionSpec {
+        runner,
+        timeout_secs,
+        concurrency: number("concurrency", 1, problem),
+        env: Default::default(),
+        documents,
+    })
+}

@@ -1,0 +1,304 @@
+//! The YAML template format (documented with a full example in the README).
+//!
+//! Keys use the same names as the WorkDo XML attributes (`error-limit`, `batch-limit`,
+//! `skip-queue`, `lifecycle`, `status`), so a template reads the same in either format. Unknown
+//! keys are errors: a typo must not silently drop a setting.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::{
+    DEFAULT_ERROR_LIMIT, DEFAULT_TIMEOUT_SECS, FunctionSpec, Locate, Runner, StepSpec, Template,
+    TemplateError, parse_duration_secs, validate,
+};
+use crate::status::Status;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawTemplate {
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    /// Default `error-limit` for the steps.
+    #[serde(default)]
+    error_limit: Option<u32>,
+    #[serde(default)]
+    alerts: Option<RawAlerts>,
+    steps: Vec<RawStep>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAlerts {
+    #[serde(default)]
+    to: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawStep {
+    name: String,
+    #[serde(default)]
+    label: Option<String>,
+    #[serde(default, alias = "prereq")]
+    prereqs: Vec<String>,
+    #[serde(default)]
+    lifecycle: Option<String>,
+    #[serde(default)]
+    error_limit: Option<u32>,
+    #[serde(default)]
+    batch_limit: Option<u32>,
+    #[serde(default)]
+    skip_queue: bool,
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    statuses: Vec<String>,
+    #[serde(default)]
+    function: Option<RawFunction>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFunction {
+    #[serde(default)]
+    exec: Option<Command>,
+    #[serde(default)]
+    warm: Option<Command>,
+    #[serde(default)]
+    http: Option<String>,
+    #[serde(default)]
+    builtin: Option<String>,
+    #[serde(default)]
+    pool: Option<u32>,
+    #[serde(default)]
+    timeout: Option<Duration>,
+    #[serde(default)]
+    concurrency: Option<u32>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    documents: Vec<String>,
+}
+
+/// `exec: prog arg` or `exec: [prog, arg]`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Command {
+    Line(String),
+    Argv(Vec<String>),
+}
+
+impl Command {
+    fn argv(self) -> Vec<String> {
+        match self {
+            Command::Line(s) => s.split_whitespace().map(String::from).collect(),
+            Command::Argv(v) => v,
+        }
+    }
+}
+
+/// `timeout: 30` (seconds) or `timeout: 30s`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Duration {
+    Secs(f64),
+    Text(String),
+}
+
+pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateError> {
+    let raw: RawTemplate = serde_norway::from_str(source).map_err(|e| {
+        let line = e.location().map(|l| l.line());
+        // serde_norway's message starts with the path of the offending field when it knows it.
+        let message = e.to_string();
+        let field = message
+            .split_once(": ")
+            .map(|(path, _)| path)
+            .filter(|p| !p.contains(' '))
+            .unwrap_or("yaml")
+            .to_string();
+        TemplateError::one(origin, line, &field, format!("malformed YAML: {message}"))
+    })?;
+    let lines = Lines::new(source);
+    let mut problems = Vec::new();
+    let default_limit = raw.error_limit.unwrap_or(DEFAULT_ERROR_LIMIT);
+    let mut steps = Vec::with_capacity(raw.steps.len());
+    for (i, s) in raw.steps.into_iter().enumerate() {
+        let initial_status = match s.status.as_deref() {
+            None | Some("waiting") => None,
+            Some("completed") => Some(Status::Completed),
+            Some("skipped") => Some(Status::Skipped),
+            Some(other) => {
+                problems.push(super::Problem {
+                    file: origin.to_string(),
+                    line: lines.line(Some(i), "status"),
+                    field: "status".into(),
+                    message: format!(
+                        "{other:?}: a template step may start waiting, completed or skipped"
+                    ),
+                });
+                None
+            }
+        };
+        let function = match s.function {
+            None => None,
+            Some(f) => match convert_function(f) {
+                Ok(f) => Some(f),
+                Err((field, message)) => {
+                    problems.push(super::Problem {
+                        file: origin.to_string(),
+                        line: lines.line(Some(i), field),
+                        field: field.into(),
+                        message,
+                    });
+                    None
+                }
+            },
+        };
+        steps.push(StepSpec {
+            name: s.name,
+            label: s.label,
+            prereqs: s.prereqs,
+            lifecycle: s.lifecycle,
+            error_limit: s.error_limit.unwrap_or(default_limit),
+            batch_limit: s.batch_limit,
+            skip_queue: s.skip_queue,
+            initial_status,
+            statuses: s.statuses,
+            function,
+        });
+    }
+    if !problems.is_empty() {
+        return Err(TemplateError { problems });
+    }
+    let template = Template {
+        name: raw.name,
+        description: raw.description,
+        steps,
+        alert_to: raw.alerts.map(|a| a.to).unwrap_or_default(),
+    };
+    validate(origin, &template, &lines)?;
+    Ok(template)
+}
+
+fn convert_function(f: RawFunction) -> Result<FunctionSpec, (&'static str, String)> {
+    let runner = match (f.exec, f.warm, f.http, f.builtin) {
+        (Some(c), None, None, None) => Runner::Exec { argv: c.argv() },
+        (None, Some(c), None, None) => Runner::Warm {
+            argv: c.argv(),
+            pool: f.pool.unwrap_or(1),
+        },
+        (None, None, Some(url), None) => Runner::Http { url },
+        (None, None, None, Some(name)) => Runner::Builtin { name },
+        _ => {
+            return Err((
+                "function",
+                "needs exactly one of exec, warm, http or builtin".into(),
+            ));
+        }
+    };
+    let timeout_secs = match f.timeout {
+        None => DEFAULT_TIMEOUT_SECS,
+        Some(Duration::Secs(s)) => s,
+        Some(Duration::Text(t)) => parse_duration_secs(&t).ok_or_else(|| {
+            (
+                "timeout",
+                format!("{t:?} is not a duration such as 30s or 5m"),
+            )
+        })?,
+    };
+    Ok(FunctionSpec {
+        runner,
+        timeout_secs,
+        concurrency: f.concurrency.unwrap_or(1),
+        env: f.env,
+        documents: f.documents,
+    })
+}
+
+/// Finds lines in block-style YAML: where each item of `steps:` starts, and keys within it.
+/// Flow-style templates still load; their messages just carry no line.
+struct Lines<'a> {
+    lines: Vec<&'a str>,
+    /// (first line index, end line index exclusive) of each step item.
+    items: Vec<(usize, usize)>,
+}
+
+impl<'a> Lines<'a> {
+    fn new(source: &'a str) -> Self {
+        let lines: Vec<&str> = source.lines().collect();
+        let mut items = Vec::new();
+        let indent = |l: &str| l.len() - l.trim_start().len();
+        let content = |l: &str| {
+            let t = l.trim_start();
+            !t.is_empty() && !t.starts_with('#')
+        };
+        if let Some(steps_at) = lines.iter().position(|l| l.starts_with("steps:")) {
+            let mut item_indent = None;
+            let mut i = steps_at + 1;
+            while i < lines.len() {
+                let l = lines[i];
+                if content(l) {
+                    let ind = indent(l);
+                    if ind == 0 && !l.trim_start().starts_with('-') {
+                        break; // next top-level key
+                    }
+                    let is_item = l.trim_start().starts_with("- ") || l.trim() == "-";
+                    match item_indent {
+                        None if is_item => {
+                            item_indent = Some(ind);
+                            items.push((i, lines.len()));
+                        }
+                        Some(ii) if is_item && ind == ii => {
+                            if let Some(last) = items.last_mut() {
+                                last.1 = i;
+                            }
+                            items.push((i, lines.len()));
+                        }
+                        Some(ii) if ind < ii => break,
+                        _ => {}
+                    }
+                }
+                i += 1;
+            }
+            if let Some(last) = items.last_mut() {
+                last.1 = last.1.min(i);
+            }
+        }
+        Lines { lines, items }
+    }
+
+    fn key_line(&self, from: usize, to: usize, keys: &[&str]) -> Option<usize> {
+        (from..to).find(|&i| {
+            let t = self.lines[i].trim_start();
+            let t = t.strip_prefix("- ").unwrap_or(t).trim_start();
+            keys.iter().any(|k| {
+                t.strip_prefix(k)
+                    .is_some_and(|rest| rest.trim_start().starts_with(':'))
+            })
+        })
+    }
+}
+
+impl Locate for Lines<'_> {
+    fn line(&self, step: Option<usize>, field: &str) -> Option<usize> {
+        let keys: &[&str] = match field {
+            "prereq" => &["prereqs", "prereq"],
+            "http" | "pool" => &[field, "function"],
+            other => &[other],
+        };
+        let found = match step {
+            None => {
+                let end = self.items.first().map_or(self.lines.len(), |i| i.0);
+                self.key_line(0, end, keys)
+                    .or_else(|| self.key_line(0, self.lines.len(), &["steps"]))
+            }
+            Some(i) => {
+                let &(from, to) = self.items.get(i)?;
+                self.key_line(from, to, keys).or(Some(from))
+            }
+        };
+        found.map(|i| i + 1)
+    }
+}
