@@ -210,18 +210,20 @@ pub enum DbCmd {
 /// # Errors
 /// Anything the command reports: bad input, a missing database, a failed statement.
 pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
-    let target = db::resolve(cli.database_url.as_deref(), &cli.data_dir).await?;
-    if let Command::Db(cmd) = &cli.command {
-        match cmd {
-            DbCmd::Url => writeln!(out, "{}", target.url)?,
-            DbCmd::Stop => match &target.cluster {
-                Some(c) => {
-                    c.stop()?;
-                    writeln!(out, "stopped the cluster in {}", c.dir.display())?;
-                }
-                None => bail!("DATABASE_URL is set: there is no private cluster to stop"),
-            },
+    if let Command::Db(DbCmd::Stop) = &cli.command {
+        if cli.database_url.is_some() {
+            bail!("DATABASE_URL is set: there is no private cluster to stop");
         }
+        // Stopping must not start anything first.
+        if cli.data_dir.join("pgdata").exists() {
+            crate::pg::Cluster::open(&cli.data_dir)?.stop()?;
+        }
+        writeln!(out, "stopped the cluster in {}", cli.data_dir.display())?;
+        return Ok(());
+    }
+    let target = db::resolve(cli.database_url.as_deref(), &cli.data_dir).await?;
+    if let Command::Db(DbCmd::Url) = &cli.command {
+        writeln!(out, "{}", target.url)?;
         return Ok(());
     }
     let pool = db::connect(&target.url, 4).await?;

@@ -87,14 +87,10 @@ impl Cluster {
     /// # Errors
     /// [`PgError::NoBinaries`] when no server is installed; otherwise the failing command's output.
     pub fn ensure(opts: &ClusterOptions) -> Result<Cluster, PgError> {
-        let bin_dir = find_bin_dir().ok_or(PgError::NoBinaries)?;
-        let run_as = if is_root() {
-            Some(postgres_account().ok_or(PgError::NoPostgresUser)?)
-        } else {
-            None
-        };
-        fs::create_dir_all(&opts.dir).map_err(io_err(&opts.dir))?;
-        let dir = opts.dir.canonicalize().map_err(io_err(&opts.dir))?;
+        let mut cluster = Cluster::open(&opts.dir)?;
+        fs::create_dir_all(&cluster.dir).map_err(io_err(&cluster.dir))?;
+        cluster.dir = cluster.dir.canonicalize().map_err(io_err(&opts.dir))?;
+        let dir = cluster.dir.clone();
         // One launcher at a time per directory: concurrent CLI calls must not both initdb.
         let lock_path = dir.join("launch.lock");
         let lock = OpenOptions::new()
@@ -105,12 +101,6 @@ impl Cluster {
             .map_err(io_err(&lock_path))?;
         lock.lock().map_err(io_err(&lock_path))?;
 
-        let mut cluster = Cluster {
-            dir,
-            port: 0,
-            bin_dir,
-            run_as,
-        };
         if let Some(account) = &cluster.run_as {
             chown(&cluster.dir, account)?;
         }
@@ -124,6 +114,29 @@ impl Cluster {
             cluster.start(opts.ephemeral)?;
         }
         drop(lock);
+        Ok(cluster)
+    }
+
+    /// The cluster in `dir`, started or not, without creating or starting anything.
+    ///
+    /// # Errors
+    /// [`PgError::NoBinaries`] when no server is installed.
+    pub fn open(dir: &Path) -> Result<Cluster, PgError> {
+        let bin_dir = find_bin_dir().ok_or(PgError::NoBinaries)?;
+        let run_as = if is_root() {
+            Some(postgres_account().ok_or(PgError::NoPostgresUser)?)
+        } else {
+            None
+        };
+        let mut cluster = Cluster {
+            dir: dir.to_path_buf(),
+            port: 0,
+            bin_dir,
+            run_as,
+        };
+        if let Some(port) = cluster.running_port() {
+            cluster.port = port;
+        }
         Ok(cluster)
     }
 

@@ -11,7 +11,7 @@ mod templates;
 mod workflows;
 
 pub use queries::{Facet, ObjectView, QueueEntry, Why, WorkflowView};
-pub use steps::{Change, Claimed, SetOutcome, SetRequest, StepFilter};
+pub use steps::{Applied, Change, Claimed, READY_CHANNEL, SetOutcome, SetRequest, StepFilter};
 pub use templates::TemplateRow;
 pub use workflows::{StartRequest, Started};
 

@@ -554,6 +554,24 @@ impl Store {
         Ok(applied)
     }
 
+    /// Record workers' results for steps they hold, in one transaction (group commit). Each
+    /// change must carry the lease it was claimed under; results whose lease was lost (expired
+    /// and swept, or the step was changed from outside) are dropped and listed in
+    /// [`Applied::lost`].
+    pub async fn steps_apply_leased(&self, changes: &[Change], actor: &str) -> Result<Applied> {
+        if let Some(c) = changes.iter().find(|c| c.lease.is_none()) {
+            return Err(StoreError::Invalid {
+                field: "lease",
+                value: c.id.to_string(),
+                reason: "a worker's result must name the lease it holds",
+            });
+        }
+        let mut tx = self.pool.begin().await?;
+        let applied = Self::steps_apply(&mut tx, changes, actor).await?;
+        tx.commit().await?;
+        Ok(applied)
+    }
+
     /// Set one step's status: the WorkDo update call. Honours a `current_status` precondition
     /// (a mismatch changes nothing), checks the status against the template the workflow is
     /// locked to, counts an attempt for `error`, and returns the steps that became ready.

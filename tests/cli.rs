@@ -1,0 +1,164 @@
+//! The `workdo` binary as a user runs it: with no DATABASE_URL it starts its own cluster.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const WORKDO: &str = env!("CARGO_BIN_EXE_workdo");
+
+/// A data directory whose private cluster is stopped when the test ends, pass or fail.
+struct DataDir {
+    dir: tempfile::TempDir,
+}
+
+impl DataDir {
+    fn new() -> Self {
+        DataDir {
+            dir: tempfile::Builder::new()
+                .prefix("workdo-cli-")
+                .tempdir()
+                .expect("temp dir"),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new(WORKDO)
+            .args(args)
+            .arg("--data-dir")
+            .arg(self.path())
+            .env_remove("DATABASE_URL")
+            .current_dir(repo_root())
+            .output()
+            .expect("run workdo")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "workdo {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        let _ = self.run(&["db", "stop"]);
+    }
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+#[test]
+fn embedded_cluster_runs_the_readme_walkthrough_and_is_reused() {
+    let d = DataDir::new();
+    let loaded = d.ok(&["templates", "load", "workflows/"]);
+    assert!(
+        loaded.contains("loaded googleScannedBookWF (9 steps"),
+        "{loaded}"
+    );
+    assert!(loaded.contains("loaded accessionWF"), "{loaded}");
+    let started = d.ok(&["start", "googleScannedBookWF", "druid:bb123cd4567"]);
+    assert!(started.contains("ready: descriptive-metadata"), "{started}");
+    let url_before = d.ok(&["db", "url"]);
+
+    let status = d.ok(&["status", "--json"]);
+    let facets: serde_json::Value = serde_json::from_str(&status).expect("status --json is JSON");
+    let ready = facets
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|f| f["step"] == "descriptive-metadata")
+        .expect("descriptive-metadata facet");
+    assert_eq!(ready["status"], "ready");
+    assert_eq!(ready["count"], 1);
+
+    // The same cluster answers the next call.
+    assert_eq!(d.ok(&["db", "url"]), url_before);
+    let set = d.ok(&[
+        "step",
+        "set",
+        "druid:bb123cd4567",
+        "googleScannedBookWF",
+        "descriptive-metadata",
+        "completed",
+        "--current-status",
+        "waiting",
+    ]);
+    assert!(
+        set.contains("now ready: google-convert, google-download"),
+        "{set}"
+    );
+    let why = d.ok(&[
+        "why",
+        "druid:bb123cd4567",
+        "googleScannedBookWF",
+        "process-content",
+    ]);
+    assert!(
+        why.contains("waiting for prerequisite google-convert (ready)"),
+        "{why}"
+    );
+    let show = d.ok(&["show", "druid:bb123cd4567"]);
+    assert!(show.contains("inprocess"), "{show}");
+}
+
+#[test]
+fn bad_input_is_a_clear_error_and_loads_nothing() {
+    let d = DataDir::new();
+    let bad = d.path().join("bad.xml");
+    std::fs::write(&bad, "<workflow-def id=\"x\">\n  <process name=\"a\"><prereq>b</prereq></process>\n</workflow-def>\n")
+        .expect("write");
+    let out = d.run(&[
+        "templates",
+        "load",
+        "workflows/",
+        bad.to_str().expect("utf-8 path"),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.xml:2: prereq: unknown prerequisite \"b\""),
+        "{err}"
+    );
+    let list = d.ok(&["templates", "list", "--json"]);
+    assert_eq!(list.trim(), "[]", "one bad file loads nothing");
+
+    let out = d.run(&["queue", "no-colon"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected TEMPLATE:STEP"));
+    let out = d.run(&[
+        "start",
+        "googleScannedBookWF",
+        "druid:x",
+        "--context",
+        "{oops",
+    ]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--context is not valid JSON"));
+}
+
+#[test]
+fn missing_server_binaries_get_an_install_hint() {
+    let d = DataDir::new();
+    let out = Command::new(WORKDO)
+        .args(["status", "--data-dir"])
+        .arg(d.path())
+        .env_remove("DATABASE_URL")
+        .env("WORKDO_PG_BIN", d.path().join("nowhere"))
+        .output()
+        .expect("run workdo");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no PostgreSQL server binaries"), "{err}");
+    assert!(err.contains("apt-get install postgresql"), "{err}");
+}

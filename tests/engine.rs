@@ -1,0 +1,688 @@
+//! The core engine against a real Postgres: readiness, claims, leases, re-creation, versions.
+
+mod support;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use chrono::Utc;
+use support::{GOOGLE_XML, db, load};
+use workdo::store::{SetRequest, StartRequest, StepFilter, Store, StoreError};
+
+const WF: &str = "googleScannedBookWF";
+const LEASE: Duration = Duration::from_secs(60);
+
+async fn statuses(store: &Store, object: &str, template: &str) -> Vec<(String, String)> {
+    sqlx::query_as(
+        "select name, status from workdo.steps where object_id = $1 and template = $2 and active order by id",
+    )
+    .bind(object)
+    .bind(template)
+    .fetch_all(store.pool())
+    .await
+    .expect("read statuses")
+}
+
+fn status_of<'a>(all: &'a [(String, String)], step: &str) -> &'a str {
+    all.iter()
+        .find(|(n, _)| n == step)
+        .map(|(_, s)| s.as_str())
+        .unwrap_or_else(|| panic!("no step {step}"))
+}
+
+async fn complete(store: &Store, object: &str, step: &str) -> Vec<String> {
+    store
+        .step_set(&SetRequest::new(object, WF, step, "completed"))
+        .await
+        .expect("complete step")
+        .next_steps
+}
+
+#[tokio::test]
+async fn google_dag_fans_out_and_in_and_completes() {
+    let t = db().await;
+    load(&t.store, "google.xml", GOOGLE_XML).await;
+    let started = t
+        .store
+        .workflow_start(&StartRequest::new(WF, &["druid:bb123cd4567"]))
+        .await
+        .expect("start");
+    assert_eq!(started[0].ready, vec!["descriptive-metadata"]);
+    let s = statuses(&t.store, "druid:bb123cd4567", WF).await;
+    assert_eq!(s.len(), 9, "one step per process");
+    assert_eq!(status_of(&s, "register-object"), "completed");
+    assert_eq!(status_of(&s, "descriptive-metadata"), "ready");
+    assert_eq!(status_of(&s, "google-convert"), "waiting");
+
+    // Fan-out: both parallel steps become ready together.
+    let mut next = complete(&t.store, "druid:bb123cd4567", "descriptive-metadata").await;
+    next.sort();
+    assert_eq!(next, vec!["google-convert", "google-download"]);
+    // Fan-in: process-content needs both.
+    assert!(
+        complete(&t.store, "druid:bb123cd4567", "google-convert")
+            .await
+            .is_empty()
+    );
+    let s = statuses(&t.store, "druid:bb123cd4567", WF).await;
+    assert_eq!(status_of(&s, "process-content"), "waiting");
+    assert_eq!(
+        complete(&t.store, "druid:bb123cd4567", "google-download").await,
+        vec!["process-content"]
+    );
+    let mut next = complete(&t.store, "druid:bb123cd4567", "process-content").await;
+    next.sort();
+    assert_eq!(next, vec!["publish", "shelve"]);
+    complete(&t.store, "druid:bb123cd4567", "shelve").await;
+    assert_eq!(
+        complete(&t.store, "druid:bb123cd4567", "publish").await,
+        vec!["sdr-ingest-transfer"]
+    );
+    complete(&t.store, "druid:bb123cd4567", "sdr-ingest-transfer").await;
+    let wf_status: String = sqlx::query_scalar("select status from workdo.workflows")
+        .fetch_one(t.pool())
+        .await
+        .unwrap();
+    assert_eq!(wf_status, "active", "cleanup is still to do");
+    complete(&t.store, "druid:bb123cd4567", "cleanup").await;
+    let (wf_status, unfinished): (String, i32) =
+        sqlx::query_as("select status, unfinished from workdo.workflows")
+            .fetch_one(t.pool())
+            .await
+            .unwrap();
+    assert_eq!((wf_status.as_str(), unfinished), ("completed", 0));
+
+    // Milestones: the bootstrap step's at start, then each completed step's.
+    let names: Vec<String> = t
+        .store
+        .milestones("druid:bb123cd4567")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.name)
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            "registered",
+            "inprocess",
+            "released",
+            "published",
+            "archived",
+            "accessioned"
+        ]
+    );
+    let kinds: Vec<String> = sqlx::query_scalar(
+        "select kind from workdo.events where kind in ('workflow_started', 'workflow_completed') order by id",
+    )
+    .fetch_all(t.pool())
+    .await
+    .unwrap();
+    assert_eq!(kinds, vec!["workflow_started", "workflow_completed"]);
+}
+
+#[tokio::test]
+async fn pending_counter_matches_prerequisites_after_reopening() {
+    let t = db().await;
+    load(&t.store, "google.xml", GOOGLE_XML).await;
+    t.store
+        .workflow_start(&StartRequest::new(WF, &["druid:aa111bb2222"]))
+        .await
+        .unwrap();
+    complete(&t.store, "druid:aa111bb2222", "descriptive-metadata").await;
+    // Reopen a prerequisite: its dependants leave the queue again.
+    t.store
+        .step_set(&SetRequest::new(
+            "druid:aa111bb2222",
+            WF,
+            "descriptive-metadata",
+            "waiting",
+        ))
+        .await
+        .unwrap();
+    let s = statuses(&t.store, "druid:aa111bb2222", WF).await;
+    assert_eq!(status_of(&s, "descriptive-metadata"), "ready");
+    assert_eq!(status_of(&s, "google-convert"), "waiting");
+    // The invariant, checked against a recount from scratch for every step.
+    let wrong: i64 = sqlx::query_scalar(
+        "select count(*) from workdo.steps s
+          where s.pending <> (select count(*) from workdo.steps p
+                               where p.workflow_id = s.workflow_id and p.name = any(s.prereqs)
+                                 and p.status not in ('completed', 'skipped'))",
+    )
+    .fetch_one(t.pool())
+    .await
+    .unwrap();
+    assert_eq!(wrong, 0);
+}
+
+#[tokio::test]
+async fn claims_follow_priority_then_age_and_honour_lanes() {
+    let t = db().await;
+    load(
+        &t.store,
+        "one.yaml",
+        "name: oneWF\nsteps:\n  - name: work\n",
+    )
+    .await;
+    for (object, priority, lane) in [
+        ("obj:low", 0, "default"),
+        ("obj:high", 10, "default"),
+        ("obj:mid", 5, "default"),
+        ("obj:bulk", 100, "bulk"),
+    ] {
+        let mut req = StartRequest::new("oneWF", &[object]);
+        req.priority = priority;
+        req.lane = lane.into();
+        t.store.workflow_start(&req).await.unwrap();
+    }
+    let default_lane: Vec<String> = t
+        .store
+        .step_claim("oneWF", "work", Some("default"), 10, "w1", LEASE)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.object_id)
+        .collect();
+    assert_eq!(default_lane, vec!["obj:high", "obj:mid", "obj:low"]);
+    let rest = t
+        .store
+        .step_claim("oneWF", "work", None, 10, "w1", LEASE)
+        .await
+        .unwrap();
+    assert_eq!(rest.len(), 1);
+    assert_eq!(rest[0].object_id, "obj:bulk");
+    assert_eq!(rest[0].attempts, 1, "a claim is an attempt");
+}
+
+#[tokio::test]
+async fn priority_injection_by_sql_changes_the_next_claim() {
+    let t = db().await;
+    load(
+        &t.store,
+        "one.yaml",
+        "name: oneWF\nsteps:\n  - name: work\n",
+    )
+    .await;
+    let objects: Vec<String> = (0..5).map(|i| format!("obj:{i}")).collect();
+    let refs: Vec<&str> = objects.iter().map(String::as_str).collect();
+    t.store
+        .workflow_start(&StartRequest::new("oneWF", &refs))
+        .await
+        .unwrap();
+    let changed: i32 = sqlx::query_scalar("select workdo.prioritize(100, object_id => 'obj:3')")
+        .fetch_one(t.pool())
+        .await
+        .unwrap();
+    assert_eq!(changed, 1);
+    // The plain UPDATE documented in the README works just as well.
+    sqlx::query("update workdo.steps set priority = 50 where object_id = 'obj:4'")
+        .execute(t.pool())
+        .await
+        .unwrap();
+    let order: Vec<String> = t
+        .store
+        .step_claim("oneWF", "work", None, 3, "w", LEASE)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.object_id)
+        .collect();
+    assert_eq!(order, vec!["obj:3", "obj:4", "obj:0"]);
+    let logged: i64 =
+        sqlx::query_scalar("select count(*) from workdo.events where kind = 'prioritized'")
+            .fetch_one(t.pool())
+            .await
+            .unwrap();
+    assert_eq!(logged, 1);
+}
+
+#[tokio::test]
+async fn future_start_is_invisible_until_due() {
+    let t = db().await;
+    load(
+        &t.store,
+        "one.yaml",
+        "name: oneWF\nsteps:\n  - name: work\n",
+    )
+    .await;
+    let mut later = StartRequest::new("oneWF", &["obj:later"]);
+    later.start_at = Some(Utc::now() + chrono::Duration::hours(1));
+    t.store.workflow_start(&later).await.unwrap();
+    let mut soon = StartRequest::new("oneWF", &["obj:soon"]);
+    let due = Utc::now() + chrono::Duration::milliseconds(300);
+    soon.start_at = Some(due);
+    t.store.workflow_start(&soon).await.unwrap();
+
+    let s = statuses(&t.store, "obj:later", "oneWF").await;
+    assert_eq!(status_of(&s, "work"), "scheduled");
+    assert!(
+        t.store
+            .step_claim("oneWF", "work", None, 10, "w", LEASE)
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing is due yet"
+    );
+    let facets = t.store.facets(Some("oneWF")).await.unwrap();
+    assert_eq!(facets.len(), 1);
+    assert_eq!(
+        (facets[0].status.as_str(), facets[0].count),
+        ("scheduled", 2)
+    );
+    // Poll the promoter until the soon one is due: it is promoted, the later one is not.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let claimed = loop {
+        t.store.steps_promote_due(100).await.unwrap();
+        let c = t
+            .store
+            .step_claim("oneWF", "work", None, 10, "w", LEASE)
+            .await
+            .unwrap();
+        if !c.is_empty() {
+            break c;
+        }
+        assert!(std::time::Instant::now() < deadline, "never became due");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(Utc::now() >= due, "claimed before its start time");
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].object_id, "obj:soon");
+    let why = t.store.why("obj:later", "oneWF", "work").await.unwrap();
+    assert!(
+        why.reasons[0].starts_with("scheduled: not before"),
+        "{:?}",
+        why.reasons
+    );
+}
+
+#[tokio::test]
+async fn restarting_a_workflow_replaces_its_steps() {
+    let t = db().await;
+    load(&t.store, "google.xml", GOOGLE_XML).await;
+    let o = "druid:cc333dd4444";
+    t.store
+        .workflow_start(&StartRequest::new(WF, &[o]))
+        .await
+        .unwrap();
+    complete(&t.store, o, "descriptive-metadata").await;
+    let again = t
+        .store
+        .workflow_start(&StartRequest::new(WF, &[o]))
+        .await
+        .unwrap();
+    assert!(again[0].replaced);
+    let n: i64 = sqlx::query_scalar("select count(*) from workdo.steps where object_id = $1")
+        .bind(o)
+        .fetch_one(t.pool())
+        .await
+        .unwrap();
+    assert_eq!(n, 9, "steps replaced, never duplicated");
+    let s = statuses(&t.store, o, WF).await;
+    assert_eq!(status_of(&s, "descriptive-metadata"), "ready");
+    assert_eq!(status_of(&s, "google-convert"), "waiting");
+}
+
+#[tokio::test]
+async fn a_new_object_version_retires_the_old_steps_from_queues() {
+    let t = db().await;
+    load(&t.store, "google.xml", GOOGLE_XML).await;
+    let o = "druid:dd444ee5555";
+    t.store
+        .workflow_start(&StartRequest::new(WF, &[o]))
+        .await
+        .unwrap();
+    let mut v2 = StartRequest::new(WF, &[o]);
+    v2.version = Some(2);
+    t.store.workflow_start(&v2).await.unwrap();
+    let rows: Vec<(i32, bool, i64)> = sqlx::query_as(
+        "select version, active, count(*) from workdo.steps where object_id = $1 group by 1, 2 order by 1",
+    )
+    .bind(o)
+    .fetch_all(t.pool())
+    .await
+    .unwrap();
+    assert_eq!(rows, vec![(1, false, 9), (2, true, 9)]);
+    let q = t
+        .store
+        .queue_waiting(WF, "descriptive-metadata", &[], None, 10)
+        .await
+        .unwrap();
+    assert_eq!(q.len(), 1);
+    assert_eq!(q[0].version, 2);
+    let claimed = t
+        .store
+        .step_claim(WF, "descriptive-metadata", None, 10, "w", LEASE)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].version, 2);
+}
+
+#[tokio::test]
+async fn workdo_queue_query_with_completed_prerequisites() {
+    let t = db().await;
+    load(&t.store, "google.xml", GOOGLE_XML).await;
+    t.store
+        .workflow_start(&StartRequest::new(
+            WF,
+            &["druid:q1", "druid:q2", "druid:q3"],
+        ))
+        .await
+        .unwrap();
+    complete(&t.store, "druid:q1", "descriptive-metadata").await;
+    complete(&t.store, "druid:q1", "google-convert").await;
+    complete(&t.store, "druid:q2", "descriptive-metadata").await;
+    let completed = vec![
+        (WF.to_string(), "descriptive-metadata".to_string()),
+        (WF.to_string(), "google-convert".to_string()),
+    ];
+    let q = t
+        .store
+        .queue_waiting(WF, "google-download", &completed, None, 10)
+        .await
+        .unwrap();
+    let ids: Vec<&str> = q.iter().map(|e| e.object_id.as_str()).collect();
+    assert_eq!(ids, vec!["druid:q1"]);
+    let q = t
+        .store
+        .queue_waiting(WF, "google-download", &completed[..1], None, 10)
+        .await
+        .unwrap();
+    let mut ids: Vec<&str> = q.iter().map(|e| e.object_id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, vec!["druid:q1", "druid:q2"]);
+}
+
+#[tokio::test]
+async fn current_status_precondition_and_bad_status_change_nothing() {
+    let t = db().await;
+    load(&t.store, "google.xml", GOOGLE_XML).await;
+    let o = "druid:ee555ff6666";
+    t.store
+        .workflow_start(&StartRequest::new(WF, &[o]))
+        .await
+        .unwrap();
+    let mut req = SetRequest::new(o, WF, "descriptive-metadata", "completed");
+    req.current_status = Some("started".into());
+    let err = t.store.step_set(&req).await.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::StatusMismatch { expected, actual, .. } if expected == "started" && actual == "waiting"),
+        "{err}"
+    );
+    let bad = t
+        .store
+        .step_set(&SetRequest::new(
+            o,
+            WF,
+            "descriptive-metadata",
+            "IN PROCESS",
+        ))
+        .await
+        .unwrap_err();
+    assert!(matches!(bad, StoreError::InvalidStatus { .. }), "{bad}");
+    let missing = t
+        .store
+        .step_set(&SetRequest::new(o, WF, "no-such-step", "completed"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(missing, StoreError::UnknownStep { .. }),
+        "{missing}"
+    );
+    let s = statuses(&t.store, o, WF).await;
+    assert_eq!(status_of(&s, "descriptive-metadata"), "ready");
+    let events: i64 =
+        sqlx::query_scalar("select count(*) from workdo.events where kind = 'status_set'")
+            .fetch_one(t.pool())
+            .await
+            .unwrap();
+    assert_eq!(events, 0);
+    // With the right precondition (WorkDo clients say "waiting" for queued steps) it applies.
+    req.current_status = Some("waiting".into());
+    t.store.step_set(&req).await.unwrap();
+}
+
+#[tokio::test]
+async fn declared_intermediate_status_and_lifecycle_on_update() {
+    let t = db().await;
+    load(
+        &t.store,
+        "cat.yaml",
+        "name: catalogWF\nsteps:\n  - name: catalog\n    statuses: [IN PROCESS]\n  - name: done\n    prereqs: [catalog]\n",
+    )
+    .await;
+    let o = "druid:ff666gg7777";
+    t.store
+        .workflow_start(&StartRequest::new("catalogWF", &[o]))
+        .await
+        .unwrap();
+    let out = t
+        .store
+        .step_set(&SetRequest::new(o, "catalogWF", "catalog", "IN PROCESS"))
+        .await
+        .unwrap();
+    assert_eq!(out.step.status, "IN PROCESS");
+    let mut req = SetRequest::new(o, "catalogWF", "catalog", "completed");
+    req.lifecycle = Some("described".into());
+    let out = t.store.step_set(&req).await.unwrap();
+    assert_eq!(out.next_steps, vec!["done"]);
+    let names: Vec<String> = t
+        .store
+        .milestones(o)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.name)
+        .collect();
+    assert_eq!(names, vec!["registered", "described"]);
+}
+
+#[tokio::test]
+async fn error_counts_attempts_and_retry_puts_it_back() {
+    let t = db().await;
+    load(&t.store, "google.xml", GOOGLE_XML).await;
+    let o = "druid:gg777hh8888";
+    t.store
+        .workflow_start(&StartRequest::new(WF, &[o]))
+        .await
+        .unwrap();
+    let mut err = SetRequest::new(o, WF, "descriptive-metadata", "error");
+    err.error_message = Some("catalogue unavailable".into());
+    let out = t.store.step_set(&err).await.unwrap();
+    assert_eq!(out.step.attempts, 1);
+    assert_eq!(
+        out.step.error_message.as_deref(),
+        Some("catalogue unavailable")
+    );
+    let errors = t
+        .store
+        .queue_errors(WF, "descriptive-metadata", 10)
+        .await
+        .unwrap();
+    assert_eq!(errors.len(), 1);
+    let n = t
+        .store
+        .steps_retry(
+            &StepFilter {
+                object: Some(o.into()),
+                ..Default::default()
+            },
+            "test",
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    let s = statuses(&t.store, o, WF).await;
+    assert_eq!(status_of(&s, "descriptive-metadata"), "ready");
+    // Completing clears the old error message.
+    let done = t
+        .store
+        .step_set(&SetRequest::new(o, WF, "descriptive-metadata", "completed"))
+        .await
+        .unwrap();
+    assert_eq!(done.step.error_message, None);
+}
+
+#[tokio::test]
+async fn skip_all_finishes_the_workflow_in_one_transaction() {
+    let t = db().await;
+    load(&t.store, "google.xml", GOOGLE_XML).await;
+    let o = "druid:hh888jj9999";
+    t.store
+        .workflow_start(&StartRequest::new(WF, &[o]))
+        .await
+        .unwrap();
+    let n = t.store.workflow_skip_all(o, WF, "test").await.unwrap();
+    assert_eq!(n, 8, "every unfinished step");
+    let (status, unfinished): (String, i32) =
+        sqlx::query_as("select status, unfinished from workdo.workflows where object_id = $1")
+            .bind(o)
+            .fetch_one(t.pool())
+            .await
+            .unwrap();
+    assert_eq!((status.as_str(), unfinished), ("completed", 0));
+}
+
+#[tokio::test]
+async fn expired_leases_return_to_the_queue_then_error_at_the_limit() {
+    let t = db().await;
+    load(
+        &t.store,
+        "one.yaml",
+        "name: oneWF\nsteps:\n  - name: work\n    error-limit: 2\n",
+    )
+    .await;
+    t.store
+        .workflow_start(&StartRequest::new("oneWF", &["obj:lease"]))
+        .await
+        .unwrap();
+    let expire = |store: &Store| {
+        let pool = store.pool().clone();
+        async move {
+            sqlx::query("update workdo.steps set lease_expires_at = now() - interval '1 second' where lease_token is not null")
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+    };
+    let first = t
+        .store
+        .step_claim("oneWF", "work", None, 1, "dead-worker", LEASE)
+        .await
+        .unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(
+        t.store.steps_sweep_leases(100).await.unwrap(),
+        0,
+        "lease still valid"
+    );
+    expire(&t.store).await;
+    assert_eq!(t.store.steps_sweep_leases(100).await.unwrap(), 1);
+    let s = statuses(&t.store, "obj:lease", "oneWF").await;
+    assert_eq!(status_of(&s, "work"), "ready");
+    // A late result under the old lease is dropped.
+    let mut late = workdo::store::Change::new(first[0].id, workdo::Status::Completed, "completed");
+    late.lease = Some(first[0].lease_token);
+    let applied = t.store.steps_apply_leased(&[late], "test").await.unwrap();
+    assert_eq!(applied.lost, vec![first[0].id], "lost lease reported");
+    assert!(applied.changed.is_empty(), "nothing applied");
+    let second = t
+        .store
+        .step_claim("oneWF", "work", None, 1, "dead-again", LEASE)
+        .await
+        .unwrap();
+    assert_eq!(second[0].attempts, 2);
+    expire(&t.store).await;
+    t.store.steps_sweep_leases(100).await.unwrap();
+    let why = t.store.why("obj:lease", "oneWF", "work").await.unwrap();
+    assert_eq!(why.step.status, "error");
+    assert!(
+        why.step
+            .error_message
+            .as_deref()
+            .unwrap_or("")
+            .contains("lease of dead-again expired"),
+        "{:?}",
+        why.step.error_message
+    );
+}
+
+#[tokio::test]
+async fn many_concurrent_claimers_claim_each_step_exactly_once() {
+    let t = db().await;
+    load(
+        &t.store,
+        "one.yaml",
+        "name: oneWF\nsteps:\n  - name: work\n",
+    )
+    .await;
+    const N: usize = 10_000;
+    let objects: Vec<String> = (0..N).map(|i| format!("obj:{i:05}")).collect();
+    for chunk in objects.chunks(2_000) {
+        let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        t.store
+            .workflow_start(&StartRequest::new("oneWF", &refs))
+            .await
+            .unwrap();
+    }
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let store = t.store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let batch = store
+                    .step_claim("oneWF", "work", None, 50, &format!("w{w}"), LEASE)
+                    .await
+                    .expect("claim");
+                if batch.is_empty() {
+                    break mine;
+                }
+                mine.extend(batch.into_iter().map(|c| c.id));
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    assert_eq!(all.len(), N, "every step claimed");
+    let unique: HashSet<i64> = all.iter().copied().collect();
+    assert_eq!(unique.len(), N, "no step claimed twice");
+    let started: i64 = sqlx::query_scalar(
+        "select count(*) from workdo.steps where status = 'started' and attempts = 1",
+    )
+    .fetch_one(t.pool())
+    .await
+    .unwrap();
+    assert_eq!(started as usize, N);
+}
+
+#[tokio::test]
+async fn unknown_template_and_bad_input_are_refused_whole() {
+    let t = db().await;
+    let err = t
+        .store
+        .workflow_start(&StartRequest::new("noSuchWF", &["obj:1"]))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::UnknownTemplate(_)), "{err}");
+    load(
+        &t.store,
+        "one.yaml",
+        "name: oneWF\nsteps:\n  - name: work\n",
+    )
+    .await;
+    let err = t
+        .store
+        .workflow_start(&StartRequest::new("oneWF", &["obj:ok", "has space"]))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("object id"), "{err}");
+    let n: i64 = sqlx::query_scalar("select count(*) from workdo.objects")
+        .fetch_one(t.pool())
+        .await
+        .unwrap();
+    assert_eq!(n, 0, "nothing partial written");
+}

@@ -1,0 +1,204 @@
+//! Test support: a real Postgres for every test, each test in a fresh database of its own.
+//!
+//! With `DATABASE_URL` set, databases are created on that server (the role needs CREATEDB).
+//! Without it, each test binary starts one private cluster from the installed server binaries in a
+//! temporary directory (fsync off: it is thrown away), and a watchdog process stops it and removes
+//! the directory when the test binary exits, however it exits.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use sqlx::PgPool;
+use tokio::sync::OnceCell;
+use workdo::db;
+use workdo::pg::{Cluster, ClusterOptions};
+use workdo::store::Store;
+
+struct Server {
+    /// URL of a database on the server to run CREATE DATABASE from.
+    admin_url: String,
+    /// A migrated database to copy for each test.
+    template_db: String,
+}
+
+static SERVER: OnceCell<Server> = OnceCell::const_new();
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+fn with_database(url: &str, name: &str) -> String {
+    // Replace the path of the URL (the database name), keep any query string.
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let path_start = base[scheme_end..].find('/').map(|i| i + scheme_end);
+    let root = match path_start {
+        Some(i) => &base[..i],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{root}/{name}?{q}"),
+        None => format!("{root}/{name}"),
+    }
+}
+
+async fn server() -> &'static Server {
+    SERVER
+        .get_or_init(|| async {
+            let admin_url = match std::env::var("DATABASE_URL") {
+                Ok(url) if !url.trim().is_empty() => url,
+                _ => start_private_cluster(),
+            };
+            drop_stale_databases(&admin_url).await;
+            let template_db = format!("workdo_t_{}_template", std::process::id());
+            db::create_database(&admin_url, &template_db)
+                .await
+                .expect("create the template database");
+            let pool = db::connect(&with_database(&admin_url, &template_db), 2)
+                .await
+                .expect("connect to the template database");
+            db::migrate(&pool)
+                .await
+                .expect("migrate the template database");
+            pool.close().await;
+            Server {
+                admin_url,
+                template_db,
+            }
+        })
+        .await
+}
+
+fn start_private_cluster() -> String {
+    let dir = tempfile::Builder::new()
+        .prefix("workdo-test-pg-")
+        .tempdir()
+        .expect("create a temporary directory")
+        .keep();
+    let cluster = Cluster::ensure(&ClusterOptions {
+        dir: dir.clone(),
+        ephemeral: true,
+    })
+    .unwrap_or_else(|e| panic!("cannot start a private Postgres for the tests: {e}"));
+    spawn_watchdog(&cluster, &dir);
+    cluster.url("postgres")
+}
+
+/// A detached shell that waits for this process to end, then stops the cluster and removes it.
+/// It is never waited for on purpose: it must outlive this process.
+#[allow(clippy::zombie_processes)]
+fn spawn_watchdog(cluster: &Cluster, dir: &Path) {
+    use std::os::unix::process::CommandExt;
+    let script = format!(
+        "while kill -0 {pid} 2>/dev/null; do sleep 0.2; done; {stop} >/dev/null 2>&1; rm -rf '{dir}'",
+        pid = std::process::id(),
+        stop = cluster.stop_command(),
+        dir = dir.display()
+    );
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("spawn the cluster watchdog");
+}
+
+/// Databases left by test processes that no longer run (only matters with DATABASE_URL).
+async fn drop_stale_databases(admin_url: &str) {
+    let Ok(pool) = db::connect(admin_url, 1).await else {
+        return;
+    };
+    let names: Vec<String> =
+        sqlx::query_scalar("select datname from pg_database where datname like 'workdo\\_t\\_%'")
+            .fetch_all(&pool)
+            .await
+            .unwrap_or_default();
+    for name in names {
+        let pid = name.split('_').nth(2).and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid
+            && !Path::new(&format!("/proc/{pid}")).exists()
+        {
+            let sql = format!("drop database if exists \"{name}\" with (force)");
+            let _ = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&pool).await;
+        }
+    }
+    pool.close().await;
+}
+
+/// A fresh, migrated database for one test.
+pub struct TestDb {
+    pub url: String,
+    pub store: Store,
+}
+
+impl TestDb {
+    pub fn pool(&self) -> &PgPool {
+        self.store.pool()
+    }
+}
+
+pub async fn db() -> TestDb {
+    let server = server().await;
+    let name = format!(
+        "workdo_t_{}_{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    );
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&server.admin_url)
+        .await
+        .expect("connect to the test server");
+    let sql = format!(
+        "create database \"{name}\" template \"{}\"",
+        server.template_db
+    );
+    sqlx::query(sqlx::AssertSqlSafe(sql))
+        .execute(&mut conn)
+        .await
+        .expect("create the test database");
+    let url = with_database(&server.admin_url, &name);
+    let pool = db::connect(&url, 16)
+        .await
+        .expect("connect to the test database");
+    TestDb {
+        url,
+        store: Store::new(pool),
+    }
+}
+
+/// Parse a template from text, failing the test on problems.
+pub fn template(origin: &str, source: &str) -> workdo::template::Loaded {
+    let format = workdo::template::Format::from_path(Path::new(origin)).expect("known extension");
+    workdo::template::parse(origin, format, source).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Load a template from text into the store.
+pub async fn load(store: &Store, origin: &str, source: &str) {
+    store
+        .template_save(&template(origin, source))
+        .await
+        .expect("save template");
+}
+
+/// The repository's `workflows/` folder.
+pub fn workflows_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../workflows")
+}
+
+/// googleScannedBookWF's shape from the WorkDo paper: bootstrap, fan-out, fan-in.
+pub const GOOGLE_XML: &str = r#"<workflow-def id="googleScannedBookWF" repository="dor">
+  <process name="register-object" status="completed" lifecycle="inprocess"/>
+  <process name="descriptive-metadata"><prereq>register-object</prereq></process>
+  <process name="google-convert"><prereq>descriptive-metadata</prereq></process>
+  <process name="google-download"><prereq>descriptive-metadata</prereq></process>
+  <process name="process-content"><prereq>google-convert</prereq><prereq>google-download</prereq></process>
+  <process name="shelve" lifecycle="released"><prereq>process-content</prereq></process>
+  <process name="publish" lifecycle="published"><prereq>process-content</prereq></process>
+  <process name="sdr-ingest-transfer" lifecycle="archived"><prereq>shelve</prereq><prereq>publish</prereq></process>
+  <process name="cleanup" lifecycle="accessioned"><prereq>sdr-ingest-transfer</prereq></process>
+</workflow-def>
+"#;

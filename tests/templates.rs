@@ -1,0 +1,250 @@
+//! Template parsing and validation: every error names the file, line and field.
+
+mod support;
+
+use std::path::Path;
+
+use workdo::template::{Format, Runner, parse};
+
+fn problems(origin: &str, source: &str) -> Vec<String> {
+    let format = Format::from_path(Path::new(origin)).expect("known extension");
+    match parse(origin, format, source) {
+        Ok(_) => panic!("{origin} should not parse"),
+        Err(e) => e.problems.iter().map(|p| p.to_string()).collect(),
+    }
+}
+
+fn one(origin: &str, source: &str) -> String {
+    let p = problems(origin, source);
+    assert_eq!(p.len(), 1, "{p:#?}");
+    p.into_iter().next().unwrap_or_default()
+}
+
+#[test]
+fn xml_unknown_prerequisite_names_file_line_and_field() {
+    let src = r#"<workflow-def id="aWF">
+  <process name="a"/>
+  <process name="b">
+    <prereq>nope</prereq>
+  </process>
+</workflow-def>"#;
+    assert_eq!(
+        one("a.xml", src),
+        r#"a.xml:4: prereq: unknown prerequisite "nope" of step "b": no step of that name in aWF"#
+    );
+}
+
+#[test]
+fn xml_cycle_is_reported_with_its_path() {
+    let src = r#"<workflow-def id="cWF">
+  <process name="a"><prereq>c</prereq></process>
+  <process name="b"><prereq>a</prereq></process>
+  <process name="c"><prereq>b</prereq></process>
+</workflow-def>"#;
+    let p = one("c.xml", src);
+    assert!(
+        p.starts_with("c.xml:2: prereq: prerequisites form a cycle: "),
+        "{p}"
+    );
+    assert!(p.contains("a -> c -> b -> a"), "{p}");
+}
+
+#[test]
+fn xml_duplicate_step_and_bad_attribute_values() {
+    let src = r#"<workflow-def id="dWF">
+  <process name="a"/>
+  <process name="a" error-limit="many"/>
+  <process name="b" skip-queue="perhaps" status="done"/>
+</workflow-def>"#;
+    let p = problems("d.xml", src);
+    assert_eq!(
+        p,
+        vec![
+            r#"d.xml:3: error-limit: "many" is not a whole number"#,
+            r#"d.xml:4: skip-queue: "perhaps" is not true or false"#,
+            r#"d.xml:4: status: "done": a template step may start waiting, completed or skipped"#,
+        ]
+    );
+    let dup = one(
+        "d.xml",
+        "<workflow-def id=\"dWF\">\n<process name=\"a\"/>\n<process name=\"a\"/>\n</workflow-def>",
+    );
+    assert_eq!(
+        dup,
+        r#"d.xml:3: name: duplicate step "a" (first at line 2)"#
+    );
+}
+
+#[test]
+fn xml_malformed_and_wrong_root() {
+    let p = one(
+        "m.xml",
+        "<workflow-def id=\"x\">\n  <process name=\"a\">\n</workflow-def>",
+    );
+    assert!(p.starts_with("m.xml:3: xml: malformed XML:"), "{p}");
+    let p = one("r.xml", "<?xml version=\"1.0\"?>\n<workflows/>");
+    assert_eq!(
+        p,
+        "r.xml:2: workflow-def: root element is <workflows>, expected <workflow-def>"
+    );
+    let p = one(
+        "n.xml",
+        "<workflow-def>\n<process name=\"a\"/>\n</workflow-def>",
+    );
+    assert_eq!(p, "n.xml:1: id: <workflow-def> has no id attribute");
+}
+
+#[test]
+fn xml_bootstrap_step_and_workflow_service_attributes() {
+    let src = r#"<workflow-def id="accessionWF" repository="dor">
+  <process lifecycle="submitted" name="start-accession" status="completed" sequence="1">
+    <label>Start Accessioning</label>
+  </process>
+  <process batch-limit="1000" error-limit="10" name="content-metadata" sequence="2" queue-limit="5">
+    <label>Content Metadata</label>
+    <prereq>dor:accessionWF:start-accession</prereq>
+    <function warm="python3 fn.py" pool="2" timeout="90s" concurrency="4"/>
+  </process>
+</workflow-def>"#;
+    let t = parse("a.xml", Format::Xml, src).unwrap_or_else(|e| panic!("{e}"));
+    let s = &t.template.steps;
+    assert_eq!(s[0].initial_status, Some(workdo::Status::Completed));
+    assert_eq!(s[0].lifecycle.as_deref(), Some("submitted"));
+    assert_eq!(
+        s[1].prereqs,
+        vec!["start-accession"],
+        "qualified name of the same workflow"
+    );
+    assert_eq!((s[1].error_limit, s[1].batch_limit), (10, Some(1000)));
+    let f = s[1].function.as_ref().expect("function");
+    assert_eq!(f.timeout_secs, 90.0);
+    assert_eq!(f.concurrency, 4);
+    assert_eq!(
+        f.runner,
+        Runner::Warm {
+            argv: vec!["python3".into(), "fn.py".into()],
+            pool: 2
+        }
+    );
+    assert_eq!(t.sha256, workdo::template::sha256_hex(src));
+}
+
+#[test]
+fn yaml_errors_name_line_and_field() {
+    let src = "name: yWF\nsteps:\n  - name: a\n  - name: b\n    prereqs: [a, zz]\n";
+    assert_eq!(
+        one("y.yaml", src),
+        r#"y.yaml:5: prereq: unknown prerequisite "zz" of step "b": no step of that name in yWF"#
+    );
+    let typo = one(
+        "t.yaml",
+        "name: tWF\nsteps:\n  - name: a\n    eror-limit: 3\n",
+    );
+    assert!(typo.starts_with("t.yaml:4: "), "{typo}");
+    assert!(typo.contains("unknown field `eror-limit`"), "{typo}");
+    let bad_type = one(
+        "b.yaml",
+        "name: bWF\nsteps:\n  - name: a\n    error-limit: lots\n",
+    );
+    assert!(bad_type.starts_with("b.yaml:4: "), "{bad_type}");
+    assert!(bad_type.contains("error-limit"), "{bad_type}");
+    let malformed = one("m.yaml", "name: mWF\nsteps:\n  - name: [a\n");
+    assert!(malformed.starts_with("m.yaml:"), "{malformed}");
+    assert!(malformed.contains("malformed YAML"), "{malformed}");
+    let zero = one(
+        "z.yaml",
+        "name: zWF\nsteps:\n  - name: a\n  - name: b\n    error-limit: 0\n",
+    );
+    assert_eq!(
+        zero,
+        "z.yaml:5: error-limit: must be at least 1 (the number of attempts)"
+    );
+    let cyc = one(
+        "c.yaml",
+        "name: cWF\nsteps:\n  - name: a\n    prereqs: [b]\n  - name: b\n    prereqs: [a]\n",
+    );
+    assert!(
+        cyc.starts_with("c.yaml:4: prereq: prerequisites form a cycle: a -> b -> a"),
+        "{cyc}"
+    );
+    let dup = one("d.yaml", "name: dWF\nsteps:\n  - name: a\n  - name: a\n");
+    assert_eq!(
+        dup,
+        r#"d.yaml:4: name: duplicate step "a" (first at line 3)"#
+    );
+    let func = one(
+        "f.yaml",
+        "name: fWF\nsteps:\n  - name: a\n    function:\n      exec: x\n      http: http://h/\n",
+    );
+    assert_eq!(
+        func,
+        "f.yaml:4: function: needs exactly one of exec, warm, http or builtin"
+    );
+}
+
+#[test]
+fn shipped_workflows_load() {
+    let files = workdo::template::find_files(&support::workflows_dir()).expect("read workflows/");
+    assert!(files.len() >= 3, "{files:?}");
+    for f in files {
+        workdo::template::parse_file(&f).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[tokio::test]
+async fn versions_are_kept_and_workflows_stay_locked_to_theirs() {
+    let t = support::db().await;
+    let v1 =
+        "name: vWF\nsteps:\n  - name: a\n    statuses: [HELD]\n  - name: b\n    prereqs: [a]\n";
+    let v2 = "name: vWF\nsteps:\n  - name: a\n  - name: c\n    prereqs: [a]\n";
+    support::load(&t.store, "v.yaml", v1).await;
+    t.store
+        .workflow_start(&workdo::store::StartRequest::new("vWF", &["obj:old"]))
+        .await
+        .unwrap();
+    support::load(&t.store, "v.yaml", v2).await;
+    // Loading the same source again adds no version.
+    let (_, created) = t
+        .store
+        .template_save(&support::template("v.yaml", v2))
+        .await
+        .unwrap();
+    assert!(!created);
+    let current = t.store.template_current("vWF").await.unwrap();
+    assert_eq!(current.versions, 2);
+    assert_eq!(current.sha256, workdo::template::sha256_hex(v2));
+    t.store
+        .workflow_start(&workdo::store::StartRequest::new("vWF", &["obj:new"]))
+        .await
+        .unwrap();
+    let steps = |o: &'static str| {
+        let pool = t.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, String>(
+                "select name from workdo.steps where object_id = $1 order by id",
+            )
+            .bind(o)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(steps("obj:old").await, vec!["a", "b"]);
+    assert_eq!(steps("obj:new").await, vec!["a", "c"]);
+    // The old workflow still answers to its own version's declared statuses.
+    t.store
+        .step_set(&workdo::store::SetRequest::new(
+            "obj:old", "vWF", "a", "HELD",
+        ))
+        .await
+        .expect("v1 declares HELD");
+    assert!(
+        t.store
+            .step_set(&workdo::store::SetRequest::new(
+                "obj:new", "vWF", "a", "HELD"
+            ))
+            .await
+            .is_err(),
+        "v2 does not"
+    );
+}
