@@ -11,9 +11,11 @@ use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::db;
+use tokio_util::sync::CancellationToken;
+
 use crate::store::{SetRequest, StartRequest, StepFilter, Store};
 use crate::template;
+use crate::{db, demo, worker};
 
 /// A Postgres-native workflow runtime for object-centric work.
 #[derive(Debug, Parser)]
@@ -86,6 +88,61 @@ pub enum Command {
     /// The private cluster: its URL, or stop it.
     #[command(subcommand)]
     Db(DbCmd),
+    /// Run the runtime: workers for every step bound to a function, plus maintenance.
+    Up(UpArgs),
+    /// Run workers for just these steps (TEMPLATE:STEP), e.g. to spread robots over machines.
+    Worker {
+        #[arg(required = true)]
+        steps: Vec<String>,
+        #[command(flatten)]
+        runtime: RuntimeArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Register N sample books, run them all with the demo functions, summarise, and exit.
+    #[arg(long, value_name = "N")]
+    pub demo: Option<u32>,
+    /// Templates the demo loads.
+    #[arg(long, default_value = "workflows")]
+    pub templates: PathBuf,
+    /// Folder the demo functions work in (default: DATA_DIR/demo-workspace).
+    #[arg(long)]
+    pub workspace: Option<PathBuf>,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct RuntimeArgs {
+    /// Longest a worker waits without a notification before looking for work.
+    #[arg(long, default_value = "1s", value_parser = duration)]
+    pub poll_interval: std::time::Duration,
+    /// A lease lasts the function's timeout plus this.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub lease_margin: std::time::Duration,
+    /// On SIGTERM, how long calls in flight may take to finish before their steps are released.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub grace: std::time::Duration,
+    /// Back-off before the first retry; doubles each attempt (default 1s, 100ms with --demo).
+    #[arg(long, value_parser = duration)]
+    pub retry_base: Option<std::time::Duration>,
+    /// Longest back-off.
+    #[arg(long, default_value = "1h", value_parser = duration)]
+    pub retry_max: std::time::Duration,
+    /// Environment for every exec and warm function (repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    /// Database connections this process may use.
+    #[arg(long, default_value_t = 16)]
+    pub max_connections: u32,
+}
+
+fn duration(text: &str) -> Result<std::time::Duration, String> {
+    template::parse_duration_secs(text)
+        .map(std::time::Duration::from_secs_f64)
+        .ok_or_else(|| format!("{text:?} is not a duration such as 500ms, 30s or 5m"))
 }
 
 #[derive(Debug, Subcommand)]
@@ -226,7 +283,12 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
         writeln!(out, "{}", target.url)?;
         return Ok(());
     }
-    let pool = db::connect(&target.url, 4).await?;
+    let connections = match &cli.command {
+        Command::Up(a) => a.runtime.max_connections,
+        Command::Worker { runtime, .. } => runtime.max_connections,
+        _ => 4,
+    };
+    let pool = db::connect(&target.url, connections).await?;
     db::migrate(&pool).await?;
     let store = Store::new(pool);
     let json = cli.json;
@@ -441,7 +503,116 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
             })?;
         }
         Command::Db(_) => {}
+        Command::Up(args) => up(&store, args, &cli.data_dir, out).await?,
+        Command::Worker { steps, runtime } => {
+            let bindings = worker::bindings(&store, &steps).await?;
+            let config = runtime_config(&runtime, false)?;
+            run_until_signal(store, config, bindings).await?;
+        }
     }
+    Ok(())
+}
+
+fn runtime_config(args: &RuntimeArgs, demo: bool) -> Result<worker::Config> {
+    let mut config = worker::Config {
+        poll_interval: args.poll_interval,
+        lease_margin: args.lease_margin,
+        grace: args.grace,
+        env: worker::parse_env(&args.env).map_err(anyhow::Error::msg)?,
+        ..Default::default()
+    };
+    config.backoff.base = args.retry_base.unwrap_or(if demo {
+        std::time::Duration::from_millis(100)
+    } else {
+        std::time::Duration::from_secs(1)
+    });
+    config.backoff.max = args.retry_max;
+    Ok(config)
+}
+
+/// Cancelled on SIGTERM or Ctrl-C.
+fn shutdown_on_signal() -> Result<CancellationToken> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let token = CancellationToken::new();
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let t = token.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::info!("shutting down: no new claims; calls in flight may finish");
+        t.cancel();
+    });
+    Ok(token)
+}
+
+async fn run_until_signal(
+    store: Store,
+    config: worker::Config,
+    bindings: Vec<worker::Binding>,
+) -> Result<()> {
+    if bindings.is_empty() {
+        eprintln!(
+            "workdo: no step of the loaded templates has a function; running maintenance only"
+        );
+    }
+    let token = shutdown_on_signal()?;
+    worker::run(store, config, bindings, token).await?;
+    Ok(())
+}
+
+async fn up(
+    store: &Store,
+    args: UpArgs,
+    data_dir: &std::path::Path,
+    out: &mut impl Write,
+) -> Result<()> {
+    let Some(n) = args.demo else {
+        let bindings = worker::bindings(store, &[]).await?;
+        let config = runtime_config(&args.runtime, false)?;
+        return run_until_signal(store.clone(), config, bindings).await;
+    };
+    let mut config = runtime_config(&args.runtime, true)?;
+    let workspace = args
+        .workspace
+        .clone()
+        .unwrap_or_else(|| data_dir.join("demo-workspace"));
+    std::fs::create_dir_all(&workspace)
+        .with_context(|| format!("cannot create the demo workspace {}", workspace.display()))?;
+    let workspace = workspace.canonicalize()?;
+    config
+        .env
+        .entry("WORKDO_WORKSPACE".into())
+        .or_insert_with(|| workspace.display().to_string());
+    // The demo templates, loaded as `templates load` would.
+    let files = template::find_files(&args.templates)
+        .with_context(|| format!("cannot read {}", args.templates.display()))?;
+    for f in files {
+        let loaded = template::parse_file(&f)?;
+        store.template_save(&loaded).await?;
+    }
+    let bindings = worker::bindings(store, &[]).await?;
+    let run: u32 = rand::random::<u32>() % 1_000_000;
+    let started = std::time::Instant::now();
+    demo::seed(store, run, n).await?;
+    writeln!(
+        out,
+        "demo run {run}: {n} books, workspace {}",
+        workspace.display()
+    )?;
+    let token = CancellationToken::new();
+    let runtime = tokio::spawn(worker::run(store.clone(), config, bindings, token.clone()));
+    let signals = shutdown_on_signal()?;
+    let draw = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tokio::select! {
+        watched = demo::watch(store, run, draw) => watched?,
+        () = signals.cancelled() => {}
+    }
+    token.cancel();
+    runtime.await??;
+    demo::summary(store, run, started, out).await?;
     Ok(())
 }
 

@@ -6,10 +6,20 @@
 
 pub mod cli;
 pub mod db;
+pub mod demo;
+pub mod function;
 pub mod pg;
+pub mod retry;
 pub mod status;
 pub mod store;
 pub mod template;
+pub mod worker;
 
 pub use status::Status;
 pub use store::{Store, StoreError};
+
+/// Make ring rustls's process-wide crypto provider (for HTTPS function calls and SMTPS);
+/// calling it again is harmless.
+pub fn install_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -6,11 +6,13 @@
 //! change goes through [`Store::steps_apply`], which keeps that true in the same transaction.
 
 mod queries;
+mod results;
 mod steps;
 mod templates;
 mod workflows;
 
 pub use queries::{Facet, ObjectView, QueueEntry, Why, WorkflowView};
+pub use results::{StepInputs, StepResult};
 pub use steps::{Applied, Change, Claimed, READY_CHANNEL, SetOutcome, SetRequest, StepFilter};
 pub use templates::TemplateRow;
 pub use workflows::{StartRequest, Started};

@@ -28,8 +28,9 @@ pub struct Change {
     pub elapsed: Option<f64>,
     /// Due time for `scheduled` (defer) and `retrying` (back-off).
     pub run_at: Option<DateTime<Utc>>,
-    /// Count an attempt (an exception reported from outside a worker's claim).
-    pub add_attempt: bool,
+    /// Change to the attempts count: +1 for an exception reported from outside a worker's
+    /// claim, -1 for a deferred or released claim that gives its attempt back.
+    pub attempts_delta: i32,
     /// Apply only while the step is still held under this lease.
     pub lease: Option<Uuid>,
     /// Reset the attempts count (manual retry).
@@ -49,7 +50,7 @@ impl Change {
             lifecycle: None,
             elapsed: None,
             run_at: None,
-            add_attempt: false,
+            attempts_delta: 0,
             lease: None,
             reset_attempts: false,
             event,
@@ -282,7 +283,7 @@ impl Store {
         let lifecycles: Vec<Option<String>> = changes.iter().map(|c| c.lifecycle.clone()).collect();
         let elapsed: Vec<Option<f64>> = changes.iter().map(|c| c.elapsed).collect();
         let run_at: Vec<Option<DateTime<Utc>>> = changes.iter().map(|c| c.run_at).collect();
-        let add: Vec<i32> = changes.iter().map(|c| i32::from(c.add_attempt)).collect();
+        let add: Vec<i32> = changes.iter().map(|c| c.attempts_delta).collect();
         let reset: Vec<bool> = changes.iter().map(|c| c.reset_attempts).collect();
         let leases: Vec<Option<Uuid>> = changes.iter().map(|c| c.lease).collect();
 
@@ -336,7 +337,7 @@ impl Store {
                                              and s.started_at is not null and c.old_status = 'started'
                                         then extract(epoch from clock_timestamp() - s.started_at)::float8 end,
                                    s.elapsed),
-                attempts = case when c.reset then 0 else s.attempts end + c.add_attempts,
+                attempts = greatest(0, case when c.reset then 0 else s.attempts end + c.add_attempts),
                 lease_owner = case when c.new_status = 'started' then s.lease_owner end,
                 lease_token = case when c.new_status = 'started' then s.lease_token end,
                 lease_expires_at = case when c.new_status = 'started' then s.lease_expires_at end,
@@ -624,7 +625,7 @@ impl Store {
         change.error_text = req.error_text.clone();
         change.lifecycle = req.lifecycle.clone();
         change.elapsed = req.elapsed;
-        change.add_attempt = status == Status::Error;
+        change.attempts_delta = i32::from(status == Status::Error);
         let applied = Self::steps_apply(&mut tx, &[change], &req.actor).await?;
         let row: StepRow = sqlx::query_as("select * from workdo.steps where id = $1")
             .bind(step.id)

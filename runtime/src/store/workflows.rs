@@ -186,7 +186,7 @@ async fn registered(tx: &mut Transaction<'_, Postgres>, id: &str, version: i32) 
     Ok(())
 }
 
-async fn start_one(
+pub(crate) async fn start_one(
     tx: &mut Transaction<'_, Postgres>,
     events: &mut EventBuf,
     req: &StartRequest,

@@ -1,0 +1,219 @@
+//! What workers need around a claim: the inputs of claimed steps, and committing their results
+//! with every side effect in one transaction.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+
+use super::steps::{Applied, Change, EventBuf};
+use super::workflows::{StartRequest, start_one};
+use super::{Result, Store};
+use crate::function::{ObjectUpdate, StartWorkflow};
+
+/// What a function gets to see of a claimed step.
+#[derive(Debug, Clone, Default)]
+pub struct StepInputs {
+    pub properties: Map<String, Value>,
+    pub context: Map<String, Value>,
+    pub documents: BTreeMap<String, String>,
+    pub trace_context: Option<String>,
+}
+
+/// A worker's result for one step it holds: the status change (carrying the lease) and, for a
+/// completed step, its side effects.
+#[derive(Debug, Clone)]
+pub struct StepResult {
+    pub change: Change,
+    pub object_id: String,
+    pub workflow_id: i64,
+    pub object: Option<ObjectUpdate>,
+    pub context: Option<Map<String, Value>>,
+    pub start: Vec<StartWorkflow>,
+}
+
+impl Store {
+    /// Properties, context and the requested documents of claimed steps, by step id.
+    pub async fn step_inputs(
+        &self,
+        ids: &[i64],
+        documents: &[String],
+    ) -> Result<HashMap<i64, StepInputs>> {
+        let rows: Vec<(i64, String, Value, Value, Option<String>)> = sqlx::query_as(
+            "select s.id, s.object_id, o.properties, w.context, w.trace_context
+               from workdo.steps s
+               join workdo.workflows w on w.id = s.workflow_id
+               join workdo.objects o on o.id = s.object_id
+              where s.id = any($1)",
+        )
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut docs: HashMap<String, BTreeMap<String, String>> = HashMap::new();
+        if !documents.is_empty() {
+            let objects: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+            let found: Vec<(String, String, String)> = sqlx::query_as(
+                "select object_id, name, content from workdo.documents
+                  where object_id = any($1) and name = any($2)",
+            )
+            .bind(&objects)
+            .bind(documents)
+            .fetch_all(&self.pool)
+            .await?;
+            for (object, name, content) in found {
+                docs.entry(object).or_default().insert(name, content);
+            }
+        }
+        Ok(rows
+            .into_iter()
+            .map(|(id, object, props, ctx, trace)| {
+                let as_map = |v: Value| match v {
+                    Value::Object(m) => m,
+                    _ => Map::new(),
+                };
+                (
+                    id,
+                    StepInputs {
+                        properties: as_map(props),
+                        context: as_map(ctx),
+                        documents: docs.get(&object).cloned().unwrap_or_default(),
+                        trace_context: trace,
+                    },
+                )
+            })
+            .collect())
+    }
+
+    /// Commit workers' results in one transaction (group commit): status changes guarded by
+    /// their leases, then — only for results that still held their lease — object updates,
+    /// context updates and the workflows they start. A result whose lease was lost changes
+    /// nothing and is reported in [`Applied::lost`].
+    pub async fn results_commit(&self, results: &[StepResult], actor: &str) -> Result<Applied> {
+        let changes: Vec<Change> = results.iter().map(|r| r.change.clone()).collect();
+        if let Some(c) = changes.iter().find(|c| c.lease.is_none()) {
+            return Err(super::StoreError::Invalid {
+                field: "lease",
+                value: c.id.to_string(),
+                reason: "a worker's result must name the lease it holds",
+            });
+        }
+        // Templates for workflows to start, looked up before the transaction.
+        let mut templates = HashMap::new();
+        for r in results {
+            for s in &r.start {
+                if !templates.contains_key(&s.template) {
+                    let t = self.template_current(&s.template).await;
+                    templates.insert(s.template.clone(), t);
+                }
+            }
+        }
+        let mut tx = self.pool.begin().await?;
+        let applied = Self::steps_apply(&mut tx, &changes, actor).await?;
+        let lost: HashSet<i64> = applied.lost.iter().copied().collect();
+        let mut events = EventBuf::default();
+        let mut notify = Vec::new();
+        for r in results.iter().filter(|r| !lost.contains(&r.change.id)) {
+            if let Some(update) = &r.object
+                && (!update.properties.is_empty() || !update.documents.is_empty())
+            {
+                let props = Value::Object(update.properties.clone());
+                sqlx::query(
+                    "update workdo.objects
+                        set properties = (properties || $2)
+                                         - array(select key from jsonb_each($2) where value = 'null'::jsonb),
+                            updated_at = now()
+                      where id = $1",
+                )
+                .bind(&r.object_id)
+                .bind(&props)
+                .execute(&mut *tx)
+                .await?;
+                for (name, content) in &update.documents {
+                    sqlx::query(
+                        "insert into workdo.documents (object_id, name, content) values ($1, $2, $3)
+                         on conflict (object_id, name) do update
+                            set content = excluded.content, updated_at = now()",
+                    )
+                    .bind(&r.object_id)
+                    .bind(name)
+                    .bind(content)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+            }
+            if let Some(ctx) = &r.context
+                && !ctx.is_empty()
+            {
+                sqlx::query("update workdo.workflows set context = context || $2 where id = $1")
+                    .bind(r.workflow_id)
+                    .bind(Value::Object(ctx.clone()))
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            if !r.start.is_empty() {
+                let (priority, lane): (i32, String) =
+                    sqlx::query_as("select priority, lane from workdo.workflows where id = $1")
+                        .bind(r.workflow_id)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                for s in &r.start {
+                    let template = match templates.get(&s.template) {
+                        Some(Ok(t)) => t,
+                        // An unknown template in a result is recorded, not fatal for the batch.
+                        _ => {
+                            events.push(
+                                &r.object_id,
+                                Some(r.workflow_id),
+                                None,
+                                None,
+                                None,
+                                "start_failed",
+                                None,
+                                None,
+                                actor,
+                                serde_json::json!({"template": s.template, "reason": "unknown template"}),
+                            );
+                            continue;
+                        }
+                    };
+                    let start_at = s
+                        .start_at
+                        .as_deref()
+                        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                        .map(|t| t.with_timezone(&Utc));
+                    let req = StartRequest {
+                        template: s.template.clone(),
+                        objects: vec![r.object_id.clone()],
+                        version: None,
+                        priority: s.priority.unwrap_or(priority),
+                        lane: s.lane.clone().unwrap_or_else(|| lane.clone()),
+                        start_at,
+                        context: Value::Object(s.context.clone().unwrap_or_default()),
+                        actor: actor.to_string(),
+                    };
+                    let started = start_one(
+                        &mut tx,
+                        &mut events,
+                        &req,
+                        template.id,
+                        &template.spec,
+                        &r.object_id,
+                    )
+                    .await?;
+                    notify.extend(
+                        started
+                            .ready
+                            .iter()
+                            .map(|st| format!("{}:{st}", s.template)),
+                    );
+                }
+            }
+        }
+        events.flush(&mut tx).await?;
+        notify.sort();
+        notify.dedup();
+        super::steps::notify_ready(&mut tx, &notify).await?;
+        tx.commit().await?;
+        Ok(applied)
+    }
+}

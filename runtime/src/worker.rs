@@ -1,0 +1,509 @@
+//! The thin runtime: workers that claim ready steps, call their functions and commit results.
+//!
+//! One worker loop per bound template step claims up to `batch-limit` ready steps (never more
+//! than it has free concurrency for), calls the function for each, and hands the result to the
+//! **completer**, which commits the results of all workers in batches: one transaction for many
+//! results (group commit). A worker sleeps until a NOTIFY says its step has ready work, or the
+//! polling interval passes (the fallback if a notification is lost). A **maintenance** loop
+//! promotes due `scheduled`/`retrying` steps and returns expired leases to the queue. Every loop
+//! is safe to run in many processes at once: claims and sweeps use `SKIP LOCKED`.
+//!
+//! Shutdown: stop claiming, give calls in flight `grace` to finish, then abort the rest and
+//! release their steps (back to the queue, attempt given back), commit, and return.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::Utc;
+use sqlx::postgres::PgListener;
+use tokio::sync::{Notify, Semaphore, mpsc};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::function::{Event, Invoker, PROTOCOL};
+use crate::retry::{Backoff, decide};
+use crate::status::Status;
+use crate::store::{Change, Claimed, READY_CHANNEL, StepResult, Store, StoreError};
+use crate::template::FunctionSpec;
+
+/// How the runtime behaves.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Names this process in leases and events.
+    pub owner: String,
+    /// Longest a worker sleeps without a notification before claiming again.
+    pub poll_interval: Duration,
+    /// A lease lasts the function's timeout plus this.
+    pub lease_margin: Duration,
+    /// On shutdown, how long calls in flight may take to finish.
+    pub grace: Duration,
+    pub backoff: Backoff,
+    /// Environment for every exec and warm function.
+    pub env: BTreeMap<String, String>,
+    /// Claim size for steps with no `batch-limit`.
+    pub default_batch: u32,
+    /// How often due steps are promoted and leases swept.
+    pub maintenance_interval: Duration,
+    /// Most results committed in one transaction.
+    pub commit_batch: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            owner: default_owner(),
+            poll_interval: Duration::from_secs(1),
+            lease_margin: Duration::from_secs(30),
+            grace: Duration::from_secs(30),
+            backoff: Backoff::default(),
+            env: BTreeMap::new(),
+            default_batch: 100,
+            maintenance_interval: Duration::from_millis(200),
+            commit_batch: 500,
+        }
+    }
+}
+
+/// `host:pid`.
+pub fn default_owner() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    format!("{host}:{}", std::process::id())
+}
+
+/// A template step bound to the function that performs it.
+#[derive(Debug, Clone)]
+pub struct Binding {
+    pub template: String,
+    pub step: String,
+    pub function: FunctionSpec,
+    pub batch_limit: Option<u32>,
+    /// Intermediate statuses the step may report.
+    pub declared: Vec<String>,
+}
+
+impl Binding {
+    pub fn key(&self) -> String {
+        format!("{}:{}", self.template, self.step)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{0} has no function to run (a human or skip-queue step)")]
+    NotBound(String),
+    #[error("{0}: {1}")]
+    Function(String, String),
+}
+
+/// Steps of the current template versions that have a function; with `only`, just those
+/// (`template:step`), each of which must exist and have a function.
+///
+/// # Errors
+/// An unknown template or step in `only`, or one without a function.
+pub async fn bindings(store: &Store, only: &[String]) -> Result<Vec<Binding>, WorkerError> {
+    let mut out = Vec::new();
+    for t in store.template_list().await? {
+        for s in &t.spec.steps {
+            let Some(f) = &s.function else { continue };
+            if s.skip_queue {
+                continue;
+            }
+            out.push(Binding {
+                template: t.name.clone(),
+                step: s.name.clone(),
+                function: f.clone(),
+                batch_limit: s.batch_limit,
+                declared: s.statuses.clone(),
+            });
+        }
+    }
+    if only.is_empty() {
+        return Ok(out);
+    }
+    let mut chosen = Vec::new();
+    for key in only {
+        match out.iter().find(|b| &b.key() == key) {
+            Some(b) => chosen.push(b.clone()),
+            None => {
+                let (t, s) = key.split_once(':').unwrap_or((key.as_str(), ""));
+                let template = store.template_current(t).await?;
+                if template.spec.step(s).is_none() {
+                    return Err(StoreError::UnknownStep {
+                        template: t.into(),
+                        step: s.into(),
+                    }
+                    .into());
+                }
+                return Err(WorkerError::NotBound(key.clone()));
+            }
+        }
+    }
+    Ok(chosen)
+}
+
+struct Completion {
+    result: StepResult,
+}
+
+struct Shared {
+    store: Store,
+    config: Config,
+    done: mpsc::Sender<Completion>,
+}
+
+/// Run workers for `bindings` until `shutdown` is cancelled; returns once every claimed step has
+/// been committed or released.
+///
+/// # Errors
+/// When a function cannot be prepared (e.g. an unknown builtin).
+pub async fn run(
+    store: Store,
+    config: Config,
+    bindings: Vec<Binding>,
+    shutdown: CancellationToken,
+) -> Result<(), WorkerError> {
+    crate::install_crypto();
+    let mut invokers = Vec::new();
+    for b in &bindings {
+        let inv = Invoker::new(&b.function, &config.env)
+            .map_err(|e| WorkerError::Function(b.key(), e))?;
+        invokers.push(Arc::new(inv));
+    }
+    let (tx, rx) = mpsc::channel::<Completion>(4096);
+    let completer = tokio::spawn(complete(
+        store.clone(),
+        rx,
+        config.commit_batch,
+        config.owner.clone(),
+    ));
+    let notifies: HashMap<String, Arc<Notify>> = bindings
+        .iter()
+        .map(|b| (b.key(), Arc::new(Notify::new())))
+        .collect();
+    let background = CancellationToken::new();
+    let listener = tokio::spawn(listen(store.clone(), notifies.clone(), background.clone()));
+    let maintenance = tokio::spawn(maintain(
+        store.clone(),
+        config.maintenance_interval,
+        background.clone(),
+    ));
+    let shared = Arc::new(Shared {
+        store,
+        config,
+        done: tx,
+    });
+    let mut workers = JoinSet::new();
+    for (b, inv) in bindings.into_iter().zip(invokers) {
+        let notify = notifies.get(&b.key()).cloned().unwrap_or_default();
+        workers.spawn(work(Arc::clone(&shared), b, inv, notify, shutdown.clone()));
+    }
+    info!(workers = workers.len(), owner = %shared.config.owner, "runtime started");
+    while workers.join_next().await.is_some() {}
+    drop(shared); // closes the completer's channel once every worker is done
+    let _ = completer.await;
+    background.cancel();
+    let _ = listener.await;
+    let _ = maintenance.await;
+    info!("runtime stopped");
+    Ok(())
+}
+
+/// One worker loop for one template step.
+async fn work(
+    shared: Arc<Shared>,
+    binding: Binding,
+    invoker: Arc<Invoker>,
+    notify: Arc<Notify>,
+    shutdown: CancellationToken,
+) {
+    let cfg = &shared.config;
+    let timeout = Duration::from_secs_f64(binding.function.timeout_secs);
+    let lease = timeout + cfg.lease_margin;
+    let batch = binding.batch_limit.unwrap_or(cfg.default_batch).max(1) as usize;
+    let slots = Arc::new(Semaphore::new(binding.function.concurrency.max(1) as usize));
+    let inflight: Arc<Mutex<HashMap<i64, Claimed>>> = Arc::default();
+    let mut calls = JoinSet::new();
+    let binding = Arc::new(binding);
+    loop {
+        while calls.try_join_next().is_some() {}
+        let first = tokio::select! {
+            p = Arc::clone(&slots).acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            () = shutdown.cancelled() => break,
+        };
+        let mut permits = vec![first];
+        while permits.len() < batch {
+            match Arc::clone(&slots).try_acquire_owned() {
+                Ok(p) => permits.push(p),
+                Err(_) => break,
+            }
+        }
+        let claimed = match shared
+            .store
+            .step_claim(
+                &binding.template,
+                &binding.step,
+                None,
+                permits.len() as i64,
+                &cfg.owner,
+                lease,
+            )
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(step = %binding.key(), error = %e, "claim failed; retrying");
+                drop(permits);
+                tokio::select! {
+                    () = tokio::time::sleep(cfg.poll_interval) => continue,
+                    () = shutdown.cancelled() => break,
+                }
+            }
+        };
+        if claimed.is_empty() {
+            drop(permits);
+            tokio::select! {
+                () = notify.notified() => {}
+                () = tokio::time::sleep(cfg.poll_interval) => {}
+                () = shutdown.cancelled() => break,
+            }
+            continue;
+        }
+        debug!(step = %binding.key(), n = claimed.len(), "claimed");
+        let ids: Vec<i64> = claimed.iter().map(|c| c.id).collect();
+        let mut inputs = match shared
+            .store
+            .step_inputs(&ids, &binding.function.documents)
+            .await
+        {
+            Ok(i) => i,
+            Err(e) => {
+                warn!(step = %binding.key(), error = %e, "reading step inputs failed");
+                HashMap::new()
+            }
+        };
+        if let Ok(mut f) = inflight.lock() {
+            f.extend(claimed.iter().map(|c| (c.id, c.clone())));
+        }
+        for (c, permit) in claimed.into_iter().zip(permits) {
+            let input = inputs.remove(&c.id).unwrap_or_default();
+            let shared = Arc::clone(&shared);
+            let invoker = Arc::clone(&invoker);
+            let binding = Arc::clone(&binding);
+            let inflight = Arc::clone(&inflight);
+            calls.spawn(async move {
+                let event = Event {
+                    protocol: PROTOCOL.into(),
+                    step_id: c.id,
+                    workflow_id: c.workflow_id,
+                    object: c.object_id.clone(),
+                    template: c.template.clone(),
+                    step: c.name.clone(),
+                    version: c.version,
+                    lane: c.lane.clone(),
+                    attempt: c.attempts,
+                    max_attempts: c.max_attempts,
+                    properties: input.properties,
+                    documents: input.documents,
+                    context: input.context,
+                    traceparent: input.trace_context,
+                    deadline: (Utc::now()
+                        + chrono::Duration::from_std(timeout).unwrap_or_default())
+                    .to_rfc3339(),
+                };
+                let outcome = invoker.invoke(&event, timeout).await;
+                let unit: f64 = rand::random();
+                let decision = decide(
+                    outcome.as_ref(),
+                    c.attempts,
+                    c.max_attempts,
+                    &binding.declared,
+                    &shared.config.backoff,
+                    Utc::now(),
+                    unit,
+                );
+                let kind = match &decision.status {
+                    Status::Completed => "completed",
+                    Status::Skipped => "skipped",
+                    Status::Retrying => "failed_retrying",
+                    Status::Error => "failed",
+                    Status::Scheduled => "deferred",
+                    _ => "status_reported",
+                };
+                let mut change = Change::new(c.id, decision.status.clone(), kind);
+                change.note = decision.note;
+                change.error_message = decision.message;
+                change.error_text = decision.text;
+                change.lifecycle = decision.lifecycle;
+                change.elapsed = decision.elapsed;
+                change.run_at = decision.run_at;
+                change.attempts_delta = decision.attempts_delta;
+                change.lease = Some(c.lease_token);
+                change.detail =
+                    serde_json::json!({ "worker": shared.config.owner, "attempt": c.attempts });
+                let (object, context, start) = match (decision.apply_effects, outcome) {
+                    (true, Ok(o)) => (o.object, o.context, o.start),
+                    _ => (None, None, Vec::new()),
+                };
+                let result = StepResult {
+                    change,
+                    object_id: c.object_id.clone(),
+                    workflow_id: c.workflow_id,
+                    object,
+                    context,
+                    start,
+                };
+                let _ = shared.done.send(Completion { result }).await;
+                if let Ok(mut f) = inflight.lock() {
+                    f.remove(&c.id);
+                }
+                drop(permit);
+            });
+        }
+    }
+    // Shutdown: let calls in flight finish within the grace period, then give the rest back.
+    let grace = tokio::time::sleep(cfg.grace);
+    tokio::pin!(grace);
+    loop {
+        tokio::select! {
+            next = calls.join_next() => if next.is_none() { break },
+            () = &mut grace => {
+                calls.abort_all();
+                while calls.join_next().await.is_some() {}
+                break;
+            }
+        }
+    }
+    let left: Vec<Claimed> = inflight
+        .lock()
+        .map(|mut f| f.drain().map(|(_, c)| c).collect())
+        .unwrap_or_default();
+    for c in left {
+        let mut change = Change::new(c.id, Status::Waiting, "released");
+        change.attempts_delta = -1;
+        change.lease = Some(c.lease_token);
+        change.detail = serde_json::json!({ "worker": cfg.owner, "reason": "shutdown" });
+        let result = StepResult {
+            change,
+            object_id: c.object_id,
+            workflow_id: c.workflow_id,
+            object: None,
+            context: None,
+            start: Vec::new(),
+        };
+        let _ = shared.done.send(Completion { result }).await;
+    }
+    invoker.shutdown().await;
+}
+
+/// Commit results in batches: whatever has arrived while the last commit ran goes in the next.
+async fn complete(store: Store, mut rx: mpsc::Receiver<Completion>, max: usize, actor: String) {
+    let mut batch: Vec<StepResult> = Vec::with_capacity(max);
+    while let Some(first) = rx.recv().await {
+        batch.push(first.result);
+        while batch.len() < max {
+            match rx.try_recv() {
+                Ok(c) => batch.push(c.result),
+                Err(_) => break,
+            }
+        }
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match store.results_commit(&batch, &actor).await {
+                Ok(applied) => {
+                    if !applied.lost.is_empty() {
+                        warn!(steps = ?applied.lost, "results dropped: their leases were lost");
+                    }
+                    break;
+                }
+                Err(e) => {
+                    // The database is unreachable or refused: keep the results and try again.
+                    // If leases expire meanwhile the steps run again; nothing is applied twice.
+                    warn!(error = %e, n = batch.len(), "commit failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+        batch.clear();
+    }
+}
+
+/// Wake the worker of `template:step` when a NOTIFY says it has ready work.
+async fn listen(store: Store, notifies: HashMap<String, Arc<Notify>>, stop: CancellationToken) {
+    loop {
+        let mut listener = match PgListener::connect_with(store.pool()).await {
+            Ok(l) => l,
+            Err(e) => {
+                warn!(error = %e, "LISTEN connection failed; polling only until it returns");
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    () = stop.cancelled() => return,
+                }
+            }
+        };
+        if let Err(e) = listener.listen(READY_CHANNEL).await {
+            warn!(error = %e, "LISTEN failed");
+            continue;
+        }
+        // Anything notified while we were not listening is picked up by one claim round.
+        for n in notifies.values() {
+            n.notify_one();
+        }
+        loop {
+            tokio::select! {
+                msg = listener.recv() => match msg {
+                    Ok(m) => {
+                        if let Some(n) = notifies.get(m.payload()) {
+                            n.notify_one();
+                        }
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "LISTEN connection lost; reconnecting");
+                        break;
+                    }
+                },
+                () = stop.cancelled() => return,
+            }
+        }
+    }
+}
+
+/// Promote due steps often, sweep expired leases less often.
+async fn maintain(store: Store, every: Duration, stop: CancellationToken) {
+    let mut tick: u64 = 0;
+    loop {
+        if let Err(e) = store.steps_promote_due(1000).await {
+            warn!(error = %e, "promoting due steps failed");
+        }
+        if tick % 5 == 0 {
+            match store.steps_sweep_leases(1000).await {
+                Ok(0) => {}
+                Ok(n) => info!(steps = n, "expired leases returned to the queue"),
+                Err(e) => warn!(error = %e, "sweeping leases failed"),
+            }
+        }
+        tick = tick.wrapping_add(1);
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            () = stop.cancelled() => return,
+        }
+    }
+}
+
+/// Values of `KEY=VALUE` pairs, for `--env`.
+pub fn parse_env(pairs: &[String]) -> Result<BTreeMap<String, String>, String> {
+    pairs
+        .iter()
+        .map(|p| {
+            p.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| format!("{p:?}: expected KEY=VALUE"))
+        })
+        .collect()
+}
