@@ -481,7 +481,7 @@ async fn maintain(store: Store, every: Duration, stop: CancellationToken) {
         if let Err(e) = store.steps_promote_due(1000).await {
             warn!(error = %e, "promoting due steps failed");
         }
-        if tick % 5 == 0 {
+        if tick.is_multiple_of(5) {
             match store.steps_sweep_leases(1000).await {
                 Ok(0) => {}
                 Ok(n) => info!(steps = n, "expired leases returned to the queue"),

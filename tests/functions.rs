@@ -1,0 +1,660 @@
+//! Step functions and workers against a real Postgres and real processes.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{TestDb, db, load};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use workdo::retry::Backoff;
+use workdo::store::{StartRequest, StepFilter, Store};
+use workdo::worker::{self, Config};
+
+/// Write an executable script into `dir`.
+fn script(dir: &Path, name: &str, body: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, body).expect("write script");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    path.display().to_string()
+}
+
+fn config() -> Config {
+    Config {
+        poll_interval: Duration::from_millis(200),
+        backoff: Backoff {
+            base: Duration::from_millis(50),
+            max: Duration::from_secs(1),
+            jitter: 0.0,
+        },
+        grace: Duration::from_secs(5),
+        ..Config::default()
+    }
+}
+
+struct Running {
+    token: CancellationToken,
+    handle: JoinHandle<Result<(), worker::WorkerError>>,
+}
+
+impl Running {
+    async fn stop(self) {
+        self.token.cancel();
+        self.handle
+            .await
+            .expect("runtime task")
+            .expect("runtime ran");
+    }
+}
+
+async fn start(store: &Store, config: Config) -> Running {
+    let bindings = worker::bindings(store, &[]).await.expect("bindings");
+    let token = CancellationToken::new();
+    let handle = tokio::spawn(worker::run(store.clone(), config, bindings, token.clone()));
+    Running { token, handle }
+}
+
+/// Poll `sql` (a query returning one boolean) until it is true; fail after `secs`.
+async fn wait_until(store: &Store, sql: &'static str, secs: u64) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let done: bool = sqlx::query_scalar(sql)
+            .fetch_one(store.pool())
+            .await
+            .expect("condition query");
+        if done {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {sql}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn step(store: &Store, object: &str, name: &str) -> workdo::store::StepRow {
+    sqlx::query_as("select * from workdo.steps where object_id = $1 and name = $2 and active")
+        .bind(object)
+        .bind(name)
+        .fetch_one(store.pool())
+        .await
+        .expect("step row")
+}
+
+async fn kinds(store: &Store, object: &str, name: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "select kind from workdo.events where object_id = $1 and step = $2 order by id",
+    )
+    .bind(object)
+    .bind(name)
+    .fetch_all(store.pool())
+    .await
+    .expect("events")
+}
+
+const HTTP_SERVER: &str = r#"
+import http.server, json, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        event = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = json.dumps({"status": "completed", "note": "http saw " + event["object"] + " attempt " + str(event["attempt"])}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", 0), H)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+
+/// A Python HTTP function on a free loopback port; killed when dropped.
+async fn http_function(dir: &Path) -> (tokio::process::Child, u16) {
+    use tokio::io::AsyncBufReadExt;
+    let path = dir.join("http_fn.py");
+    std::fs::write(&path, HTTP_SERVER).expect("write server");
+    let mut child = tokio::process::Command::new("python3")
+        .arg(&path)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 runs");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    tokio::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .await
+        .expect("port line");
+    (child, line.trim().parse().expect("port number"))
+}
+
+#[tokio::test]
+async fn exec_warm_and_http_functions_run_a_workflow_end_to_end() {
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let seen = dir.path().join("event.json");
+    let exec = script(
+        dir.path(),
+        "exec.sh",
+        &format!(
+            "#!/bin/sh\ncat > '{}'\necho '{{\"status\":\"completed\",\"note\":\"exec ran\",\"context\":{{\"exec\":true}}}}'\n",
+            seen.display()
+        ),
+    );
+    let warm = script(
+        dir.path(),
+        "warm.py",
+        "#!/usr/bin/env python3\nimport json, os, sys\nassert os.environ['WORKDO_MODE'] == 'warm'\nfor line in sys.stdin:\n    e = json.loads(line)\n    print(json.dumps({'status': 'completed', 'note': 'warm saw context ' + json.dumps(e['context'], sort_keys=True)}), flush=True)\n",
+    );
+    let (_server, port) = http_function(dir.path()).await;
+    let yaml = format!(
+        "name: kindsWF\nsteps:\n  - name: a\n    function: {{ exec: {exec}, timeout: 10s }}\n  - name: b\n    prereqs: [a]\n    function: {{ warm: {warm}, timeout: 10s }}\n  - name: c\n    prereqs: [b]\n    function: {{ http: 'http://127.0.0.1:{port}/fn', timeout: 10s }}\n"
+    );
+    load(&t.store, "kinds.yaml", &yaml).await;
+    let mut props = std::collections::BTreeMap::new();
+    props.insert("title".to_string(), Value::from("Walden"));
+    t.store
+        .object_put("druid:kk111mm2222", &props, &Default::default(), "test")
+        .await
+        .expect("object");
+    let mut req = StartRequest::new("kindsWF", &["druid:kk111mm2222"]);
+    req.context = serde_json::json!({"batch": 7});
+    t.store.workflow_start(&req).await.expect("start");
+    let rt = start(&t.store, config()).await;
+    wait_until(
+        &t.store,
+        "select bool_and(status = 'completed') from workdo.workflows",
+        30,
+    )
+    .await;
+    rt.stop().await;
+
+    let event: Value = serde_json::from_str(&std::fs::read_to_string(&seen).expect("event file"))
+        .expect("the exec function got JSON");
+    assert_eq!(event["protocol"], "workdo/1");
+    assert_eq!(event["object"], "druid:kk111mm2222");
+    assert_eq!(
+        (event["template"].as_str(), event["step"].as_str()),
+        (Some("kindsWF"), Some("a"))
+    );
+    assert_eq!(event["attempt"], 1);
+    assert_eq!(event["properties"]["title"], "Walden");
+    assert_eq!(event["context"]["batch"], 7);
+    assert!(event["deadline"].as_str().is_some_and(|d| d.len() >= 20));
+    assert_eq!(
+        step(&t.store, "druid:kk111mm2222", "a")
+            .await
+            .note
+            .as_deref(),
+        Some("exec ran")
+    );
+    // The exec result's context update reached the warm function's event.
+    assert_eq!(
+        step(&t.store, "druid:kk111mm2222", "b")
+            .await
+            .note
+            .as_deref(),
+        Some(r#"warm saw context {"batch": 7, "exec": true}"#)
+    );
+    assert_eq!(
+        step(&t.store, "druid:kk111mm2222", "c")
+            .await
+            .note
+            .as_deref(),
+        Some("http saw druid:kk111mm2222 attempt 1")
+    );
+}
+
+#[tokio::test]
+async fn failures_say_which_and_keep_stderr() {
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = script(
+        dir.path(),
+        "bad.sh",
+        "#!/bin/sh\nevent=$(cat)\ncase \"$event\" in\n  *'\"mode\":\"timeout\"'*) sleep 10 ;;\n  *'\"mode\":\"crash\"'*) kill -9 $$ ;;\n  *'\"mode\":\"garbage\"'*) echo 'hello, not JSON' ;;\n  *'\"mode\":\"exit\"'*) echo 'oops: disk full' >&2; exit 3 ;;\nesac\n",
+    );
+    load(
+        &t.store,
+        "bad.yaml",
+        &format!("name: badWF\nsteps:\n  - name: run\n    error-limit: 1\n    function: {{ exec: {f}, timeout: 500ms, concurrency: 5 }}\n"),
+    )
+    .await;
+    for mode in ["timeout", "crash", "garbage", "exit"] {
+        let mut props = std::collections::BTreeMap::new();
+        props.insert("mode".to_string(), Value::from(mode));
+        let id = format!("obj:{mode}");
+        t.store
+            .object_put(&id, &props, &Default::default(), "test")
+            .await
+            .expect("object");
+        t.store
+            .workflow_start(&StartRequest::new("badWF", &[&id]))
+            .await
+            .expect("start");
+    }
+    let rt = start(&t.store, config()).await;
+    wait_until(
+        &t.store,
+        "select count(*) = 4 from workdo.steps where status = 'error'",
+        30,
+    )
+    .await;
+    rt.stop().await;
+    let msg = |s: workdo::store::StepRow| {
+        (
+            s.error_message.unwrap_or_default(),
+            s.error_text.unwrap_or_default(),
+        )
+    };
+    let (m, _) = msg(step(&t.store, "obj:timeout", "run").await);
+    assert!(m.ends_with("timed out after 0.5s and was killed"), "{m}");
+    let (m, _) = msg(step(&t.store, "obj:crash", "run").await);
+    assert!(m.ends_with("crashed (killed by signal 9)"), "{m}");
+    let (m, _) = msg(step(&t.store, "obj:garbage", "run").await);
+    assert!(
+        m.contains("printed output that is not a valid result"),
+        "{m}"
+    );
+    assert!(m.contains("hello, not JSON"), "{m}");
+    let (m, text) = msg(step(&t.store, "obj:exit", "run").await);
+    assert!(m.ends_with("exited with status 3"), "{m}");
+    assert_eq!(text.trim(), "oops: disk full");
+}
+
+#[tokio::test]
+async fn retries_back_off_up_to_the_attempt_limit_and_retry_puts_it_back() {
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = script(
+        dir.path(),
+        "fail.sh",
+        "#!/bin/sh\ncat >/dev/null\necho '{\"status\":\"error\",\"message\":\"catalogue down\",\"text\":\"trace\"}'\n",
+    );
+    load(
+        &t.store,
+        "r.yaml",
+        &format!("name: retryWF\nsteps:\n  - name: run\n    error-limit: 3\n    function: {{ exec: {f} }}\n"),
+    )
+    .await;
+    t.store
+        .workflow_start(&StartRequest::new("retryWF", &["obj:r"]))
+        .await
+        .expect("start");
+    let mut cfg = config();
+    cfg.backoff.base = Duration::from_millis(200);
+    let rt = start(&t.store, cfg).await;
+    wait_until(
+        &t.store,
+        "select bool_and(status = 'error') from workdo.steps",
+        30,
+    )
+    .await;
+    let s = step(&t.store, "obj:r", "run").await;
+    assert_eq!((s.attempts, s.max_attempts), (3, 3));
+    assert_eq!(s.error_message.as_deref(), Some("catalogue down"));
+    assert_eq!(
+        kinds(&t.store, "obj:r", "run").await,
+        vec!["failed_retrying", "due", "failed_retrying", "due", "failed"]
+    );
+    // Each retry waited at least its back-off: 200 ms, then 400 ms (no jitter here).
+    let gaps: Vec<f64> = sqlx::query_scalar(
+        "select extract(epoch from d.at - f.at)::float8
+           from workdo.events f
+           join lateral (select at from workdo.events d where d.kind = 'due' and d.id > f.id order by d.id limit 1) d on true
+          where f.kind = 'failed_retrying' order by f.id",
+    )
+    .fetch_all(t.pool())
+    .await
+    .expect("gaps");
+    assert_eq!(gaps.len(), 2);
+    assert!(gaps[0] >= 0.2 && gaps[1] >= 0.4, "{gaps:?}");
+    // `workdo retry` puts it back with fresh attempts; it fails again, and stops again.
+    let n = t
+        .store
+        .steps_retry(&StepFilter::default(), "test")
+        .await
+        .expect("retry");
+    assert_eq!(n, 1);
+    wait_until(
+        &t.store,
+        "select count(*) = 2 from workdo.events where kind = 'failed'",
+        30,
+    )
+    .await;
+    rt.stop().await;
+    assert_eq!(step(&t.store, "obj:r", "run").await.attempts, 3);
+}
+
+#[tokio::test]
+async fn defer_reschedules_without_using_an_attempt() {
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = dir.path().join("asked");
+    let f = script(
+        dir.path(),
+        "defer.sh",
+        &format!(
+            "#!/bin/sh\ncat >/dev/null\nif [ -e '{m}' ]; then echo '{{\"status\":\"completed\"}}'; else touch '{m}'; echo '{{\"status\":\"defer\",\"seconds\":0.3,\"note\":\"scan not ready yet\"}}'; fi\n",
+            m = marker.display()
+        ),
+    );
+    load(
+        &t.store,
+        "d.yaml",
+        &format!("name: deferWF\nsteps:\n  - name: run\n    function: {{ exec: {f} }}\n"),
+    )
+    .await;
+    t.store
+        .workflow_start(&StartRequest::new("deferWF", &["obj:d"]))
+        .await
+        .expect("start");
+    let rt = start(&t.store, config()).await;
+    wait_until(
+        &t.store,
+        "select bool_and(status = 'completed') from workdo.steps",
+        30,
+    )
+    .await;
+    rt.stop().await;
+    assert_eq!(
+        kinds(&t.store, "obj:d", "run").await,
+        vec!["deferred", "due", "completed"]
+    );
+    assert_eq!(
+        step(&t.store, "obj:d", "run").await.attempts,
+        1,
+        "a defer gives its attempt back"
+    );
+    let waited: f64 = sqlx::query_scalar(
+        "select extract(epoch from max(at) filter (where kind = 'due') - max(at) filter (where kind = 'deferred'))::float8 from workdo.events",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("gap");
+    assert!(waited >= 0.3, "claimed before the deferred time: {waited}");
+}
+
+#[tokio::test]
+async fn a_result_updates_the_object_and_starts_another_workflow() {
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = script(
+        dir.path(),
+        "chain.sh",
+        "#!/bin/sh\ncat >/dev/null\necho '{\"status\":\"completed\",\"lifecycle\":\"described\",\"object\":{\"properties\":{\"pages\":12,\"old\":null},\"documents\":{\"descMetadata\":\"<mods/>\"}},\"context\":{\"k\":\"v\"},\"start\":[{\"template\":\"nextWF\",\"context\":{\"from\":\"firstWF\"}}]}'\n",
+    );
+    load(
+        &t.store,
+        "first.yaml",
+        &format!("name: firstWF\nsteps:\n  - name: go\n    function: {{ exec: {f} }}\n"),
+    )
+    .await;
+    load(
+        &t.store,
+        "next.yaml",
+        "name: nextWF\nsteps:\n  - name: human\n",
+    )
+    .await;
+    let mut props = std::collections::BTreeMap::new();
+    props.insert("old".to_string(), Value::from(1));
+    t.store
+        .object_put("obj:c", &props, &Default::default(), "test")
+        .await
+        .expect("object");
+    t.store
+        .workflow_start(&StartRequest::new("firstWF", &["obj:c"]))
+        .await
+        .expect("start");
+    let rt = start(&t.store, config()).await;
+    wait_until(
+        &t.store,
+        "select count(*) = 1 from workdo.workflows where template = 'nextWF'",
+        30,
+    )
+    .await;
+    rt.stop().await;
+    let view = t.store.object_view("obj:c", 50).await.expect("view");
+    assert_eq!(
+        view.properties,
+        serde_json::json!({"pages": 12}),
+        "merged, null removed"
+    );
+    assert_eq!(view.documents, vec!["descMetadata"]);
+    let next = view
+        .workflows
+        .iter()
+        .find(|w| w.workflow.template == "nextWF")
+        .expect("nextWF");
+    assert_eq!(
+        next.workflow.context,
+        serde_json::json!({"from": "firstWF"})
+    );
+    assert_eq!(
+        next.steps[0].status, "ready",
+        "a human step waits in the queue"
+    );
+    let first = view
+        .workflows
+        .iter()
+        .find(|w| w.workflow.template == "firstWF")
+        .expect("firstWF");
+    assert_eq!(first.workflow.context["k"], "v");
+    assert!(view.milestones.iter().any(|m| m.name == "described"));
+}
+
+#[tokio::test]
+async fn warm_pool_replaces_a_process_that_dies() {
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = script(
+        dir.path(),
+        "warm.py",
+        "#!/usr/bin/env python3\nimport json, os, sys\nfor line in sys.stdin:\n    e = json.loads(line)\n    if e['properties'].get('die'):\n        sys.stderr.write('dying on purpose\\n'); sys.stderr.flush(); os._exit(7)\n    print(json.dumps({'status': 'completed', 'note': str(os.getpid())}), flush=True)\n",
+    );
+    load(
+        &t.store,
+        "w.yaml",
+        &format!("name: warmWF\nsteps:\n  - name: run\n    error-limit: 1\n    function: {{ warm: {f}, pool: 1, concurrency: 1 }}\n"),
+    )
+    .await;
+    for (id, die, priority) in [("obj:1", false, 3), ("obj:2", true, 2), ("obj:3", false, 1)] {
+        let mut props = std::collections::BTreeMap::new();
+        props.insert("die".to_string(), Value::from(die));
+        t.store
+            .object_put(id, &props, &Default::default(), "test")
+            .await
+            .expect("object");
+        let mut req = StartRequest::new("warmWF", &[id]);
+        req.priority = priority;
+        t.store.workflow_start(&req).await.expect("start");
+    }
+    let rt = start(&t.store, config()).await;
+    wait_until(
+        &t.store,
+        "select count(*) filter (where status in ('completed', 'error')) = 3 from workdo.steps",
+        30,
+    )
+    .await;
+    rt.stop().await;
+    let died = step(&t.store, "obj:2", "run").await;
+    assert_eq!(died.status, "error");
+    assert!(
+        died.error_message
+            .unwrap_or_default()
+            .ends_with("exited with status 7")
+    );
+    assert_eq!(
+        died.error_text.unwrap_or_default().trim(),
+        "dying on purpose"
+    );
+    let before = step(&t.store, "obj:1", "run").await;
+    let after = step(&t.store, "obj:3", "run").await;
+    assert_eq!(
+        (before.status.as_str(), after.status.as_str()),
+        ("completed", "completed")
+    );
+    assert_ne!(
+        before.note, after.note,
+        "a new process answered after the crash"
+    );
+}
+
+#[tokio::test]
+async fn human_steps_wait_for_a_person() {
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = script(
+        dir.path(),
+        "ok.sh",
+        "#!/bin/sh\ncat >/dev/null\necho '{\"status\":\"completed\"}'\n",
+    );
+    load(
+        &t.store,
+        "h.yaml",
+        &format!(
+            "name: humanWF\nsteps:\n  - name: approve\n  - name: side\n    function: {{ exec: {f} }}\n  - name: after\n    prereqs: [approve, side]\n    function: {{ exec: {f} }}\n"
+        ),
+    )
+    .await;
+    t.store
+        .workflow_start(&StartRequest::new("humanWF", &["obj:h"]))
+        .await
+        .expect("start");
+    let rt = start(&t.store, config()).await;
+    // The workers have run (side is done), and nothing claimed the human step.
+    wait_until(
+        &t.store,
+        "select status = 'completed' from workdo.steps where name = 'side'",
+        30,
+    )
+    .await;
+    let approve = step(&t.store, "obj:h", "approve").await;
+    assert_eq!((approve.status.as_str(), approve.attempts), ("ready", 0));
+    assert_eq!(step(&t.store, "obj:h", "after").await.status, "waiting");
+    t.store
+        .step_set(&workdo::store::SetRequest::new(
+            "obj:h",
+            "humanWF",
+            "approve",
+            "completed",
+        ))
+        .await
+        .expect("a person approves");
+    wait_until(
+        &t.store,
+        "select bool_and(status = 'completed') from workdo.steps",
+        30,
+    )
+    .await;
+    rt.stop().await;
+}
+
+fn workdo_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_workdo"))
+}
+
+#[tokio::test]
+async fn kill_9_mid_flight_then_restart_completes_every_step_exactly_once() {
+    let t: TestDb = db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let counter = dir.path().join("invocations");
+    let f = script(
+        dir.path(),
+        "slow.sh",
+        &format!(
+            "#!/bin/sh\nevent=$(cat)\nid=$(echo \"$event\" | sed 's/.*\"step_id\":\\([0-9]*\\).*/\\1/')\necho \"$id\" >> '{}'\nsleep 0.2\necho '{{\"status\":\"completed\",\"object\":{{\"properties\":{{\"done\":true}}}}}}'\n",
+            counter.display()
+        ),
+    );
+    load(
+        &t.store,
+        "k.yaml",
+        &format!("name: killWF\nsteps:\n  - name: work\n    function: {{ exec: {f}, timeout: 2s, concurrency: 4 }}\n"),
+    )
+    .await;
+    let objects: Vec<String> = (0..40).map(|i| format!("obj:{i:02}")).collect();
+    let refs: Vec<&str> = objects.iter().map(String::as_str).collect();
+    t.store
+        .workflow_start(&StartRequest::new("killWF", &refs))
+        .await
+        .expect("start");
+    let up = |url: &str| {
+        std::process::Command::new(workdo_bin())
+            .args([
+                "up",
+                "--lease-margin",
+                "500ms",
+                "--poll-interval",
+                "100ms",
+                "--grace",
+                "10s",
+            ])
+            .env("DATABASE_URL", url)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start workdo up")
+    };
+    let mut first = up(&t.url);
+    // Kill it while calls are in flight: some steps done, some held under its leases.
+    wait_until(
+        &t.store,
+        "select count(*) filter (where status = 'completed') >= 8 and count(*) filter (where status = 'started') > 0 from workdo.steps",
+        60,
+    )
+    .await;
+    first.kill().expect("kill -9");
+    first.wait().expect("reap");
+    let held: i64 =
+        sqlx::query_scalar("select count(*) from workdo.steps where status = 'started'")
+            .fetch_one(t.pool())
+            .await
+            .expect("count");
+    assert!(held > 0, "the killed runtime held leases");
+    let mut second = up(&t.url);
+    wait_until(
+        &t.store,
+        "select bool_and(status = 'completed') from workdo.steps",
+        90,
+    )
+    .await;
+    // SIGTERM: a graceful stop, exit status 0.
+    let pid = second.id().to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill -TERM");
+    let status = second.wait().expect("wait");
+    assert!(status.success(), "graceful shutdown exits 0: {status}");
+
+    // Exactly once: one completion event per step, 40 in all.
+    let (events, distinct): (i64, i64) = sqlx::query_as(
+        "select count(*), count(distinct step || object_id) from workdo.events where kind = 'completed'",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("events");
+    assert_eq!((events, distinct), (40, 40));
+    // Every step ran at least once; the ones cut off by the kill ran again.
+    let calls = std::fs::read_to_string(&counter).expect("counter file");
+    let ids: Vec<i64> = calls
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    let distinct_ids: std::collections::HashSet<i64> = ids.iter().copied().collect();
+    assert_eq!(distinct_ids.len(), 40);
+    assert!(ids.len() >= 40);
+    let expired: i64 =
+        sqlx::query_scalar("select count(*) from workdo.events where kind = 'lease_expired'")
+            .fetch_one(t.pool())
+            .await
+            .expect("count");
+    assert_eq!(
+        expired, held,
+        "every step held by the dead process came back through its lease"
+    );
+}
