@@ -658,3 +658,121 @@ async fn kill_9_mid_flight_then_restart_completes_every_step_exactly_once() {
         "every step held by the dead process came back through its lease"
     );
 }
+
+#[tokio::test]
+async fn notify_wakes_dependants_without_polling() {
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = script(
+        dir.path(),
+        "ok.sh",
+        "#!/bin/sh\ncat >/dev/null\necho '{\"status\":\"completed\"}'\n",
+    );
+    load(
+        &t.store,
+        "n.yaml",
+        &format!(
+            "name: chainWF\nsteps:\n  - name: a\n    function: {{ exec: {f} }}\n  - name: b\n    prereqs: [a]\n    function: {{ exec: {f} }}\n  - name: c\n    prereqs: [b]\n    function: {{ exec: {f} }}\n"
+        ),
+    )
+    .await;
+    let mut cfg = config();
+    // Polling effectively off: only NOTIFY can move the chain along within the deadline.
+    cfg.poll_interval = Duration::from_secs(3600);
+    t.store
+        .workflow_start(&StartRequest::new("chainWF", &["obj:n"]))
+        .await
+        .expect("start");
+    // b and c become ready while the workers wait; only a notification can wake them in time.
+    let rt = start(&t.store, cfg).await;
+    wait_until(
+        &t.store,
+        "select bool_and(status = 'completed') from workdo.steps",
+        20,
+    )
+    .await;
+    rt.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_releases_calls_that_outlive_the_grace_period() {
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = script(
+        dir.path(),
+        "slow.sh",
+        "#!/bin/sh\ncat >/dev/null\nsleep 30\necho '{\"status\":\"completed\"}'\n",
+    );
+    load(
+        &t.store,
+        "s.yaml",
+        &format!("name: slowWF\nsteps:\n  - name: run\n    function: {{ exec: {f}, timeout: 60s, concurrency: 3 }}\n"),
+    )
+    .await;
+    t.store
+        .workflow_start(&StartRequest::new("slowWF", &["obj:1", "obj:2", "obj:3"]))
+        .await
+        .expect("start");
+    let mut cfg = config();
+    cfg.grace = Duration::from_millis(300);
+    let rt = start(&t.store, cfg).await;
+    wait_until(
+        &t.store,
+        "select count(*) = 3 from workdo.steps where status = 'started'",
+        20,
+    )
+    .await;
+    rt.stop().await;
+    let rows: Vec<(String, i32)> =
+        sqlx::query_as("select status, attempts from workdo.steps order by id")
+            .fetch_all(t.pool())
+            .await
+            .expect("rows");
+    assert_eq!(
+        rows,
+        vec![("ready".to_string(), 0); 3],
+        "back in the queue, attempt given back"
+    );
+    let released: i64 =
+        sqlx::query_scalar("select count(*) from workdo.events where kind = 'released'")
+            .fetch_one(t.pool())
+            .await
+            .expect("count");
+    assert_eq!(released, 3);
+}
+
+#[tokio::test]
+async fn worker_bindings_name_what_is_wrong() {
+    let t = db().await;
+    load(
+        &t.store,
+        "b.yaml",
+        "name: bindWF\nsteps:\n  - name: auto\n    function: { builtin: noop }\n  - name: human\n  - name: logged\n    skip-queue: true\n    function: { builtin: noop }\n",
+    )
+    .await;
+    let all = worker::bindings(&t.store, &[]).await.expect("bindings");
+    let keys: Vec<String> = all.iter().map(|b| b.key()).collect();
+    assert_eq!(
+        keys,
+        vec!["bindWF:auto"],
+        "human and skip-queue steps get no worker"
+    );
+    let err = worker::bindings(&t.store, &["bindWF:human".to_string()])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "bindWF:human has no function to run (a human or skip-queue step)"
+    );
+    let err = worker::bindings(&t.store, &["bindWF:nope".to_string()])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("has no step \"nope\""), "{err}");
+    let err = worker::bindings(&t.store, &["noWF:x".to_string()])
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("unknown template \"noWF\""),
+        "{err}"
+    );
+}
