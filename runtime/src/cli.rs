@@ -13,9 +13,10 @@ use serde_json::Value;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::store::Role;
 use crate::store::{SetRequest, StartRequest, StepFilter, Store};
 use crate::template;
-use crate::{db, demo, worker};
+use crate::{api, db, demo, worker};
 
 /// A Postgres-native workflow runtime for object-centric work.
 #[derive(Debug, Parser)]
@@ -90,6 +91,11 @@ pub enum Command {
     Db(DbCmd),
     /// Run the runtime: workers for every step bound to a function, plus maintenance.
     Up(UpArgs),
+    /// Serve the HTTP API only (no workers).
+    Serve(ApiArgs),
+    /// Create, list and revoke API tokens.
+    #[command(subcommand)]
+    Tokens(TokensCmd),
     /// Run workers for just these steps (TEMPLATE:STEP), e.g. to spread robots over machines.
     Worker {
         #[arg(required = true)]
@@ -99,8 +105,59 @@ pub enum Command {
     },
 }
 
+#[derive(Debug, Args, Clone)]
+pub struct ApiArgs {
+    /// Address the HTTP API listens on [default: 127.0.0.1:7070; `up --demo` serves no API
+    /// unless this is given].
+    #[arg(long, env = "WORKDO_LISTEN")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Serve without tokens (everyone is admin); refused unless --listen is a loopback address.
+    #[arg(long)]
+    pub open: bool,
+}
+
+impl ApiArgs {
+    pub fn address(&self) -> std::net::SocketAddr {
+        self.listen
+            .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 7070)))
+    }
+
+    pub fn access(&self) -> api::Access {
+        if self.open {
+            api::Access::Open
+        } else {
+            api::Access::Tokens
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokensCmd {
+    /// Create a token and print it (it is shown only this once).
+    Create {
+        /// admin, robot or viewer.
+        #[arg(long)]
+        role: String,
+        /// Valid for this long (e.g. 30d, 12h); without it, until revoked.
+        #[arg(long, value_parser = duration)]
+        expires: Option<std::time::Duration>,
+        /// A label, e.g. who or what uses it.
+        #[arg(long, default_value = "")]
+        name: String,
+    },
+    /// Every token (never the secrets).
+    List,
+    /// Revoke a token by id.
+    Revoke { id: i64 },
+}
+
 #[derive(Debug, Args)]
 pub struct UpArgs {
+    #[command(flatten)]
+    pub api: ApiArgs,
+    /// Run without the HTTP API.
+    #[arg(long)]
+    pub no_api: bool,
     /// Register N sample books, run them all with the demo functions, summarise, and exit.
     #[arg(long, value_name = "N")]
     pub demo: Option<u32>,
@@ -504,6 +561,10 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
         }
         Command::Db(_) => {}
         Command::Up(args) => up(&store, args, &cli.data_dir, out).await?,
+        Command::Serve(args) => {
+            api::serve(store, args.address(), args.access(), shutdown_on_signal()?).await?;
+        }
+        Command::Tokens(cmd) => tokens(&store, cmd, json, out).await?,
         Command::Worker { steps, runtime } => {
             let bindings = worker::bindings(&store, &steps).await?;
             let config = runtime_config(&runtime, false)?;
@@ -563,6 +624,31 @@ async fn run_until_signal(
     Ok(())
 }
 
+/// The API in the background, stopped by `token`.
+async fn spawn_api(
+    store: &Store,
+    args: &UpArgs,
+    token: &CancellationToken,
+) -> Result<Option<tokio::task::JoinHandle<Result<(), api::ServeError>>>> {
+    if args.no_api || (args.demo.is_some() && args.api.listen.is_none()) {
+        return Ok(None);
+    }
+    let (listen, access) = (args.api.address(), args.api.access());
+    if access == api::Access::Open && !listen.ip().is_loopback() {
+        return Err(api::ServeError::OpenNotLoopback(listen).into());
+    }
+    // Bind now so that a taken port is an error before any work starts.
+    let probe =
+        std::net::TcpListener::bind(listen).map_err(|e| api::ServeError::Bind(listen, e))?;
+    drop(probe);
+    Ok(Some(tokio::spawn(api::serve(
+        store.clone(),
+        listen,
+        access,
+        token.clone(),
+    ))))
+}
+
 async fn up(
     store: &Store,
     args: UpArgs,
@@ -572,7 +658,18 @@ async fn up(
     let Some(n) = args.demo else {
         let bindings = worker::bindings(store, &[]).await?;
         let config = runtime_config(&args.runtime, false)?;
-        return run_until_signal(store.clone(), config, bindings).await;
+        let token = shutdown_on_signal()?;
+        let server = spawn_api(store, &args, &token).await?;
+        if bindings.is_empty() {
+            eprintln!(
+                "workdo: no step of the loaded templates has a function; running maintenance only"
+            );
+        }
+        worker::run(store.clone(), config, bindings, token).await?;
+        if let Some(s) = server {
+            s.await??;
+        }
+        return Ok(());
     };
     let mut config = runtime_config(&args.runtime, true)?;
     let workspace = args
@@ -603,6 +700,7 @@ async fn up(
         workspace.display()
     )?;
     let token = CancellationToken::new();
+    let server = spawn_api(store, &args, &token).await?;
     let runtime = tokio::spawn(worker::run(store.clone(), config, bindings, token.clone()));
     let signals = shutdown_on_signal()?;
     let draw = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -612,6 +710,9 @@ async fn up(
     }
     token.cancel();
     runtime.await??;
+    if let Some(s) = server {
+        s.await??;
+    }
     demo::summary(store, run, started, out).await?;
     Ok(())
 }
@@ -939,6 +1040,7 @@ fn step_filter(f: &FilterArgs) -> Result<StepFilter> {
     };
     Ok(StepFilter {
         object: f.object.clone(),
+        workflow: None,
         template: f.template.clone(),
         step: f.step.clone(),
         status: None,
@@ -950,4 +1052,60 @@ fn actor() -> String {
     std::env::var("USER")
         .map(|u| format!("cli:{u}"))
         .unwrap_or_else(|_| "cli".into())
+}
+
+async fn tokens(store: &Store, cmd: TokensCmd, json: bool, out: &mut impl Write) -> Result<()> {
+    match cmd {
+        TokensCmd::Create {
+            role,
+            expires,
+            name,
+        } => {
+            let role = Role::parse(&role)
+                .with_context(|| format!("--role {role:?}: use admin, robot or viewer"))?;
+            let expires_at = match expires {
+                Some(d) => Some(
+                    Utc::now() + chrono::Duration::from_std(d).context("--expires is too long")?,
+                ),
+                None => None,
+            };
+            let (id, token) = store.token_create(role, &name, expires_at).await?;
+            emit(
+                out,
+                json,
+                &serde_json::json!({"id": id, "role": role, "token": token, "expires_at": expires_at}),
+                |o| writeln!(o, "{token}"),
+            )?;
+        }
+        TokensCmd::List => {
+            let rows = store.token_list().await?;
+            emit(out, json, &rows, |o| {
+                table(
+                    o,
+                    &["id", "name", "role", "created", "expires", "revoked"],
+                    rows.iter().map(|r| {
+                        let t = |d: Option<DateTime<Utc>>| {
+                            d.map(|d| d.format("%Y-%m-%d %H:%M").to_string())
+                                .unwrap_or_else(|| "-".into())
+                        };
+                        vec![
+                            r.id.to_string(),
+                            r.name.clone(),
+                            r.role.clone(),
+                            t(Some(r.created_at)),
+                            t(r.expires_at),
+                            t(r.revoked_at),
+                        ]
+                    }),
+                )
+            })?;
+        }
+        TokensCmd::Revoke { id } => {
+            store.token_revoke(id).await?;
+            emit(out, json, &serde_json::json!({"revoked": id}), |o| {
+                writeln!(o, "token {id} revoked")
+            })?;
+        }
+    }
+    Ok(())
 }

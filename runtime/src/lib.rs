@@ -4,6 +4,7 @@
 //! templates, [`store`] holds every SQL statement, [`pg`] and [`db`] find or start the database,
 //! and [`cli`] is the `workdo` command.
 
+pub mod api;
 pub mod cli;
 pub mod db;
 pub mod demo;

@@ -9,12 +9,16 @@ mod queries;
 mod results;
 mod steps;
 mod templates;
+mod tokens;
 mod workflows;
 
-pub use queries::{Facet, ObjectView, QueueEntry, Why, WorkflowView};
+pub use queries::{
+    Event, Facet, Milestone, ObjectView, QueueEntry, Why, WorkflowRow, WorkflowView,
+};
 pub use results::{StepInputs, StepResult};
 pub use steps::{Applied, Change, Claimed, READY_CHANNEL, SetOutcome, SetRequest, StepFilter};
 pub use templates::TemplateRow;
+pub use tokens::{Role, TokenRow};
 pub use workflows::{StartRequest, Started};
 
 use chrono::{DateTime, Utc};

@@ -371,4 +371,84 @@ impl Store {
         }
         Ok(Why { step: s, reasons })
     }
+
+    /// One workflow with its steps.
+    pub async fn workflow_view(&self, id: i64) -> Result<WorkflowView> {
+        let workflow: Option<WorkflowRow> = sqlx::query_as(
+            "select id, template, template_id, version, status, active, priority, lane, start_at,
+                    context, created_at, completed_at
+               from workdo.workflows where id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        let workflow = workflow.ok_or_else(|| StoreError::Invalid {
+            field: "workflow id",
+            value: id.to_string(),
+            reason: "no such workflow",
+        })?;
+        let steps = sqlx::query_as("select * from workdo.steps where workflow_id = $1 order by id")
+            .bind(id)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(WorkflowView { workflow, steps })
+    }
+
+    /// Events of an object or of a workflow, oldest first, after event id `after` (paging).
+    pub async fn events(
+        &self,
+        object: Option<&str>,
+        workflow: Option<i64>,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<Event>> {
+        Ok(sqlx::query_as(
+            "select id, at, workflow_id, template, version, step, kind, status, attempt, actor, detail
+               from workdo.events
+              where ($1::text is null or object_id = $1)
+                and ($2::bigint is null or workflow_id = $2)
+                and id > $3
+              order by id
+              limit $4",
+        )
+        .bind(object)
+        .bind(workflow)
+        .bind(after)
+        .bind(limit.clamp(1, 1000))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Steps in the queue (ready) of any template, oldest first.
+    pub async fn queue_all_ready(&self, limit: i64) -> Result<Vec<StepRow>> {
+        Ok(sqlx::query_as(
+            "select * from workdo.steps where status = 'ready' and active order by run_at, id limit $1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Whether the object is registered.
+    pub async fn object_exists(&self, id: &str) -> Result<bool> {
+        Ok(
+            sqlx::query_scalar("select exists (select 1 from workdo.objects where id = $1)")
+                .bind(id)
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
+    /// The object's workflows (all versions), with their steps.
+    pub async fn object_workflows(
+        &self,
+        id: &str,
+        template: Option<&str>,
+    ) -> Result<Vec<WorkflowView>> {
+        let mut view = self.object_view(id, 0).await?;
+        if let Some(t) = template {
+            view.workflows.retain(|w| w.workflow.template == t);
+        }
+        Ok(view.workflows)
+    }
 }

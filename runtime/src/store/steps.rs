@@ -138,6 +138,7 @@ pub struct SetOutcome {
 #[derive(Debug, Clone, Default)]
 pub struct StepFilter {
     pub object: Option<String>,
+    pub workflow: Option<i64>,
     pub template: Option<String>,
     pub step: Option<String>,
     /// Only steps in this status.
@@ -882,6 +883,7 @@ async fn filtered_ids(tx: &mut Transaction<'_, Postgres>, f: &StepFilter) -> Res
             and ($2::text is null or s.template = $2)
             and ($3::text is null or s.name = $3)
             and ($4::text is null or s.status = $4)
+            and ($7::bigint is null or s.workflow_id = $7)
             and ($5::text is null or exists (
                   select 1 from workdo.objects o
                    where o.id = s.object_id and o.properties -> $5 = $6::jsonb))
@@ -894,6 +896,7 @@ async fn filtered_ids(tx: &mut Transaction<'_, Postgres>, f: &StepFilter) -> Res
     .bind(&f.status)
     .bind(prop_key)
     .bind(prop_value)
+    .bind(f.workflow)
     .fetch_all(&mut **tx)
     .await?;
     Ok(ids)

@@ -406,3 +406,45 @@ pub(crate) async fn start_one(
         ready: if future { Vec::new() } else { ready },
     })
 }
+
+impl Store {
+    /// Delete the object's workflows of `template` (all of them when `None`), optionally of one
+    /// object version, with their steps. Returns how many workflows were deleted.
+    pub async fn workflow_delete(
+        &self,
+        object: &str,
+        template: Option<&str>,
+        version: Option<i32>,
+        actor: &str,
+    ) -> Result<u64> {
+        let mut tx = self.pool.begin().await?;
+        let deleted: Vec<(i64, String, i32)> = sqlx::query_as(
+            "delete from workdo.workflows
+              where object_id = $1 and ($2::text is null or template = $2) and ($3::int is null or version = $3)
+             returning id, template, version",
+        )
+        .bind(object)
+        .bind(template)
+        .bind(version)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut events = EventBuf::default();
+        for (id, t, v) in &deleted {
+            events.push(
+                object,
+                Some(*id),
+                Some(t),
+                Some(*v),
+                None,
+                "workflow_deleted",
+                None,
+                None,
+                actor,
+                Value::Null,
+            );
+        }
+        events.flush(&mut tx).await?;
+        tx.commit().await?;
+        Ok(deleted.len() as u64)
+    }
+}

@@ -1,0 +1,231 @@
+//! The HTTP API: a JSON API under `/api` (described by `/openapi.json`) and the WorkDo
+//! workflow-service XML routes at their original paths, so existing robots and clients work
+//! unchanged. Every request but `/health` and `/openapi.json` needs a bearer token; its role
+//! decides what it may do.
+
+mod json;
+mod openapi;
+mod workdo;
+
+use std::net::SocketAddr;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, FromRequestParts};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+
+use crate::store::{Role, Store, StoreError};
+
+/// Largest request body accepted (templates included).
+pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+
+/// How requests are authorised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Bearer tokens with roles.
+    Tokens,
+    /// Everyone is admin: local development only (loopback addresses).
+    Open,
+}
+
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub access: Access,
+}
+
+/// The whole API as a router, for serving and for in-process tests.
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .route("/health", get(|| async { "ok" }))
+        .route("/openapi.json", get(openapi::document))
+        .merge(json::router())
+        .merge(workdo::router())
+        .layer(DefaultBodyLimit::max(DEFAULT_BODY_LIMIT))
+        .with_state(state)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(
+        "--open serves without tokens and is only allowed on a loopback address, not {0}; create a token with `workdo tokens create --role admin` instead"
+    )]
+    OpenNotLoopback(SocketAddr),
+    #[error("cannot listen on {0}: {1}")]
+    Bind(SocketAddr, std::io::Error),
+    #[error("server failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Serve the API on `listen` until `shutdown` is cancelled.
+///
+/// # Errors
+/// `--open` on a non-loopback address, or the address cannot be bound.
+pub async fn serve(
+    store: Store,
+    listen: SocketAddr,
+    access: Access,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    if access == Access::Open && !listen.ip().is_loopback() {
+        return Err(ServeError::OpenNotLoopback(listen));
+    }
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| ServeError::Bind(listen, e))?;
+    tracing::info!(%listen, ?access, "API listening");
+    axum::serve(listener, app(AppState { store, access }))
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await?;
+    Ok(())
+}
+
+/// An error response. 4xx bodies say what was wrong; 5xx bodies hide internals (they are logged).
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, message)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        let status = match &e {
+            StoreError::UnknownTemplate(_)
+            | StoreError::UnknownObject(_)
+            | StoreError::UnknownWorkflow { .. }
+            | StoreError::UnknownStep { .. } => StatusCode::NOT_FOUND,
+            StoreError::StatusMismatch { .. } => StatusCode::CONFLICT,
+            StoreError::InvalidStatus { .. } | StoreError::Invalid { .. } => {
+                StatusCode::BAD_REQUEST
+            }
+            StoreError::CorruptTemplate(..) | StoreError::Sql(_) => {
+                tracing::error!(error = %e, "request failed");
+                return ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal error; see the server log",
+                );
+            }
+        };
+        ApiError::new(status, e.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "error": self.message });
+        (self.status, axum::Json(body)).into_response()
+    }
+}
+
+/// The authenticated caller.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller(pub Role);
+
+impl Caller {
+    /// 403 unless the caller's role includes `role`.
+    pub fn require(self, role: Role) -> ApiResult<()> {
+        if self.0 >= role {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "this needs the {} role; the token has {}",
+                    role.as_str(),
+                    self.0.as_str()
+                ),
+            ))
+        }
+    }
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        if state.access == Access::Open {
+            return Ok(Caller(Role::Admin));
+        }
+        let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, m);
+        let header = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .ok_or_else(|| unauthorized("missing bearer token (Authorization: Bearer …)"))?;
+        let token = header
+            .to_str()
+            .ok()
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or_else(|| unauthorized("the Authorization header is not `Bearer <token>`"))?;
+        match state.store.token_role(token).await? {
+            Some(role) => Ok(Caller(role)),
+            None => Err(unauthorized("unknown, expired or revoked token")),
+        }
+    }
+}
+
+/// Parse a JSON body, naming the problem when it is malformed.
+pub fn json_body<T: DeserializeOwned>(body: &Bytes) -> ApiResult<T> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+/// Query pairs, keeping repeated keys (`completed=a&completed=b`).
+pub fn query_pairs(raw: Option<&str>) -> ApiResult<Vec<(String, String)>> {
+    serde_urlencoded::from_str(raw.unwrap_or(""))
+        .map_err(|e| ApiError::bad_request(format!("invalid query string: {e}")))
+}
+
+/// An integer query parameter.
+pub fn int_param<T: std::str::FromStr>(
+    pairs: &[(String, String)],
+    key: &str,
+) -> ApiResult<Option<T>> {
+    match pairs.iter().find(|(k, _)| k == key) {
+        None => Ok(None),
+        Some((_, v)) => v.parse().map(Some).map_err(|_| {
+            ApiError::bad_request(format!("query parameter {key}={v:?} is not a number"))
+        }),
+    }
+}
+
+pub fn param<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
+/// `TEMPLATE:STEP`.
+pub fn split_step(text: &str) -> ApiResult<(String, String)> {
+    match text.split_once(':') {
+        Some((t, s)) if !t.is_empty() && !s.is_empty() => Ok((t.to_string(), s.to_string())),
+        _ => Err(ApiError::bad_request(format!(
+            "{text:?} is not WORKFLOW:STEP"
+        ))),
+    }
+}

@@ -1,0 +1,512 @@
+//! The WorkDo workflow-service routes, XML in and out as existing robots and clients expect.
+
+use std::fmt::Write as _;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use serde_json::{Value, json};
+
+use super::{ApiError, ApiResult, AppState, Caller, int_param, param, query_pairs, split_step};
+use crate::status::Status;
+use crate::store::{Role, SetRequest, StartRequest, StepRow, StoreError, WorkflowView};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/objects/{druid}/workflows",
+            get(workflows_of_object).delete(delete_all),
+        )
+        .route(
+            "/objects/{druid}/workflows/{workflow}",
+            get(workflow_of_object).post(create).delete(delete_one),
+        )
+        .route(
+            "/objects/{druid}/workflows/{workflow}/skip-all",
+            post(skip_all),
+        )
+        .route(
+            "/objects/{druid}/workflows/{workflow}/{process}",
+            put(update_process),
+        )
+        .route("/objects/{druid}/lifecycle", get(lifecycle))
+        .route("/workflow_queue", get(workflow_queue))
+        .route("/workflow_queue/lane_ids", get(lane_ids))
+        .route("/workflow_queue/all_queued", get(all_queued))
+        .route("/workflow_templates", get(template_names))
+        .route("/workflow_templates/{name}", get(template_processes))
+}
+
+/// Escape text for an XML attribute or element.
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn xml(body: String) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/xml; charset=utf-8")],
+        body,
+    )
+        .into_response()
+}
+
+/// `druid:bb123cd4567`, or the same without its prefix; anything else is a 400.
+fn druid(text: &str) -> ApiResult<String> {
+    let bare = text.strip_prefix("druid:").unwrap_or(text);
+    let b = bare.as_bytes();
+    let letter = |c: u8| b"bcdfghjkmnpqrstvwxyz".contains(&c);
+    let ok = b.len() == 11
+        && letter(b[0])
+        && letter(b[1])
+        && b[2..5].iter().all(u8::is_ascii_digit)
+        && letter(b[5])
+        && letter(b[6])
+        && b[7..].iter().all(u8::is_ascii_digit);
+    if ok {
+        Ok(format!("druid:{bare}"))
+    } else {
+        Err(ApiError::bad_request(format!(
+            "invalid druid {text:?}: expected druid:bb123cd4567 (two consonants, three digits, two consonants, four digits)"
+        )))
+    }
+}
+
+fn process_xml(out: &mut String, s: &StepRow) {
+    let status = Status::parse(&s.status).unwrap_or(Status::Custom(s.status.clone()));
+    let _ = write!(
+        out,
+        r#"<process version="{}" priority="{}" note="{}" lifecycle="{}" laneId="{}" elapsed="{}" attempts="{}" datetime="{}" status="{}" name="{}""#,
+        s.version,
+        s.priority,
+        esc(s.note.as_deref().unwrap_or("")),
+        esc(s.lifecycle.as_deref().unwrap_or("")),
+        esc(&s.lane),
+        s.elapsed.map(|e| format!("{e:.3}")).unwrap_or_default(),
+        s.attempts,
+        s.updated_at.to_rfc3339(),
+        esc(status.workdo_name()),
+        esc(&s.name),
+    );
+    if let Some(m) = &s.error_message {
+        let _ = write!(out, r#" errorMessage="{}""#, esc(m));
+    }
+    out.push_str("/>");
+}
+
+fn workflow_xml(out: &mut String, object: &str, template: &str, views: &[&WorkflowView]) {
+    let _ = write!(
+        out,
+        r#"<workflow repository="dor" objectId="{}" id="{}">"#,
+        esc(object),
+        esc(template)
+    );
+    for v in views {
+        for s in &v.steps {
+            process_xml(out, s);
+        }
+    }
+    out.push_str("</workflow>");
+}
+
+async fn workflows_of_object(
+    State(s): State<AppState>,
+    _c: Caller,
+    Path(d): Path<String>,
+) -> ApiResult<Response> {
+    let object = druid(&d)?;
+    let views = match s.store.object_workflows(&object, None).await {
+        Ok(v) => v,
+        Err(StoreError::UnknownObject(_)) => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
+    let mut out = format!(r#"<workflows objectId="{}">"#, esc(&object));
+    let mut names: Vec<&str> = views.iter().map(|v| v.workflow.template.as_str()).collect();
+    names.dedup();
+    for name in names {
+        let of: Vec<&WorkflowView> = views
+            .iter()
+            .filter(|v| v.workflow.template == name)
+            .collect();
+        workflow_xml(&mut out, &object, name, &of);
+    }
+    out.push_str("</workflows>");
+    Ok(xml(out))
+}
+
+async fn workflow_of_object(
+    State(s): State<AppState>,
+    _c: Caller,
+    Path((d, workflow)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let object = druid(&d)?;
+    let views = match s.store.object_workflows(&object, Some(&workflow)).await {
+        Ok(v) => v,
+        Err(StoreError::UnknownObject(_)) => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
+    let mut out = String::new();
+    workflow_xml(
+        &mut out,
+        &object,
+        &workflow,
+        &views.iter().collect::<Vec<_>>(),
+    );
+    Ok(xml(out))
+}
+
+/// Create (or re-create) the workflow's steps. `?version=N&lane-id=L`, optional JSON body
+/// `{"context": {…}}`. An unknown template is a 400 and creates nothing.
+async fn create(
+    State(s): State<AppState>,
+    c: Caller,
+    Path((d, workflow)): Path<(String, String)>,
+    RawQuery(q): RawQuery,
+    body: Bytes,
+) -> ApiResult<Response> {
+    c.require(Role::Robot)?;
+    let object = druid(&d)?;
+    let pairs = query_pairs(q.as_deref())?;
+    let context = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        let v: Value = super::json_body(&body)?;
+        match v.get("context") {
+            None => json!({}),
+            Some(ctx) if ctx.is_object() => ctx.clone(),
+            Some(_) => return Err(ApiError::bad_request("`context` must be a JSON object")),
+        }
+    };
+    let mut req = StartRequest::new(&workflow, &[&object]);
+    req.version = int_param(&pairs, "version")?;
+    if let Some(lane) = param(&pairs, "lane-id") {
+        req.lane = lane.to_string();
+    }
+    req.context = context;
+    req.actor = format!("api:{}", c.0.as_str());
+    match s.store.workflow_start(&req).await {
+        Ok(_) => Ok(StatusCode::CREATED.into_response()),
+        Err(StoreError::UnknownTemplate(t)) => Err(ApiError::bad_request(format!(
+            "unknown workflow template {t:?}"
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The WorkDo update call. Body: `<process name=… status=… elapsed=… lifecycle=… note=…
+/// errorMessage=… errorText=…/>`; optional `?current-status=S` precondition.
+async fn update_process(
+    State(s): State<AppState>,
+    c: Caller,
+    Path((d, workflow, process)): Path<(String, String, String)>,
+    RawQuery(q): RawQuery,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    c.require(Role::Robot)?;
+    let object = druid(&d)?;
+    let pairs = query_pairs(q.as_deref())?;
+    let text = std::str::from_utf8(&body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not UTF-8: {e}")))?;
+    let doc = roxmltree::Document::parse(text)
+        .map_err(|e| ApiError::bad_request(format!("malformed XML body: {e}")))?;
+    let root = doc.root_element();
+    if root.tag_name().name() != "process" {
+        return Err(ApiError::bad_request(format!(
+            "the body's root element is <{}>, expected <process>",
+            root.tag_name().name()
+        )));
+    }
+    let name = root.attribute("name").unwrap_or(&process);
+    if name != process {
+        return Err(ApiError::bad_request(format!(
+            "the body names process {name:?} but the URL names {process:?}"
+        )));
+    }
+    let status = root
+        .attribute("status")
+        .ok_or_else(|| ApiError::bad_request("the <process> element has no status attribute"))?;
+    if Status::parse(status).is_none() {
+        return Err(ApiError::bad_request(format!("invalid status {status:?}")));
+    }
+    let elapsed = match root
+        .attribute("elapsed")
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+    {
+        None => None,
+        Some(e) => Some(
+            e.parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!("elapsed={e:?} is not a number of seconds"))
+                })?,
+        ),
+    };
+    let nonempty = |a: &str| {
+        root.attribute(a)
+            .map(str::to_string)
+            .filter(|v| !v.is_empty())
+    };
+    let req = SetRequest {
+        object,
+        template: workflow,
+        step: process,
+        status: status.to_string(),
+        note: nonempty("note"),
+        error_message: nonempty("errorMessage"),
+        error_text: nonempty("errorText"),
+        lifecycle: nonempty("lifecycle"),
+        elapsed,
+        current_status: param(&pairs, "current-status").map(str::to_string),
+        version: int_param(&pairs, "version")?,
+        actor: format!("api:{}", c.0.as_str()),
+    };
+    let outcome = s.store.step_set(&req).await?;
+    Ok(Json(json!({ "next_steps": outcome.next_steps })))
+}
+
+async fn skip_all(
+    State(s): State<AppState>,
+    c: Caller,
+    Path((d, workflow)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    c.require(Role::Robot)?;
+    let object = druid(&d)?;
+    if s.store
+        .object_workflows(&object, Some(&workflow))
+        .await
+        .map(|v| v.is_empty())
+        .unwrap_or(true)
+    {
+        return Err(ApiError::not_found(format!(
+            "{object} has no {workflow} workflow"
+        )));
+    }
+    s.store
+        .workflow_skip_all(&object, &workflow, &format!("api:{}", c.0.as_str()))
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn delete_one(
+    State(s): State<AppState>,
+    c: Caller,
+    Path((d, workflow)): Path<(String, String)>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<StatusCode> {
+    c.require(Role::Admin)?;
+    let object = druid(&d)?;
+    let pairs = query_pairs(q.as_deref())?;
+    let n = s
+        .store
+        .workflow_delete(
+            &object,
+            Some(&workflow),
+            int_param(&pairs, "version")?,
+            &format!("api:{}", c.0.as_str()),
+        )
+        .await?;
+    if n == 0 {
+        return Err(ApiError::not_found(format!(
+            "{object} has no {workflow} workflow"
+        )));
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn delete_all(
+    State(s): State<AppState>,
+    c: Caller,
+    Path(d): Path<String>,
+) -> ApiResult<StatusCode> {
+    c.require(Role::Admin)?;
+    let object = druid(&d)?;
+    let n = s
+        .store
+        .workflow_delete(&object, None, None, &format!("api:{}", c.0.as_str()))
+        .await?;
+    if n == 0 {
+        return Err(ApiError::not_found(format!("{object} has no workflows")));
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn lifecycle(
+    State(s): State<AppState>,
+    _c: Caller,
+    Path(d): Path<String>,
+) -> ApiResult<Response> {
+    let object = druid(&d)?;
+    if !s.store.object_exists(&object).await? {
+        return Err(ApiError::not_found(format!("no object {object}")));
+    }
+    let mut out = format!(r#"<lifecycle objectId="{}">"#, esc(&object));
+    for m in s.store.milestones(&object).await? {
+        let _ = write!(
+            out,
+            r#"<milestone date="{}" version="{}">{}</milestone>"#,
+            m.at.to_rfc3339(),
+            m.version,
+            esc(&m.name)
+        );
+    }
+    out.push_str("</lifecycle>");
+    Ok(xml(out))
+}
+
+/// `?waiting=WF:STEP&completed=WF:STEP…[&lane-id=L][&limit=N]`, or `?error=WF:STEP`.
+async fn workflow_queue(
+    State(s): State<AppState>,
+    _c: Caller,
+    RawQuery(q): RawQuery,
+) -> ApiResult<Response> {
+    let pairs = query_pairs(q.as_deref())?;
+    let limit = int_param(&pairs, "limit")?.unwrap_or(1000);
+    let ids: Vec<String> = if let Some(e) = param(&pairs, "error") {
+        let (t, st) = split_step(e)?;
+        s.store
+            .queue_errors(&t, &st, limit)
+            .await?
+            .into_iter()
+            .map(|r| r.object_id)
+            .collect()
+    } else {
+        let waiting = param(&pairs, "waiting")
+            .ok_or_else(|| ApiError::bad_request("give waiting=WF:STEP (or error=WF:STEP)"))?;
+        let (t, st) = split_step(waiting)?;
+        let completed = pairs
+            .iter()
+            .filter(|(k, _)| k == "completed")
+            .map(|(_, v)| split_step(v))
+            .collect::<ApiResult<Vec<_>>>()?;
+        s.store
+            .queue_waiting(&t, &st, &completed, param(&pairs, "lane-id"), limit)
+            .await?
+            .into_iter()
+            .map(|r| r.object_id)
+            .collect()
+    };
+    let mut out = format!(r#"<objects count="{}">"#, ids.len());
+    for id in &ids {
+        let _ = write!(out, r#"<object id="{}"/>"#, esc(id));
+    }
+    out.push_str("</objects>");
+    Ok(xml(out))
+}
+
+async fn lane_ids(
+    State(s): State<AppState>,
+    _c: Caller,
+    RawQuery(q): RawQuery,
+) -> ApiResult<Response> {
+    let pairs = query_pairs(q.as_deref())?;
+    let step = param(&pairs, "step").ok_or_else(|| ApiError::bad_request("give step=WF:STEP"))?;
+    let (t, st) = split_step(step)?;
+    let mut out = String::from("<lanes>");
+    for lane in s.store.queue_lanes(&t, &st).await? {
+        let _ = write!(out, r#"<lane id="{}"/>"#, esc(&lane));
+    }
+    out.push_str("</lanes>");
+    Ok(xml(out))
+}
+
+/// Every step in a queue now, oldest first.
+async fn all_queued(
+    State(s): State<AppState>,
+    _c: Caller,
+    RawQuery(q): RawQuery,
+) -> ApiResult<Response> {
+    let pairs = query_pairs(q.as_deref())?;
+    let rows = s
+        .store
+        .queue_all_ready(int_param(&pairs, "limit")?.unwrap_or(1000))
+        .await?;
+    let mut out = format!(r#"<workflows count="{}">"#, rows.len());
+    for r in &rows {
+        let _ = write!(
+            out,
+            r#"<workflow laneId="{}" note="{}" errorText="" errorMessage="" name="{}" druid="{}" id="{}" datetime="{}"/>"#,
+            esc(&r.lane),
+            esc(r.note.as_deref().unwrap_or("")),
+            esc(&r.name),
+            esc(&r.object_id),
+            esc(&r.template),
+            r.run_at.to_rfc3339()
+        );
+    }
+    out.push_str("</workflows>");
+    Ok(xml(out))
+}
+
+async fn template_names(State(s): State<AppState>, _c: Caller) -> ApiResult<Json<Value>> {
+    let names: Vec<String> = s
+        .store
+        .template_list()
+        .await?
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    Ok(Json(json!(names)))
+}
+
+async fn template_processes(
+    State(s): State<AppState>,
+    _c: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let t = s.store.template_current(&name).await?;
+    let processes: Vec<Value> = t
+        .spec
+        .steps
+        .iter()
+        .map(|p| {
+            let mut o = json!({ "name": p.name });
+            if !p.prereqs.is_empty() {
+                o["prerequisite"] = json!(p.prereqs);
+            }
+            o
+        })
+        .collect();
+    Ok(Json(json!({ "processes": processes })))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn druids() {
+        assert_eq!(
+            super::druid("bb123cd4567").ok().as_deref(),
+            Some("druid:bb123cd4567")
+        );
+        assert!(super::druid("druid:bb123cd4567").is_ok());
+        assert!(
+            super::druid("druid:ab123cd4567").is_err(),
+            "a is not a druid letter"
+        );
+        assert!(super::druid("druid:bb123cd456").is_err());
+        assert!(super::druid("../etc").is_err());
+    }
+
+    #[test]
+    fn escapes() {
+        assert_eq!(
+            super::esc(r#"<a href="x">&'"#),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&apos;"
+        );
+    }
+}
