@@ -96,6 +96,18 @@ pub enum Command {
     /// Create, list and revoke API tokens.
     #[command(subcommand)]
     Tokens(TokensCmd),
+    /// Task injection: run TEMPLATE:STEP for these objects now, ahead of the queue.
+    Run {
+        /// TEMPLATE:STEP
+        step: String,
+        #[arg(long = "object", required = true)]
+        objects: Vec<String>,
+        #[command(flatten)]
+        runtime: RuntimeArgs,
+    },
+    /// Cron schedules that start workflows.
+    #[command(subcommand)]
+    Schedules(SchedulesCmd),
     /// Run workers for just these steps (TEMPLATE:STEP), e.g. to spread robots over machines.
     Worker {
         #[arg(required = true)]
@@ -129,6 +141,17 @@ impl ApiArgs {
             api::Access::Tokens
         }
     }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SchedulesCmd {
+    /// Load schedules files (`schedules: [...]`); entries are matched by name.
+    Load {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Every schedule with its next fire time.
+    List,
 }
 
 #[derive(Debug, Subcommand)]
@@ -194,6 +217,14 @@ pub struct RuntimeArgs {
     /// Database connections this process may use.
     #[arg(long, default_value_t = 16)]
     pub max_connections: u32,
+    /// A file of KEY=VALUE lines (WORKDO_SMTP_URL, WORKDO_ALERT_FROM, WORKDO_ALERT_TO,
+    /// WORKDO_ALERT_INTERVAL, WORKDO_STUCK_STARTED, WORKDO_STUCK_READY, WORKDO_API_URL);
+    /// the environment overrides it.
+    #[arg(long, env = "WORKDO_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Do not fire cron schedules in this process.
+    #[arg(long)]
+    pub no_schedules: bool,
 }
 
 fn duration(text: &str) -> Result<std::time::Duration, String> {
@@ -565,6 +596,56 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
             api::serve(store, args.address(), args.access(), shutdown_on_signal()?).await?;
         }
         Command::Tokens(cmd) => tokens(&store, cmd, json, out).await?,
+        Command::Run {
+            step,
+            objects,
+            runtime,
+        } => run_now(&store, &step, &objects, &runtime, json, out).await?,
+        Command::Schedules(SchedulesCmd::Load { files }) => {
+            let mut n = 0;
+            for f in &files {
+                let text = std::fs::read_to_string(f)
+                    .with_context(|| format!("cannot read {}", f.display()))?;
+                let origin = f.display().to_string();
+                let specs = crate::schedules::parse_file(&origin, &text)?;
+                n += store.schedules_put(&specs, &origin).await?;
+            }
+            emit(out, json, &serde_json::json!({"schedules": n}), |o| {
+                writeln!(o, "{n} schedules loaded")
+            })?;
+        }
+        Command::Schedules(SchedulesCmd::List) => {
+            let rows = store.schedules_list().await?;
+            emit(out, json, &rows, |o| {
+                table(
+                    o,
+                    &[
+                        "schedule",
+                        "cron",
+                        "time zone",
+                        "starts",
+                        "next fire (UTC)",
+                        "last fired",
+                    ],
+                    rows.iter().map(|r| {
+                        vec![
+                            r.name.clone(),
+                            r.cron.clone(),
+                            r.timezone.clone(),
+                            r.template.clone(),
+                            if r.enabled {
+                                r.next_fire_at.format("%Y-%m-%d %H:%M:%S").to_string()
+                            } else {
+                                "never".into()
+                            },
+                            r.last_fired_at
+                                .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+                                .unwrap_or_else(|| "-".into()),
+                        ]
+                    }),
+                )
+            })?;
+        }
         Command::Worker { steps, runtime } => {
             let bindings = worker::bindings(&store, &steps).await?;
             let config = runtime_config(&runtime, false)?;
@@ -588,6 +669,8 @@ fn runtime_config(args: &RuntimeArgs, demo: bool) -> Result<worker::Config> {
         std::time::Duration::from_secs(1)
     });
     config.backoff.max = args.retry_max;
+    config.alerts = crate::alerts::AlertConfig::load(args.config.as_deref())?;
+    config.schedules = !args.no_schedules;
     Ok(config)
 }
 
@@ -1107,5 +1190,80 @@ async fn tokens(store: &Store, cmd: TokensCmd, json: bool, out: &mut impl Write)
             })?;
         }
     }
+    Ok(())
+}
+
+/// `workdo run`: claim the step of these objects now and run it through the worker's path.
+async fn run_now(
+    store: &Store,
+    step: &str,
+    objects: &[String],
+    args: &RuntimeArgs,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let bindings = worker::bindings(store, &[step.to_string()]).await?;
+    let Some(binding) = bindings.into_iter().next() else {
+        bail!("{step} has no function to run");
+    };
+    let config = runtime_config(args, false)?;
+    let invoker = crate::function::Invoker::new(&binding.function, &config.env)
+        .map_err(anyhow::Error::msg)?;
+    let timeout = std::time::Duration::from_secs_f64(binding.function.timeout_secs);
+    let claimed = store
+        .step_claim_objects(
+            &binding.template,
+            &binding.step,
+            objects,
+            &config.owner,
+            timeout + config.lease_margin,
+        )
+        .await?;
+    let ids: Vec<i64> = claimed.iter().map(|c| c.id).collect();
+    let mut inputs = store.step_inputs(&ids, &binding.function.documents).await?;
+    let mut results = Vec::new();
+    for c in &claimed {
+        let input = inputs.remove(&c.id).unwrap_or_default();
+        results.push(worker::execute(&invoker, &binding, &config, c, input, timeout).await);
+    }
+    invoker.shutdown().await;
+    store
+        .results_commit(&results, &format!("cli:run:{}", config.owner))
+        .await?;
+    let mut report = Vec::new();
+    for o in objects {
+        let line = match claimed
+            .iter()
+            .zip(&results)
+            .find(|(c, _)| &c.object_id == o)
+        {
+            Some((_, r)) => serde_json::json!({"object": o, "status": r.change.status.as_str(),
+                "message": r.change.error_message, "note": r.change.note}),
+            None => {
+                let why = store.why(o, &binding.template, &binding.step).await;
+                let reason = match why {
+                    Ok(w) => w.reasons.join("; "),
+                    Err(e) => e.to_string(),
+                };
+                serde_json::json!({"object": o, "status": "not run", "message": reason})
+            }
+        };
+        report.push(line);
+    }
+    emit(out, json, &report, |o| {
+        for r in &report {
+            writeln!(
+                o,
+                "{} {}{}",
+                r["object"].as_str().unwrap_or_default(),
+                r["status"].as_str().unwrap_or_default(),
+                r["message"]
+                    .as_str()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            )?;
+        }
+        Ok(())
+    })?;
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! templates, [`store`] holds every SQL statement, [`pg`] and [`db`] find or start the database,
 //! and [`cli`] is the `workdo` command.
 
+pub mod alerts;
 pub mod api;
 pub mod cli;
 pub mod db;
@@ -11,6 +12,7 @@ pub mod demo;
 pub mod function;
 pub mod pg;
 pub mod retry;
+pub mod schedules;
 pub mod status;
 pub mod store;
 pub mod template;

@@ -48,6 +48,12 @@ pub struct Config {
     pub maintenance_interval: Duration,
     /// Most results committed in one transaction.
     pub commit_batch: usize,
+    /// Alert mail; `None` leaves alerts in the outbox.
+    pub alerts: Option<crate::alerts::AlertConfig>,
+    /// Fire cron schedules.
+    pub schedules: bool,
+    /// How often the stuck-step monitor looks.
+    pub stuck_check_interval: Duration,
 }
 
 impl Default for Config {
@@ -62,6 +68,9 @@ impl Default for Config {
             default_batch: 100,
             maintenance_interval: Duration::from_millis(200),
             commit_batch: 500,
+            alerts: None,
+            schedules: true,
+            stuck_check_interval: Duration::from_secs(30),
         }
     }
 }
@@ -193,6 +202,23 @@ pub async fn run(
         config.maintenance_interval,
         background.clone(),
     ));
+    let scheduler = config
+        .schedules
+        .then(|| tokio::spawn(fire_schedules(store.clone(), background.clone())));
+    let alerts = match &config.alerts {
+        Some(a) => {
+            let sender = crate::alerts::Sender::new(store.clone(), a.clone())
+                .map_err(|e| WorkerError::Function("alerts".into(), e.to_string()))?;
+            let bound: Vec<String> = bindings.iter().map(Binding::key).collect();
+            Some(tokio::spawn(send_alerts(
+                sender,
+                bound,
+                config.stuck_check_interval,
+                background.clone(),
+            )))
+        }
+        None => None,
+    };
     let shared = Arc::new(Shared {
         store,
         config,
@@ -205,11 +231,20 @@ pub async fn run(
     }
     info!(workers = workers.len(), owner = %shared.config.owner, "runtime started");
     while workers.join_next().await.is_some() {}
+    // With no steps to work on, this process still promotes, sweeps, fires schedules and sends
+    // alerts until it is told to stop.
+    shutdown.cancelled().await;
     drop(shared); // closes the completer's channel once every worker is done
     let _ = completer.await;
     background.cancel();
     let _ = listener.await;
     let _ = maintenance.await;
+    if let Some(s) = scheduler {
+        let _ = s.await;
+    }
+    if let Some(a) = alerts {
+        let _ = a.await;
+    }
     info!("runtime stopped");
     Ok(())
 }
@@ -297,67 +332,7 @@ async fn work(
             let binding = Arc::clone(&binding);
             let inflight = Arc::clone(&inflight);
             calls.spawn(async move {
-                let event = Event {
-                    protocol: PROTOCOL.into(),
-                    step_id: c.id,
-                    workflow_id: c.workflow_id,
-                    object: c.object_id.clone(),
-                    template: c.template.clone(),
-                    step: c.name.clone(),
-                    version: c.version,
-                    lane: c.lane.clone(),
-                    attempt: c.attempts,
-                    max_attempts: c.max_attempts,
-                    properties: input.properties,
-                    documents: input.documents,
-                    context: input.context,
-                    traceparent: input.trace_context,
-                    deadline: (Utc::now()
-                        + chrono::Duration::from_std(timeout).unwrap_or_default())
-                    .to_rfc3339(),
-                };
-                let outcome = invoker.invoke(&event, timeout).await;
-                let unit: f64 = rand::random();
-                let decision = decide(
-                    outcome.as_ref(),
-                    c.attempts,
-                    c.max_attempts,
-                    &binding.declared,
-                    &shared.config.backoff,
-                    Utc::now(),
-                    unit,
-                );
-                let kind = match &decision.status {
-                    Status::Completed => "completed",
-                    Status::Skipped => "skipped",
-                    Status::Retrying => "failed_retrying",
-                    Status::Error => "failed",
-                    Status::Scheduled => "deferred",
-                    _ => "status_reported",
-                };
-                let mut change = Change::new(c.id, decision.status.clone(), kind);
-                change.note = decision.note;
-                change.error_message = decision.message;
-                change.error_text = decision.text;
-                change.lifecycle = decision.lifecycle;
-                change.elapsed = decision.elapsed;
-                change.run_at = decision.run_at;
-                change.attempts_delta = decision.attempts_delta;
-                change.lease = Some(c.lease_token);
-                change.detail =
-                    serde_json::json!({ "worker": shared.config.owner, "attempt": c.attempts });
-                let (object, context, start) = match (decision.apply_effects, outcome) {
-                    (true, Ok(o)) => (o.object, o.context, o.start),
-                    _ => (None, None, Vec::new()),
-                };
-                let result = StepResult {
-                    change,
-                    object_id: c.object_id.clone(),
-                    workflow_id: c.workflow_id,
-                    object,
-                    context,
-                    start,
-                };
+                let result = execute(&invoker, &binding, &shared.config, &c, input, timeout).await;
                 let _ = shared.done.send(Completion { result }).await;
                 if let Ok(mut f) = inflight.lock() {
                     f.remove(&c.id);
@@ -506,4 +481,121 @@ pub fn parse_env(pairs: &[String]) -> Result<BTreeMap<String, String>, String> {
                 .ok_or_else(|| format!("{p:?}: expected KEY=VALUE"))
         })
         .collect()
+}
+
+/// Call the function for one claimed step and decide its result (nothing is written yet).
+pub async fn execute(
+    invoker: &Invoker,
+    binding: &Binding,
+    config: &Config,
+    c: &Claimed,
+    input: crate::store::StepInputs,
+    timeout: Duration,
+) -> StepResult {
+    let event = Event {
+        protocol: PROTOCOL.into(),
+        step_id: c.id,
+        workflow_id: c.workflow_id,
+        object: c.object_id.clone(),
+        template: c.template.clone(),
+        step: c.name.clone(),
+        version: c.version,
+        lane: c.lane.clone(),
+        attempt: c.attempts,
+        max_attempts: c.max_attempts,
+        properties: input.properties,
+        documents: input.documents,
+        context: input.context,
+        traceparent: input.trace_context,
+        deadline: (Utc::now() + chrono::Duration::from_std(timeout).unwrap_or_default())
+            .to_rfc3339(),
+    };
+    let outcome = invoker.invoke(&event, timeout).await;
+    let unit: f64 = rand::random();
+    let decision = decide(
+        outcome.as_ref(),
+        c.attempts,
+        c.max_attempts,
+        &binding.declared,
+        &config.backoff,
+        Utc::now(),
+        unit,
+    );
+    let kind = match &decision.status {
+        Status::Completed => "completed",
+        Status::Skipped => "skipped",
+        Status::Retrying => "failed_retrying",
+        Status::Error => "failed",
+        Status::Scheduled => "deferred",
+        _ => "status_reported",
+    };
+    let mut change = Change::new(c.id, decision.status.clone(), kind);
+    change.note = decision.note;
+    change.error_message = decision.message;
+    change.error_text = decision.text;
+    change.lifecycle = decision.lifecycle;
+    change.elapsed = decision.elapsed;
+    change.run_at = decision.run_at;
+    change.attempts_delta = decision.attempts_delta;
+    change.lease = Some(c.lease_token);
+    change.detail = serde_json::json!({ "worker": config.owner, "attempt": c.attempts });
+    let (object, context, start) = match (decision.apply_effects, outcome) {
+        (true, Ok(o)) => (o.object, o.context, o.start),
+        _ => (None, None, Vec::new()),
+    };
+    StepResult {
+        change,
+        object_id: c.object_id.clone(),
+        workflow_id: c.workflow_id,
+        object,
+        context,
+        start,
+    }
+}
+
+/// Fire due schedules; sleep until the next fire time (at most a second).
+async fn fire_schedules(store: Store, stop: CancellationToken) {
+    loop {
+        match store.schedules_fire_due().await {
+            Ok(fired) => {
+                for f in fired {
+                    info!(schedule = %f.schedule, started = f.started, "schedule fired");
+                }
+            }
+            Err(e) => warn!(error = %e, "firing schedules failed"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(500)) => {}
+            () = stop.cancelled() => return,
+        }
+    }
+}
+
+/// Send alert mail every second, look for stuck steps every `stuck_every`, flush on shutdown.
+async fn send_alerts(
+    sender: crate::alerts::Sender,
+    bound: Vec<String>,
+    stuck_every: Duration,
+    stop: CancellationToken,
+) {
+    let mut last_stuck = std::time::Instant::now();
+    loop {
+        if last_stuck.elapsed() >= stuck_every {
+            last_stuck = std::time::Instant::now();
+            if let Err(e) = sender.check_stuck(&bound).await {
+                warn!(error = %e, "stuck-step check failed");
+            }
+        }
+        if let Err(e) = sender.run_once(false).await {
+            warn!(error = %e, "sending alerts failed");
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            () = stop.cancelled() => break,
+        }
+    }
+    // Do not leave mail behind: send what is pending, digests included (bounded wait).
+    if let Err(e) = sender.flush(Duration::from_secs(30)).await {
+        warn!(error = %e, "flushing alerts on shutdown failed");
+    }
 }

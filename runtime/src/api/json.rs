@@ -38,6 +38,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/queues/{template}/{step}/errors", get(queue_errors))
         .route("/api/facets", get(facets))
         .route("/api/priority", post(priority))
+        .route("/api/retry", post(retry))
 }
 
 async fn templates_list(State(s): State<AppState>, _c: Caller) -> ApiResult<Json<Value>> {
@@ -407,4 +408,34 @@ async fn priority(State(s): State<AppState>, c: Caller, body: Bytes) -> ApiResul
         .steps_prioritize(&filter, b.priority, &format!("api:{}", c.0.as_str()))
         .await?;
     Ok(Json(json!({"steps": n, "priority": b.priority})))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetryBody {
+    #[serde(default)]
+    object: Option<String>,
+    #[serde(default)]
+    template: Option<String>,
+    #[serde(default)]
+    step: Option<String>,
+}
+
+/// Put steps in error back in the queue with fresh attempts.
+async fn retry(State(s): State<AppState>, c: Caller, body: Bytes) -> ApiResult<Json<Value>> {
+    c.require(Role::Robot)?;
+    let b: RetryBody = json_body(&body)?;
+    let filter = StepFilter {
+        object: b.object,
+        workflow: None,
+        template: b.template,
+        step: b.step,
+        status: None,
+        property: None,
+    };
+    let n = s
+        .store
+        .steps_retry(&filter, &format!("api:{}", c.0.as_str()))
+        .await?;
+    Ok(Json(json!({"steps": n})))
 }

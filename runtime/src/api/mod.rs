@@ -119,9 +119,9 @@ impl From<StoreError> for ApiError {
             | StoreError::UnknownWorkflow { .. }
             | StoreError::UnknownStep { .. } => StatusCode::NOT_FOUND,
             StoreError::StatusMismatch { .. } => StatusCode::CONFLICT,
-            StoreError::InvalidStatus { .. } | StoreError::Invalid { .. } => {
-                StatusCode::BAD_REQUEST
-            }
+            StoreError::InvalidStatus { .. }
+            | StoreError::Invalid { .. }
+            | StoreError::Schedule(_) => StatusCode::BAD_REQUEST,
             StoreError::CorruptTemplate(..) | StoreError::Sql(_) => {
                 tracing::error!(error = %e, "request failed");
                 return ApiError::new(

@@ -107,6 +107,9 @@ pub fn spec() -> Value {
             "/api/priority": {"post": op("Set the priority of unfinished steps by object, workflow, template and/or step", "admin", json!({
                 "requestBody": json_body(obj(json!({"priority": i, "object": s, "workflow": i, "template": s, "step": s}), &["priority"]))
             }))},
+            "/api/retry": {"post": op("Put steps in error back in the queue, attempts reset (by object, template and/or step)", "robot", json!({
+                "requestBody": json_body(obj(json!({"object": s, "template": s, "step": s}), &[]))
+            }))},
             "/objects/{druid}/workflows": {
                 "parameters": path_params(&["druid"]),
                 "get": op("WorkDo: <workflows> XML of the object", "viewer", json!({})),

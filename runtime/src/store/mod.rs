@@ -56,6 +56,8 @@ pub enum StoreError {
         value: String,
         reason: &'static str,
     },
+    #[error("{0}")]
+    Schedule(String),
     #[error("stored template {0} cannot be read: {1}")]
     CorruptTemplate(String, serde_json::Error),
     #[error(transparent)]

@@ -438,6 +438,40 @@ impl Store {
         let changed: std::collections::HashSet<i64> = rows.iter().map(|r| r.id).collect();
         applied.lost = ids.into_iter().filter(|id| !changed.contains(id)).collect();
 
+        // Alert outbox: one row per step that just reached `error`, in this transaction, so no
+        // alert is lost and none is written for a change that rolls back.
+        let errored: Vec<i64> = rows
+            .iter()
+            .filter(|r| r.status == "error" && r.old_status != "error")
+            .map(|r| r.id)
+            .collect();
+        if !errored.is_empty() {
+            sqlx::query(
+                "insert into workdo.alert_outbox (kind, template, step, object_id, workflow_id, recipients, payload)
+                 select 'step_error', s.template, s.name, s.object_id, s.workflow_id,
+                        array(select jsonb_array_elements_text(coalesce(t.spec -> 'alert_to', '[]'::jsonb))),
+                        jsonb_build_object(
+                          'object', s.object_id, 'template', s.template, 'step', s.name,
+                          'version', s.version, 'attempts', s.attempts, 'max_attempts', s.max_attempts,
+                          'message', s.error_message, 'text', left(s.error_text, 4000),
+                          'first_failed_at', coalesce((
+                              select min(e.at) from workdo.events e
+                               where e.workflow_id = s.workflow_id and e.step = s.name
+                                 and e.status in ('retrying', 'error')
+                                 and e.id > coalesce((select max(r.id) from workdo.events r
+                                                       where r.workflow_id = s.workflow_id and r.step = s.name
+                                                         and r.kind = 'retried'), 0)), now()),
+                          'last_failed_at', now())
+                   from workdo.steps s
+                   join workdo.workflows w on w.id = s.workflow_id
+                   join workdo.templates t on t.id = w.template_id
+                  where s.id = any($1)",
+            )
+            .bind(&errored)
+            .execute(&mut *conn)
+            .await?;
+        }
+
         // 2. Dependants: one counter update each, found by (workflow_id, name ∈ prereqs).
         if !dep_wf.is_empty() {
             let deps: Vec<DependantRow> = sqlx::query_as(
@@ -700,6 +734,46 @@ impl Store {
         .bind(owner)
         .bind(lease.as_secs_f64())
         .fetch_all(&mut *conn)
+        .await?;
+        Ok(claimed)
+    }
+
+    /// Task injection: claim `template:step` of these objects now, ahead of the queue — when
+    /// ready, scheduled, retrying or in error (not waiting for prerequisites, running or done).
+    pub async fn step_claim_objects(
+        &self,
+        template: &str,
+        step: &str,
+        objects: &[String],
+        owner: &str,
+        lease: std::time::Duration,
+    ) -> Result<Vec<Claimed>> {
+        let claimed: Vec<Claimed> = sqlx::query_as(
+            "with c as (
+                select id from workdo.steps
+                 where template = $1 and name = $2 and object_id = any($3) and active
+                   and status in ('ready', 'scheduled', 'retrying', 'error')
+                   for update skip locked
+             )
+             update workdo.steps s set
+                status = 'started',
+                attempts = s.attempts + 1,
+                lease_owner = $4,
+                lease_token = gen_random_uuid(),
+                lease_expires_at = now() + make_interval(secs => $5),
+                started_at = now(),
+                updated_at = now()
+               from c
+              where s.id = c.id
+             returning s.id, s.workflow_id, s.object_id, s.template, s.name, s.version, s.lane,
+                       s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at",
+        )
+        .bind(template)
+        .bind(step)
+        .bind(objects)
+        .bind(owner)
+        .bind(lease.as_secs_f64())
+        .fetch_all(&self.pool)
         .await?;
         Ok(claimed)
     }

@@ -112,6 +112,11 @@ impl Store {
             }
         };
         tx.commit().await?;
+        if !loaded.template.schedules.is_empty() {
+            self.schedules_put(&loaded.template.schedules, &loaded.origin)
+                .await
+                .map_err(|e| StoreError::Schedule(e.to_string()))?;
+        }
         Ok((id, created))
     }
 

@@ -141,21 +141,29 @@ impl Store {
         for o in &req.objects {
             check_object_id(o)?;
         }
-        let template = self.template_current(&req.template).await?;
         let mut tx = self.pool.begin().await?;
+        let out = self.workflow_start_in(&mut tx, req).await?;
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    /// [`Store::workflow_start`] inside a transaction of the caller's.
+    pub async fn workflow_start_in(
+        &self,
+        tx: &mut Transaction<'_, Postgres>,
+        req: &StartRequest,
+    ) -> Result<Vec<Started>> {
+        for o in &req.objects {
+            check_object_id(o)?;
+        }
+        check_lane(&req.lane)?;
+        let template = self.template_current(&req.template).await?;
         let mut events = EventBuf::default();
         let mut out = Vec::with_capacity(req.objects.len());
         let mut notify = Vec::new();
         for object in &req.objects {
-            let started = start_one(
-                &mut tx,
-                &mut events,
-                req,
-                template.id,
-                &template.spec,
-                object,
-            )
-            .await?;
+            let started =
+                start_one(tx, &mut events, req, template.id, &template.spec, object).await?;
             if !started.ready.is_empty() {
                 notify.extend(
                     started
@@ -166,11 +174,10 @@ impl Store {
             }
             out.push(started);
         }
-        events.flush(&mut tx).await?;
+        events.flush(tx).await?;
         notify.sort();
         notify.dedup();
-        notify_ready(&mut tx, &notify).await?;
-        tx.commit().await?;
+        notify_ready(tx, &notify).await?;
         Ok(out)
     }
 }

@@ -30,6 +30,9 @@ pub struct Template {
     /// Alert mail recipients for this template's steps.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub alert_to: Vec<String>,
+    /// Cron schedules that start this template.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schedules: Vec<crate::schedules::ScheduleSpec>,
 }
 
 /// One step (WorkDo "process") of a template.

@@ -203,6 +203,7 @@ pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateErro
         description: None,
         steps,
         alert_to: Vec::new(),
+        schedules: Vec::new(),
     };
     validate(origin, &template, &lines)?;
     Ok(template)

@@ -26,6 +26,8 @@ struct RawTemplate {
     #[serde(default)]
     alerts: Option<RawAlerts>,
     steps: Vec<RawStep>,
+    #[serde(default)]
+    schedules: Vec<crate::schedules::ScheduleSpec>,
 }
 
 #[derive(Deserialize)]
@@ -169,6 +171,19 @@ pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateErro
             function,
         });
     }
+    let mut schedules = raw.schedules;
+    for s in &mut schedules {
+        if let Err(message) = s.validate(Some(&raw.name)) {
+            problems.push(super::Problem {
+                file: origin.to_string(),
+                line: lines
+                    .key_line(0, lines.lines.len(), &["schedules"])
+                    .map(|l| l + 1),
+                field: "schedules".into(),
+                message,
+            });
+        }
+    }
     if !problems.is_empty() {
         return Err(TemplateError { problems });
     }
@@ -177,6 +192,7 @@ pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateErro
         description: raw.description,
         steps,
         alert_to: raw.alerts.map(|a| a.to).unwrap_or_default(),
+        schedules,
     };
     validate(origin, &template, &lines)?;
     Ok(template)

@@ -1,0 +1,695 @@
+//! Alert mail through a real SMTP server, the stuck-step monitor, cron schedules, future-dated
+//! work and task injection.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use support::{db, load};
+use tokio_util::sync::CancellationToken;
+use workdo::alerts::{AlertConfig, Sender};
+use workdo::store::{SetRequest, StartRequest, Store};
+use workdo::worker::{self, Config};
+
+/// A real SMTP server (aiosmtpd) on a free loopback port, writing each mail to a maildir.
+struct Smtp {
+    child: std::process::Child,
+    port: u16,
+    maildir: tempfile::TempDir,
+}
+
+fn ensure_aiosmtpd() {
+    let has = std::process::Command::new("python3")
+        .args(["-c", "import aiosmtpd"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has {
+        let installed = std::process::Command::new("python3")
+            .args(["-m", "pip", "install", "--quiet", "aiosmtpd"])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            installed,
+            "these tests need an SMTP server: `python3 -m pip install aiosmtpd`"
+        );
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+impl Smtp {
+    fn start_on(port: u16) -> Smtp {
+        ensure_aiosmtpd();
+        let maildir = tempfile::tempdir().expect("maildir");
+        let child = std::process::Command::new("python3")
+            .args([
+                "-m",
+                "aiosmtpd",
+                "-n",
+                "-l",
+                &format!("127.0.0.1:{port}"),
+                "-c",
+                "aiosmtpd.handlers.Mailbox",
+            ])
+            .arg(maildir.path().join("box"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start aiosmtpd");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "aiosmtpd did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Smtp {
+            child,
+            port,
+            maildir,
+        }
+    }
+
+    fn start() -> Smtp {
+        Self::start_on(free_port())
+    }
+
+    fn mails(&self) -> Vec<String> {
+        let dir = self.maildir.path().join("box").join("new");
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
+            .unwrap_or_default();
+        files.sort();
+        files
+            .iter()
+            .filter_map(|f| std::fs::read_to_string(f).ok())
+            .map(|m| unfold(&m))
+            .collect()
+    }
+}
+
+impl Drop for Smtp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Undo quoted-printable soft breaks and folded headers, so assertions read plain text.
+fn unfold(mail: &str) -> String {
+    mail.replace("=\n", "")
+        .replace("\n ", " ")
+        .replace("=E2=80=A6", "…")
+        .replace("=3D", "=")
+}
+
+fn alert_config(port: u16, interval: Duration) -> AlertConfig {
+    let mut v = BTreeMap::new();
+    v.insert(
+        "WORKDO_SMTP_URL".to_string(),
+        format!("smtp://127.0.0.1:{port}"),
+    );
+    v.insert(
+        "WORKDO_ALERT_TO".to_string(),
+        "ops@library.example.org".to_string(),
+    );
+    v.insert(
+        "WORKDO_ALERT_FROM".to_string(),
+        "workdo@library.example.org".to_string(),
+    );
+    v.insert(
+        "WORKDO_ALERT_INTERVAL".to_string(),
+        format!("{}ms", interval.as_millis()),
+    );
+    v.insert("WORKDO_STUCK_STARTED".to_string(), "1m".to_string());
+    v.insert("WORKDO_STUCK_READY".to_string(), "1m".to_string());
+    AlertConfig::from_values(&v)
+        .expect("config")
+        .expect("enabled")
+}
+
+async fn wait_for<F, Fut>(what: &str, secs: u64, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn count(store: &Store, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql)
+        .fetch_one(store.pool())
+        .await
+        .expect("count")
+}
+
+/// Put `n` objects' only step in error, as a robot reporting failures would.
+async fn errors(store: &Store, n: usize) {
+    load(store, "e.yaml", "name: errWF\nalerts:\n  to: [digitization@library.example.org]\nsteps:\n  - name: fetch\n    error-limit: 1\n").await;
+    let objects: Vec<String> = (0..n).map(|i| format!("obj:{i:04}")).collect();
+    let refs: Vec<&str> = objects.iter().map(String::as_str).collect();
+    store
+        .workflow_start(&StartRequest::new("errWF", &refs))
+        .await
+        .expect("start");
+    for o in &objects {
+        let mut req = SetRequest::new(o, "errWF", "fetch", "error");
+        req.error_message = Some(format!("barcode of {o} not found"));
+        req.error_text = Some("GET /grin: 404".into());
+        store.step_set(&req).await.expect("error");
+    }
+}
+
+#[tokio::test]
+async fn a_step_at_its_attempt_limit_sends_one_mail_with_what_to_do() {
+    let t = db().await;
+    let smtp = Smtp::start();
+    load(&t.store, "f.yaml", "name: failWF\nsteps:\n  - name: fetch\n    error-limit: 2\n    function: { builtin: fail }\n").await;
+    t.store
+        .workflow_start(&StartRequest::new("failWF", &["druid:bb123cd4567"]))
+        .await
+        .expect("start");
+    let config = Config {
+        alerts: Some(alert_config(smtp.port, Duration::from_secs(3600))),
+        poll_interval: Duration::from_millis(200),
+        backoff: workdo::retry::Backoff {
+            base: Duration::from_millis(50),
+            ..Default::default()
+        },
+        ..Config::default()
+    };
+    let bindings = worker::bindings(&t.store, &[]).await.expect("bindings");
+    let token = CancellationToken::new();
+    let rt = tokio::spawn(worker::run(
+        t.store.clone(),
+        config,
+        bindings,
+        token.clone(),
+    ));
+    wait_for("the mail", 30, || async { !smtp.mails().is_empty() }).await;
+    token.cancel();
+    rt.await.expect("join").expect("runtime");
+    let mails = smtp.mails();
+    assert_eq!(mails.len(), 1, "one mail, never twice");
+    let m = &mails[0];
+    for needle in [
+        "To: ops@library.example.org",
+        "Subject: [workdo] failWF:fetch failed for druid:bb123cd4567 after 2 attempts",
+        "is in error after 2 of 2 attempts",
+        "Message:      builtin fail on attempt 2",
+        "First failed: ",
+        "Last failed:  ",
+        "workdo retry --object druid:bb123cd4567 --template failWF --step fetch",
+        "/api/retry",
+    ] {
+        assert!(m.contains(needle), "{needle:?} missing from\n{m}");
+    }
+    assert_eq!(
+        count(
+            &t.store,
+            "select count(*) from workdo.alert_outbox where status = 'sent'"
+        )
+        .await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn an_smtp_outage_delays_mail_and_loses_none() {
+    let t = db().await;
+    errors(&t.store, 1).await;
+    let port = free_port();
+    let sender = Sender::new(
+        t.store.clone(),
+        alert_config(port, Duration::from_secs(3600)),
+    )
+    .expect("sender");
+    // Nobody listens: the row stays pending with the error and a back-off.
+    let r = sender.run_once(false).await.expect("pass");
+    assert_eq!((r.sent, r.failed), (0, 1));
+    let (status, attempts, last_error): (String, i32, Option<String>) =
+        sqlx::query_as("select status, attempts, last_error from workdo.alert_outbox")
+            .fetch_one(t.pool())
+            .await
+            .expect("row");
+    assert_eq!((status.as_str(), attempts), ("pending", 1));
+    assert!(last_error.is_some_and(|e| !e.is_empty()));
+    // The server comes back: the mail goes out, once.
+    let smtp = Smtp::start_on(port);
+    wait_for("the delayed mail", 30, || async {
+        sender.run_once(false).await.expect("pass");
+        !smtp.mails().is_empty()
+    })
+    .await;
+    for _ in 0..3 {
+        sender.run_once(false).await.expect("pass");
+    }
+    let mails = smtp.mails();
+    assert_eq!(mails.len(), 1);
+    assert!(
+        mails[0].contains("To: digitization@library.example.org"),
+        "the template's recipients"
+    );
+}
+
+#[tokio::test]
+async fn a_burst_of_500_failures_makes_one_mail_and_one_digest() {
+    let t = db().await;
+    let smtp = Smtp::start();
+    errors(&t.store, 500).await;
+    let sender = Sender::new(
+        t.store.clone(),
+        alert_config(smtp.port, Duration::from_millis(800)),
+    )
+    .expect("sender");
+    let mut total = workdo::alerts::Report::default();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while total.digests == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for the digest"
+        );
+        let r = sender.run_once(false).await.expect("pass");
+        total.sent += r.sent;
+        total.folded += r.folded;
+        total.digests += r.digests;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!((total.sent, total.folded, total.digests), (1, 499, 1));
+    let mails = smtp.mails();
+    assert_eq!(
+        mails.len(),
+        2,
+        "a thousand failures do not make a thousand mails"
+    );
+    let digest = mails
+        .iter()
+        .find(|m| m.contains("more failures"))
+        .expect("digest");
+    assert!(
+        digest.contains("Subject: [workdo] 499 more failures of errWF:fetch"),
+        "{digest}"
+    );
+    assert!(digest.contains("… and 479 more"), "{digest}");
+    assert!(digest.contains("workdo retry --template errWF --step fetch"));
+    assert_eq!(
+        count(
+            &t.store,
+            "select count(*) from workdo.alert_outbox where status in ('pending', 'folded')"
+        )
+        .await,
+        0
+    );
+}
+
+#[tokio::test]
+async fn the_stuck_step_monitor_raises_one_alert_per_interval() {
+    let t = db().await;
+    let smtp = Smtp::start();
+    load(
+        &t.store,
+        "s.yaml",
+        "name: stuckWF\nsteps:\n  - name: scan\n    function: { builtin: noop }\n  - name: human\n",
+    )
+    .await;
+    t.store
+        .workflow_start(&StartRequest::new(
+            "stuckWF",
+            &["druid:bb111cc2222", "druid:bb333cc4444"],
+        ))
+        .await
+        .expect("start");
+    // One claimed two hours ago and never finished; one ready for two hours with no taker.
+    t.store
+        .step_claim(
+            "stuckWF",
+            "scan",
+            None,
+            1,
+            "lost-worker",
+            Duration::from_secs(86400),
+        )
+        .await
+        .expect("claim");
+    sqlx::query(
+        "update workdo.steps set started_at = now() - interval '2 hours' where status = 'started'",
+    )
+    .execute(t.pool())
+    .await
+    .expect("age");
+    sqlx::query(
+        "update workdo.steps set run_at = now() - interval '2 hours' where status = 'ready'",
+    )
+    .execute(t.pool())
+    .await
+    .expect("age");
+    let sender = Sender::new(
+        t.store.clone(),
+        alert_config(smtp.port, Duration::from_secs(3600)),
+    )
+    .expect("sender");
+    let bound = vec!["stuckWF:scan".to_string()];
+    assert!(sender.check_stuck(&bound).await.expect("check"));
+    assert!(
+        !sender.check_stuck(&bound).await.expect("check"),
+        "one alert per interval"
+    );
+    sender.run_once(false).await.expect("send");
+    let mails = smtp.mails();
+    assert_eq!(mails.len(), 1);
+    let m = &mails[0];
+    assert!(m.contains("Subject: [workdo] 2 steps stuck"), "{m}");
+    assert!(
+        m.contains("Started longer than 60s:") && m.contains("druid:bb111cc2222 stuckWF:scan"),
+        "{m}"
+    );
+    assert!(
+        m.contains("Ready and unclaimed longer than 60s:")
+            && m.contains("druid:bb333cc4444 stuckWF:scan"),
+        "{m}"
+    );
+    assert!(
+        !m.contains("stuckWF:human"),
+        "a human step waiting is not stuck"
+    );
+}
+
+const SCHEDULE: &str = "schedules:\n  - name: every-second\n    cron: \"* * * * * *\"\n    start: tickWF\n    objects: { ids: [druid:bb123cd4567] }\n    restart: true\n";
+
+#[tokio::test]
+async fn a_due_schedule_fires_once_however_many_runtimes_race() {
+    let t = db().await;
+    load(&t.store, "t.yaml", "name: tickWF\nsteps:\n  - name: a\n").await;
+    let specs = workdo::schedules::parse_file("s.yaml", SCHEDULE).expect("schedules");
+    t.store.schedules_put(&specs, "s.yaml").await.expect("put");
+    // Make it due, then let eight schedulers race for it.
+    sqlx::query("update workdo.schedules set next_fire_at = now() - interval '1 second'")
+        .execute(t.pool())
+        .await
+        .expect("due");
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let store = t.store.clone();
+        tasks.push(tokio::spawn(async move {
+            store.schedules_fire_due().await.expect("fire")
+        }));
+    }
+    let mut fired = 0;
+    for task in tasks {
+        fired += task.await.expect("join").len();
+    }
+    assert_eq!(fired, 1);
+    assert_eq!(
+        count(
+            &t.store,
+            "select count(*) from workdo.events where kind = 'workflow_started'"
+        )
+        .await,
+        1
+    );
+    let next_in_future: bool =
+        sqlx::query_scalar("select next_fire_at > now() from workdo.schedules")
+            .fetch_one(t.pool())
+            .await
+            .expect("next");
+    assert!(next_in_future);
+}
+
+#[tokio::test]
+async fn missed_ticks_after_downtime_fire_once() {
+    let t = db().await;
+    load(&t.store, "t.yaml", "name: tickWF\nsteps:\n  - name: a\n").await;
+    let specs = workdo::schedules::parse_file(
+        "s.yaml",
+        "schedules:\n  - name: every-minute\n    cron: \"0 * * * * *\"\n    start: tickWF\n    objects: { ids: [druid:bb123cd4567] }\n    restart: true\n",
+    )
+    .expect("schedules");
+    t.store.schedules_put(&specs, "s.yaml").await.expect("put");
+    // Down for an hour: sixty ticks missed.
+    sqlx::query("update workdo.schedules set next_fire_at = now() - interval '1 hour'")
+        .execute(t.pool())
+        .await
+        .expect("downtime");
+    assert_eq!(t.store.schedules_fire_due().await.expect("fire").len(), 1);
+    assert!(t.store.schedules_fire_due().await.expect("fire").is_empty());
+    assert_eq!(
+        count(&t.store, "select count(*) from workdo.workflows").await,
+        1
+    );
+    let rows = t.store.schedules_list().await.expect("list");
+    assert!(rows[0].next_fire_at > chrono::Utc::now());
+    assert!(rows[0].next_fire_at <= chrono::Utc::now() + chrono::Duration::seconds(61));
+}
+
+#[tokio::test]
+async fn two_runtimes_fire_each_tick_exactly_once() {
+    let t = db().await;
+    load(&t.store, "t.yaml", "name: tickWF\nsteps:\n  - name: a\n").await;
+    t.store
+        .schedules_put(
+            &workdo::schedules::parse_file("s.yaml", SCHEDULE).expect("parse"),
+            "s.yaml",
+        )
+        .await
+        .expect("put");
+    let token = CancellationToken::new();
+    let mut runtimes = Vec::new();
+    for _ in 0..2 {
+        runtimes.push(tokio::spawn(worker::run(
+            t.store.clone(),
+            Config::default(),
+            Vec::new(),
+            token.clone(),
+        )));
+    }
+    wait_for("three ticks", 30, || async {
+        count(
+            &t.store,
+            "select count(*) from workdo.events where kind = 'schedule_fired'",
+        )
+        .await
+            >= 3
+    })
+    .await;
+    token.cancel();
+    for r in runtimes {
+        r.await.expect("join").expect("runtime");
+    }
+    let (fires, ticks): (i64, i64) = sqlx::query_as(
+        "select count(*), count(distinct detail ->> 'tick') from workdo.events where kind = 'schedule_fired'",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("ticks");
+    assert_eq!(fires, ticks, "no tick fired twice");
+    let starts = count(&t.store, "select count(*) from workdo.events where kind in ('workflow_started', 'workflow_replaced')").await;
+    assert_eq!(starts, fires, "one start per tick");
+}
+
+#[tokio::test]
+async fn template_schedules_load_with_the_template() {
+    let t = db().await;
+    load(
+        &t.store,
+        "emb.yaml",
+        "name: embargoReleaseWF\nsteps:\n  - name: release\nschedules:\n  - name: nightly\n    cron: \"0 0 3 * * *\"\n    timezone: America/Los_Angeles\n    objects: { property: embargo_until, before: now }\n",
+    )
+    .await;
+    let rows = t.store.schedules_list().await.expect("list");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].template.as_str(), rows[0].timezone.as_str()),
+        ("embargoReleaseWF", "America/Los_Angeles")
+    );
+    // Only objects whose embargo has passed, and only once.
+    let mut past = BTreeMap::new();
+    past.insert("embargo_until".to_string(), serde_json::json!("2020-01-01"));
+    let mut future = BTreeMap::new();
+    future.insert(
+        "embargo_until".to_string(),
+        serde_json::json!("2999-01-01T00:00:00Z"),
+    );
+    t.store
+        .object_put("druid:bb111cc2222", &past, &BTreeMap::new(), "t")
+        .await
+        .expect("obj");
+    t.store
+        .object_put("druid:bb333cc4444", &future, &BTreeMap::new(), "t")
+        .await
+        .expect("obj");
+    for _ in 0..2 {
+        sqlx::query("update workdo.schedules set next_fire_at = now() - interval '1 second'")
+            .execute(t.pool())
+            .await
+            .expect("due");
+        t.store.schedules_fire_due().await.expect("fire");
+    }
+    let started: Vec<String> = sqlx::query_scalar("select object_id from workdo.workflows")
+        .fetch_all(t.pool())
+        .await
+        .expect("workflows");
+    assert_eq!(started, vec!["druid:bb111cc2222"]);
+    let bad = workdo::template::parse(
+        "bad.yaml",
+        workdo::template::Format::Yaml,
+        "name: x\nsteps:\n  - name: a\nschedules:\n  - name: n\n    cron: \"0 0 3 * * *\"\n    timezone: Nowhere/Here\n    objects: { ids: [] }\n",
+    )
+    .expect_err("bad time zone")
+    .to_string();
+    assert!(
+        bad.starts_with("bad.yaml:4: schedules: schedule n: unknown time zone"),
+        "{bad}"
+    );
+}
+
+#[tokio::test]
+async fn future_dated_steps_run_when_due_and_not_before() {
+    let t = db().await;
+    load(
+        &t.store,
+        "n.yaml",
+        "name: laterWF\nsteps:\n  - name: a\n    function: { builtin: noop }\n",
+    )
+    .await;
+    let start_at = chrono::Utc::now() + chrono::Duration::milliseconds(1500);
+    let mut req = StartRequest::new("laterWF", &["druid:bb123cd4567"]);
+    req.start_at = Some(start_at);
+    t.store.workflow_start(&req).await.expect("start");
+    let token = CancellationToken::new();
+    let bindings = worker::bindings(&t.store, &[]).await.expect("bindings");
+    let rt = tokio::spawn(worker::run(
+        t.store.clone(),
+        Config::default(),
+        bindings,
+        token.clone(),
+    ));
+    wait_for("completion", 30, || async {
+        count(
+            &t.store,
+            "select count(*) from workdo.steps where status = 'completed'",
+        )
+        .await
+            == 1
+    })
+    .await;
+    token.cancel();
+    rt.await.expect("join").expect("runtime");
+    let started_at: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("select started_at from workdo.steps")
+            .fetch_one(t.pool())
+            .await
+            .expect("started");
+    assert!(
+        started_at >= start_at,
+        "claimed early: {started_at} < {start_at}"
+    );
+    assert!(
+        started_at - start_at < chrono::Duration::seconds(5),
+        "claimed late: {}",
+        started_at - start_at
+    );
+}
+
+async fn cli(url: &str, args: &[&str]) -> String {
+    use clap::Parser;
+    let mut argv = vec!["workdo", "--database-url", url];
+    argv.extend_from_slice(args);
+    let cli = workdo::cli::Cli::try_parse_from(argv).expect("arguments");
+    let mut out = Vec::new();
+    workdo::cli::run(cli, &mut out).await.expect("command");
+    String::from_utf8(out).expect("utf-8")
+}
+
+#[tokio::test]
+async fn run_injects_a_task_ahead_of_the_queue_and_prioritize_filters_by_property() {
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let f = dir.path().join("ok.sh");
+    std::fs::write(
+        &f,
+        "#!/bin/sh\ncat >/dev/null\necho '{\"status\":\"completed\",\"note\":\"injected\"}'\n",
+    )
+    .expect("script");
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&f)
+        .status()
+        .expect("chmod");
+    let yaml = format!(
+        "name: injWF\nsteps:\n  - name: first\n  - name: scan\n    function: {{ exec: {} }}\n  - name: after\n    prereqs: [first]\n    function: {{ exec: {} }}\n",
+        f.display(),
+        f.display()
+    );
+    load(&t.store, "inj.yaml", &yaml).await;
+    let mut rush = BTreeMap::new();
+    rush.insert("rush".to_string(), serde_json::json!(true));
+    t.store
+        .object_put("druid:bb123cd4567", &rush, &BTreeMap::new(), "t")
+        .await
+        .expect("obj");
+    t.store
+        .workflow_start(&StartRequest::new(
+            "injWF",
+            &[
+                "druid:bb123cd4567",
+                "druid:cc123dd4567",
+                "druid:dd123ff4567",
+            ],
+        ))
+        .await
+        .expect("start");
+    let out = cli(
+        &t.url,
+        &["run", "injWF:scan", "--object", "druid:cc123dd4567"],
+    )
+    .await;
+    assert_eq!(out.trim(), "druid:cc123dd4567 completed");
+    let view = t
+        .store
+        .object_view("druid:cc123dd4567", 50)
+        .await
+        .expect("view");
+    let scan = view.workflows[0]
+        .steps
+        .iter()
+        .find(|s| s.name == "scan")
+        .expect("scan");
+    assert_eq!(
+        (scan.status.as_str(), scan.note.as_deref()),
+        ("completed", Some("injected"))
+    );
+    assert!(view.events.iter().any(|e| {
+        e.kind == "completed"
+            && e.actor
+                .as_deref()
+                .is_some_and(|a| a.starts_with("cli:run:"))
+    }));
+    // A step still waiting for its prerequisites is not run, and the output says why.
+    let out = cli(
+        &t.url,
+        &["run", "injWF:after", "--object", "druid:cc123dd4567"],
+    )
+    .await;
+    assert!(
+        out.contains("druid:cc123dd4567 not run: waiting for prerequisite first (ready)"),
+        "{out}"
+    );
+    // Priority injection by a property filter.
+    let out = cli(&t.url, &["prioritize", "100", "--property", "rush=true"]).await;
+    assert_eq!(out.trim(), "priority 100 set on 3 steps");
+    let top = t
+        .store
+        .step_claim("injWF", "scan", None, 1, "w", Duration::from_secs(60))
+        .await
+        .expect("claim");
+    assert_eq!(top[0].object_id, "druid:bb123cd4567");
+}
