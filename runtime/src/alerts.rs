@@ -317,6 +317,12 @@ impl Sender {
     }
 
     async fn send(&self, recipients: &[String], mail: &Mail) -> Result<(), String> {
+        use tracing::Instrument;
+        let span = tracing::info_span!("alert.mail", otel.name = %format!("mail {}", mail.subject));
+        self.deliver(recipients, mail).instrument(span).await
+    }
+
+    async fn deliver(&self, recipients: &[String], mail: &Mail) -> Result<(), String> {
         let to: &[String] = if recipients.is_empty() {
             &self.config.to
         } else {

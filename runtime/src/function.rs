@@ -90,6 +90,16 @@ impl Invoker {
         }
     }
 
+    /// The runner's name, for spans and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Invoker::Exec { .. } => "exec",
+            Invoker::Warm(_) => "warm",
+            Invoker::Http { .. } => "http",
+            Invoker::Builtin(_) => "builtin",
+        }
+    }
+
     /// Stop any processes this function keeps.
     pub async fn shutdown(&self) {
         if let Invoker::Warm(pool) = self {

@@ -15,6 +15,7 @@ pub mod retry;
 pub mod schedules;
 pub mod status;
 pub mod store;
+pub mod telemetry;
 pub mod template;
 pub mod worker;
 

@@ -2,16 +2,19 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("WORKDO_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let telemetry = match workdo::telemetry::init() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("workdo: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     let cli = workdo::cli::Cli::parse();
     let mut stdout = std::io::stdout().lock();
-    match workdo::cli::run(cli, &mut stdout).await {
+    let result = workdo::cli::run(cli, &mut stdout).await;
+    // Every span and metric is exported before the process exits.
+    telemetry.shutdown().await;
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("workdo: {e:#}");

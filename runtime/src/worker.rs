@@ -278,18 +278,30 @@ async fn work(
                 Err(_) => break,
             }
         }
-        let claimed = match shared
-            .store
-            .step_claim(
-                &binding.template,
-                &binding.step,
-                None,
-                permits.len() as i64,
-                &cfg.owner,
-                lease,
-            )
-            .await
-        {
+        let claim_span = tracing::info_span!(
+            "claim",
+            otel.name = %format!("claim {}", binding.key()),
+            workdo.template = %binding.template,
+            workdo.step = %binding.step,
+            workdo.requested = permits.len(),
+        );
+        let began = std::time::Instant::now();
+        let claim = {
+            use tracing::Instrument;
+            shared
+                .store
+                .step_claim(
+                    &binding.template,
+                    &binding.step,
+                    None,
+                    permits.len() as i64,
+                    &cfg.owner,
+                    lease,
+                )
+                .instrument(claim_span)
+                .await
+        };
+        let claimed = match claim {
             Ok(c) => c,
             Err(e) => {
                 warn!(step = %binding.key(), error = %e, "claim failed; retrying");
@@ -300,6 +312,13 @@ async fn work(
                 }
             }
         };
+        crate::telemetry::metrics().claim.record(
+            began.elapsed().as_secs_f64(),
+            &[
+                opentelemetry::KeyValue::new("template", binding.template.clone()),
+                opentelemetry::KeyValue::new("step", binding.step.clone()),
+            ],
+        );
         if claimed.is_empty() {
             drop(permits);
             tokio::select! {
@@ -389,7 +408,12 @@ async fn complete(store: Store, mut rx: mpsc::Receiver<Completion>, max: usize, 
         }
         let mut delay = Duration::from_millis(100);
         loop {
-            match store.results_commit(&batch, &actor).await {
+            let span = tracing::info_span!("commit", workdo.results = batch.len());
+            let committed = {
+                use tracing::Instrument;
+                store.results_commit(&batch, &actor).instrument(span).await
+            };
+            match committed {
                 Ok(applied) => {
                     if !applied.lost.is_empty() {
                         warn!(steps = ?applied.lost, "results dropped: their leases were lost");
@@ -456,6 +480,19 @@ async fn maintain(store: Store, every: Duration, stop: CancellationToken) {
         if let Err(e) = store.steps_promote_due(1000).await {
             warn!(error = %e, "promoting due steps failed");
         }
+        if crate::telemetry::enabled() && tick.is_multiple_of(25) {
+            match store.queue_depths().await {
+                Ok(rows) => {
+                    if let Ok(mut q) = crate::telemetry::metrics().queues.lock() {
+                        *q = rows
+                            .into_iter()
+                            .map(|(t, s, l, n, age)| ((t, s, l), (n as u64, age)))
+                            .collect();
+                    }
+                }
+                Err(e) => warn!(error = %e, "reading queue depths failed"),
+            }
+        }
         if tick.is_multiple_of(5) {
             match store.steps_sweep_leases(1000).await {
                 Ok(0) => {}
@@ -510,7 +547,55 @@ pub async fn execute(
         deadline: (Utc::now() + chrono::Duration::from_std(timeout).unwrap_or_default())
             .to_rfc3339(),
     };
-    let outcome = invoker.invoke(&event, timeout).await;
+    let step_span = tracing::info_span!(
+        "step",
+        otel.name = %format!("step {}:{}", c.template, c.name),
+        workdo.object_id = %c.object_id,
+        workdo.template = %c.template,
+        workdo.step = %c.name,
+        workdo.attempt = c.attempts,
+        workdo.lane = %c.lane,
+        workdo.status = tracing::field::Empty,
+    );
+    if let Some(tp) = &event.traceparent {
+        crate::telemetry::set_parent(&step_span, tp);
+    }
+    let invoke_span = tracing::info_span!(
+        parent: &step_span,
+        "invoke",
+        otel.name = %format!("invoke {}", c.name),
+        otel.kind = "client",
+        workdo.object_id = %c.object_id,
+        workdo.template = %c.template,
+        workdo.step = %c.name,
+        workdo.attempt = c.attempts,
+        workdo.runner = invoker.kind(),
+    );
+    // The function continues the trace from its invocation.
+    let mut event = event;
+    if let Some(tp) = crate::telemetry::traceparent(&invoke_span) {
+        event.traceparent = Some(tp);
+    }
+    let began = std::time::Instant::now();
+    let outcome = {
+        use tracing::Instrument;
+        invoker
+            .invoke(&event, timeout)
+            .instrument(invoke_span.clone())
+            .await
+    };
+    let metrics = crate::telemetry::metrics();
+    let labels = [
+        opentelemetry::KeyValue::new("template", c.template.clone()),
+        opentelemetry::KeyValue::new("step", c.name.clone()),
+    ];
+    metrics
+        .invocation
+        .record(began.elapsed().as_secs_f64(), &labels);
+    if let Ok(o) = &outcome {
+        crate::telemetry::function_spans(&invoke_span, &o.spans);
+    }
+    drop(invoke_span);
     let unit: f64 = rand::random();
     let decision = decide(
         outcome.as_ref(),
@@ -521,6 +606,13 @@ pub async fn execute(
         Utc::now(),
         unit,
     );
+    step_span.record("workdo.status", decision.status.as_str());
+    match &decision.status {
+        Status::Completed => metrics.completed.add(1, &labels),
+        Status::Error => metrics.failed.add(1, &labels),
+        Status::Retrying => metrics.retried.add(1, &labels),
+        _ => {}
+    }
     let kind = match &decision.status {
         Status::Completed => "completed",
         Status::Skipped => "skipped",

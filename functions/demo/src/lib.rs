@@ -165,10 +165,11 @@ pub fn process_content(event: &Event) -> Result<Outcome, Failure> {
                 f.display()
             )));
         }
+        let sha256 = workdo_function::span("checksum", || sha256_file(f))?;
         entries.push(json!({
             "file": f.file_name().and_then(|n| n.to_str()).unwrap_or_default(),
             "size": body.len(),
-            "sha256": sha256_file(f)?,
+            "sha256": sha256,
         }));
     }
     let tech = json!({ "object": event.object, "files": entries });

@@ -18,7 +18,38 @@
 
 pub mod protocol;
 
-pub use protocol::{Event, ObjectUpdate, Outcome, StartWorkflow};
+pub use protocol::{Event, FunctionSpan, ObjectUpdate, Outcome, StartWorkflow};
+
+use std::cell::RefCell;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+thread_local! {
+    static SPANS: RefCell<Vec<FunctionSpan>> = const { RefCell::new(Vec::new()) };
+}
+
+fn unix_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// Record `f` as a span of this call. The runtime turns it into a trace span under the step's
+/// invocation, so a function's own work shows in the workflow's trace.
+pub fn span<T>(name: &str, f: impl FnOnce() -> T) -> T {
+    let start = unix_nanos();
+    let out = f();
+    let end = unix_nanos();
+    SPANS.with(|s| {
+        s.borrow_mut().push(FunctionSpan {
+            name: name.to_string(),
+            start_unix_nano: start,
+            end_unix_nano: end,
+            attributes: Default::default(),
+        })
+    });
+    out
+}
 
 use std::io::{BufRead, Read, Write};
 
@@ -118,19 +149,23 @@ where
             return o;
         }
     };
+    SPANS.with(|s| s.borrow_mut().clear());
     // A panic in the handler is an error result, not a dead process.
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&event))) {
-        Ok(Ok(outcome)) => outcome,
-        Ok(Err(failure)) => failure.into(),
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            Outcome::error(format!("the function panicked: {what}"))
-        }
-    }
+    let mut outcome =
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&event))) {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(failure)) => failure.into(),
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                Outcome::error(format!("the function panicked: {what}"))
+            }
+        };
+    SPANS.with(|s| outcome.spans.append(&mut s.borrow_mut()));
+    outcome
 }
 
 fn to_json(outcome: &Outcome) -> String {

@@ -81,6 +81,19 @@ pub struct Outcome {
     /// Seconds the work took, if the function measured it better than the runtime can.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elapsed: Option<f64>,
+    /// The function's own trace spans; the runtime records them as children of the call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spans: Vec<FunctionSpan>,
+}
+
+/// A span a function reports: what it did and when (Unix nanoseconds).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FunctionSpan {
+    pub name: String,
+    pub start_unix_nano: u64,
+    pub end_unix_nano: u64,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attributes: BTreeMap<String, String>,
 }
 
 /// Changes to the object a function worked on.

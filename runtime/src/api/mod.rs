@@ -47,6 +47,11 @@ pub fn app(state: AppState) -> Router {
         .merge(json::router())
         .merge(workdo::router())
         .layer(DefaultBodyLimit::max(DEFAULT_BODY_LIMIT))
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http().make_span_with(
+                tower_http::trace::DefaultMakeSpan::new().level(tracing::Level::INFO),
+            ),
+        )
         .with_state(state)
 }
 

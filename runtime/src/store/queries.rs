@@ -451,4 +451,16 @@ impl Store {
         }
         Ok(view.workflows)
     }
+
+    /// Ready steps per template step and lane, with the age in seconds of the oldest.
+    pub async fn queue_depths(&self) -> Result<Vec<(String, String, String, i64, f64)>> {
+        Ok(sqlx::query_as(
+            "select template, name, lane, count(*),
+                    extract(epoch from now() - min(run_at))::float8
+               from workdo.steps where status = 'ready' and active
+              group by 1, 2, 3",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
 }

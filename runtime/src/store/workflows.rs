@@ -319,13 +319,14 @@ pub(crate) async fn start_one(
         lifecycles.push(s.lifecycle.clone());
     }
     let unfinished = spec.steps.len() as i32 - finished.len() as i32;
+    let trace = crate::telemetry::workflow_trace(object, &req.template, version, &req.lane);
     let workflow_id: i64 = sqlx::query_scalar(
         "insert into workdo.workflows
             (object_id, template, template_id, version, priority, lane, start_at, context, unfinished,
-             status, completed_at)
+             status, completed_at, trace_context)
          values ($1, $2, $3, $4, $5, $6, $7, $8, $9,
                  case when $9 = 0 then 'completed' else 'active' end,
-                 case when $9 = 0 then now() end)
+                 case when $9 = 0 then now() end, $10)
          returning id",
     )
     .bind(object)
@@ -337,6 +338,7 @@ pub(crate) async fn start_one(
     .bind(start_at)
     .bind(&req.context)
     .bind(unfinished)
+    .bind(trace)
     .fetch_one(&mut **tx)
     .await?;
     sqlx::query(
