@@ -458,3 +458,137 @@ fn print_tree(all: &[Span], node: &Span, depth: usize, out: &mut String) {
         print_tree(all, c, depth + 1, out);
     }
 }
+
+/// An OTLP/gRPC trace receiver (the collector's own service definition, served by tonic).
+struct GrpcSink(Arc<Mutex<Vec<Span>>>);
+
+#[tonic::async_trait]
+impl opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceService
+    for GrpcSink
+{
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<
+        tonic::Response<
+            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse,
+        >,
+        tonic::Status,
+    > {
+        let mut got = self.0.lock().expect("lock");
+        for rs in request.into_inner().resource_spans {
+            for ss in rs.scope_spans {
+                for s in ss.spans {
+                    got.push(Span {
+                        name: s.name,
+                        trace: hex(&s.trace_id),
+                        id: hex(&s.span_id),
+                        parent: hex(&s.parent_span_id),
+                        attrs: attrs(&s.attributes),
+                        service: String::new(),
+                    });
+                }
+            }
+        }
+        Ok(tonic::Response::new(Default::default()))
+    }
+}
+
+/// Accepts OTLP metrics over gRPC (and drops them): the exporter needs a peer that answers.
+struct GrpcMetricsSink;
+
+#[tonic::async_trait]
+impl opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::MetricsService
+    for GrpcMetricsSink
+{
+    async fn export(
+        &self,
+        _request: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<
+        tonic::Response<
+            opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse,
+        >,
+        tonic::Status,
+    > {
+        Ok(tonic::Response::new(Default::default()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_export_builds_the_same_trace() {
+    use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::MetricsServiceServer;
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+    let t = db().await;
+    let spans: Arc<Mutex<Vec<Span>>> = Arc::default();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let sink = GrpcSink(Arc::clone(&spans));
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(sink))
+            .add_service(MetricsServiceServer::new(GrpcMetricsSink))
+            .serve(addr)
+            .await
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "gRPC receiver did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    load(
+        &t.store,
+        "g.yaml",
+        "name: grpcWF\nsteps:\n  - name: a\n    function: { builtin: noop }\n",
+    )
+    .await;
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let grpc = |args: &[&str]| {
+        let mut c = workdo(&t.url, &endpoint);
+        c.env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc").args(args);
+        c
+    };
+    let mut start = grpc(&["start", "grpcWF", "druid:bb123cd4567"]);
+    let out = tokio::task::spawn_blocking(move || start.output())
+        .await
+        .expect("join")
+        .expect("start");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let up = grpc(&["up", "--no-api", "--poll-interval", "200ms"])
+        .spawn()
+        .expect("up");
+    let mut up = KillOnDrop(Some(up));
+    wait_sql(
+        &t.store,
+        "select bool_and(status = 'completed') from workdo.steps",
+        60,
+    )
+    .await;
+    let mut child = up.0.take().expect("child");
+    tokio::task::spawn_blocking(move || terminate(&mut child))
+        .await
+        .expect("join");
+    let got = std::mem::take(&mut *spans.lock().expect("lock"));
+    let root = got
+        .iter()
+        .find(|s| s.name == "workflow grpcWF")
+        .expect("workflow span over gRPC");
+    let step = got
+        .iter()
+        .find(|s| s.name == "step grpcWF:a")
+        .expect("step span over gRPC");
+    assert_eq!(
+        (step.trace.as_str(), step.parent.as_str()),
+        (root.trace.as_str(), root.id.as_str())
+    );
+    assert_eq!(
+        step.attrs.get("workdo.status").map(String::as_str),
+        Some("completed")
+    );
+}

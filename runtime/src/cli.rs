@@ -105,6 +105,18 @@ pub enum Command {
         #[command(flatten)]
         runtime: RuntimeArgs,
     },
+    /// Measure throughput and latency next to a plain SQL queue, on this server (see BENCHMARKS.md).
+    Bench {
+        /// Runs per figure; the table shows the median with min and max.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Small sizes (seconds), with the same correctness checks.
+        #[arg(long)]
+        quick: bool,
+        /// The workdo executable used as the warm/exec no-op function (default: this one).
+        #[arg(long, hide = true)]
+        noop_function: Option<PathBuf>,
+    },
     /// Cron schedules that start workflows.
     #[command(subcommand)]
     Schedules(SchedulesCmd),
@@ -367,6 +379,20 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
         return Ok(());
     }
     let target = db::resolve(cli.database_url.as_deref(), &cli.data_dir).await?;
+    if let Command::Bench {
+        runs,
+        quick,
+        noop_function,
+    } = &cli.command
+    {
+        let opts = crate::bench::Options {
+            runs: *runs,
+            quick: *quick,
+            noop_function: noop_function.clone(),
+        };
+        crate::bench::run(&target.url, &opts, cli.json, out).await?;
+        return Ok(());
+    }
     if let Command::Db(DbCmd::Url) = &cli.command {
         writeln!(out, "{}", target.url)?;
         return Ok(());
@@ -590,7 +616,7 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
                 Ok(())
             })?;
         }
-        Command::Db(_) => {}
+        Command::Db(_) | Command::Bench { .. } => {}
         Command::Up(args) => up(&store, args, &cli.data_dir, out).await?,
         Command::Serve(args) => {
             api::serve(store, args.address(), args.access(), shutdown_on_signal()?).await?;

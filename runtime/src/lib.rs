@@ -6,6 +6,7 @@
 
 pub mod alerts;
 pub mod api;
+pub mod bench;
 pub mod cli;
 pub mod db;
 pub mod demo;

@@ -1,7 +1,21 @@
 use clap::Parser;
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
+    // `workdo __noop-function`: a no-op step function (exec or warm), for `workdo bench`.
+    if std::env::args().nth(1).as_deref() == Some("__noop-function") {
+        workdo_function::run(|_| Ok(workdo_function::Outcome::completed()));
+        return std::process::ExitCode::SUCCESS;
+    }
+    match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt.block_on(run()),
+        Err(e) => {
+            eprintln!("workdo: cannot start the async runtime: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> std::process::ExitCode {
     let telemetry = match workdo::telemetry::init() {
         Ok(t) => t,
         Err(e) => {

@@ -1,0 +1,601 @@
+//! `workdo bench`: what the runtime exists for, measured next to a yardstick in the same run.
+//!
+//! Runs in a database of its own (`workdo_bench`, dropped and created afresh) on the same server
+//! the other commands use. Every figure is the median of `--runs` runs, with min and max.
+//!
+//! - **yardstick**: a minimal SQL queue (a table with a partial index on ready rows ordered by
+//!   priority then run_at): claim N with `FOR UPDATE SKIP LOCKED` and commit, mark them done with
+//!   `= ANY($1)` and commit; N = 1 and 100; 2 and 4 connections.
+//! - **claim+complete**: single-step workflows through the store's claim and lease-guarded
+//!   completion (dependants, workflow counters, events included), same N and connections.
+//! - **DAG**: googleScannedBookWF-shaped workflows (9 steps, fan-out, fan-in) run by the real
+//!   runtime with in-process, warm and exec no-op functions.
+//! - **start rate**: workflows started one by one and in one call.
+//! - **wake latency**: from a prerequisite's completion to its dependant's claim, one workflow at
+//!   a time (LISTEN/NOTIFY).
+//! - **scale**: latency of claiming one step with 10,000 and with 1,000,000 waiting steps.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::status::Status;
+use crate::store::{Change, StartRequest, Store};
+use crate::{db, template, worker};
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub runs: usize,
+    pub quick: bool,
+    /// The `workdo` executable whose `__noop-function` serves as the warm and exec no-op
+    /// function; by default the running one.
+    pub noop_function: Option<std::path::PathBuf>,
+}
+
+/// One line of the table.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub name: String,
+    pub unit: &'static str,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    /// median ÷ the yardstick's median at the same batch size and connections
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<f64>,
+}
+
+fn row(name: String, unit: &'static str, mut v: Vec<f64>) -> Row {
+    v.sort_by(|a, b| a.total_cmp(b));
+    Row {
+        name,
+        unit,
+        median: v.get(v.len() / 2).copied().unwrap_or(0.0),
+        min: v.first().copied().unwrap_or(0.0),
+        max: v.last().copied().unwrap_or(0.0),
+        ratio: None,
+    }
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+const DAG: &str = r#"
+name: benchDagWF
+steps:
+  - { name: register-object, status: completed }
+  - { name: descriptive-metadata, prereqs: [register-object], function: FN }
+  - { name: google-convert, prereqs: [descriptive-metadata], function: FN }
+  - { name: google-download, prereqs: [descriptive-metadata], function: FN }
+  - { name: process-content, prereqs: [google-convert, google-download], function: FN }
+  - { name: shelve, prereqs: [process-content], lifecycle: released, function: FN }
+  - { name: publish, prereqs: [process-content], function: FN }
+  - { name: sdr-ingest-transfer, prereqs: [shelve, publish], lifecycle: archived, function: FN }
+  - { name: cleanup, prereqs: [sdr-ingest-transfer], lifecycle: accessioned, function: FN }
+"#;
+
+async fn reset(pool: &PgPool) -> Result<()> {
+    sqlx::query(
+        "truncate workdo.steps, workdo.workflows, workdo.events, workdo.milestones, workdo.objects,
+                  workdo.alert_outbox cascade",
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+async fn load(store: &Store, name: &str, source: &str) -> Result<()> {
+    let loaded = template::parse(name, template::Format::Yaml, source)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    store.template_save(&loaded).await?;
+    Ok(())
+}
+
+fn objects(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}:{i:07}")).collect()
+}
+
+async fn start_bulk(store: &Store, template: &str, ids: &[String]) -> Result<()> {
+    for chunk in ids.chunks(2000) {
+        let mut req = StartRequest::new(template, &[]);
+        req.objects = chunk.to_vec();
+        store.workflow_start(&req).await?;
+    }
+    Ok(())
+}
+
+/// Every step that ran completed exactly once (the bench's own correctness check).
+async fn check_exactly_once(pool: &PgPool, expected: i64) -> Result<()> {
+    let (events, distinct, unfinished): (i64, i64, i64) = sqlx::query_as(
+        "select (select count(*) from workdo.events where kind in ('completed', 'status_set') and status = 'completed'),
+                (select count(distinct (workflow_id, step)) from workdo.events
+                  where kind in ('completed', 'status_set') and status = 'completed'),
+                (select count(*) from workdo.steps where status <> 'completed')",
+    )
+    .fetch_one(pool)
+    .await?;
+    if events != expected || distinct != expected || unfinished != 0 {
+        bail!(
+            "bench check failed: expected {expected} completions, saw {events} ({distinct} distinct), {unfinished} steps unfinished"
+        );
+    }
+    Ok(())
+}
+
+async fn yardstick(pool: &PgPool, jobs: i64, batch: i64, conns: usize) -> Result<f64> {
+    sqlx::query("truncate bench_queue").execute(pool).await?;
+    sqlx::query("insert into bench_queue (priority) select (g % 3) from generate_series(1, $1) g")
+        .bind(jobs)
+        .execute(pool)
+        .await?;
+    sqlx::query("analyze bench_queue").execute(pool).await?;
+    let began = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..conns {
+        let pool = pool.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut done = 0i64;
+            loop {
+                let ids: Vec<i64> = sqlx::query_scalar(
+                    "with c as (select id from bench_queue where status = 'ready'
+                                 order by priority desc, run_at, id limit $1 for update skip locked)
+                     update bench_queue q set status = 'running' from c where q.id = c.id returning q.id",
+                )
+                .bind(batch)
+                .fetch_all(&pool)
+                .await?;
+                if ids.is_empty() {
+                    return Ok::<i64, sqlx::Error>(done);
+                }
+                sqlx::query("update bench_queue set status = 'done' where id = any($1)")
+                    .bind(&ids)
+                    .execute(&pool)
+                    .await?;
+                done += ids.len() as i64;
+            }
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await??;
+    }
+    if total != jobs {
+        bail!("yardstick processed {total} of {jobs} jobs");
+    }
+    Ok(jobs as f64 / began.elapsed().as_secs_f64())
+}
+
+async fn claim_complete(store: &Store, steps: usize, batch: i64, conns: usize) -> Result<f64> {
+    reset(store.pool()).await?;
+    start_bulk(store, "benchOneWF", &objects("one", steps)).await?;
+    sqlx::query("analyze workdo.steps")
+        .execute(store.pool())
+        .await?;
+    let began = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..conns {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let owner = format!("bench-{w}");
+            loop {
+                let claimed = store
+                    .step_claim(
+                        "benchOneWF",
+                        "work",
+                        None,
+                        batch,
+                        &owner,
+                        Duration::from_secs(300),
+                    )
+                    .await?;
+                if claimed.is_empty() {
+                    return Ok::<(), crate::store::StoreError>(());
+                }
+                let changes: Vec<Change> = claimed
+                    .iter()
+                    .map(|c| {
+                        let mut ch = Change::new(c.id, Status::Completed, "completed");
+                        ch.lease = Some(c.lease_token);
+                        ch
+                    })
+                    .collect();
+                store.steps_apply_leased(&changes, &owner).await?;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let rate = steps as f64 / began.elapsed().as_secs_f64();
+    check_exactly_once(store.pool(), steps as i64).await?;
+    Ok(rate)
+}
+
+async fn dag(store: &Store, function: &str, workflows: usize) -> Result<(f64, f64)> {
+    reset(store.pool()).await?;
+    load(store, "bench-dag.yaml", &DAG.replace("FN", function)).await?;
+    start_bulk(store, "benchDagWF", &objects("dag", workflows)).await?;
+    let bindings = worker::bindings(store, &[]).await?;
+    let bindings: Vec<_> = bindings
+        .into_iter()
+        .filter(|b| b.template == "benchDagWF")
+        .collect();
+    let token = CancellationToken::new();
+    let config = worker::Config {
+        schedules: false,
+        ..worker::Config::default()
+    };
+    let began = Instant::now();
+    let runtime = tokio::spawn(worker::run(store.clone(), config, bindings, token.clone()));
+    loop {
+        let done: i64 =
+            sqlx::query_scalar("select count(*) from workdo.workflows where status = 'completed'")
+                .fetch_one(store.pool())
+                .await?;
+        if done as usize == workflows {
+            break;
+        }
+        if began.elapsed() > Duration::from_secs(900) {
+            bail!("DAG bench did not finish: {done} of {workflows} workflows");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let secs = began.elapsed().as_secs_f64();
+    token.cancel();
+    runtime.await??;
+    // 8 steps per workflow run; the bootstrap step starts completed and has no completion event.
+    let ran = 8 * workflows as i64;
+    check_exactly_once(store.pool(), ran).await?;
+    Ok((ran as f64 / secs, workflows as f64 / secs))
+}
+
+async fn start_rate(store: &Store, n: usize, bulk: bool) -> Result<f64> {
+    reset(store.pool()).await?;
+    let ids = objects(if bulk { "bulk" } else { "single" }, n);
+    let began = Instant::now();
+    if bulk {
+        let mut req = StartRequest::new("benchDagWF", &[]);
+        req.objects = ids;
+        store.workflow_start(&req).await?;
+    } else {
+        for id in &ids {
+            store
+                .workflow_start(&StartRequest::new("benchDagWF", &[id]))
+                .await?;
+        }
+    }
+    Ok(n as f64 / began.elapsed().as_secs_f64())
+}
+
+async fn wake_latency(store: &Store, n: usize) -> Result<(f64, f64)> {
+    reset(store.pool()).await?;
+    load(
+        store,
+        "bench-chain.yaml",
+        "name: benchChainWF\nsteps:\n  - { name: a, function: { builtin: noop } }\n  - { name: b, prereqs: [a], function: { builtin: noop } }\n",
+    )
+    .await?;
+    let bindings: Vec<_> = worker::bindings(store, &[])
+        .await?
+        .into_iter()
+        .filter(|b| b.template == "benchChainWF")
+        .collect();
+    let token = CancellationToken::new();
+    let config = worker::Config {
+        schedules: false,
+        poll_interval: Duration::from_secs(5),
+        ..worker::Config::default()
+    };
+    let runtime = tokio::spawn(worker::run(store.clone(), config, bindings, token.clone()));
+    for id in objects("wake", n) {
+        store
+            .workflow_start(&StartRequest::new("benchChainWF", &[&id]))
+            .await?;
+        let began = Instant::now();
+        loop {
+            let done: bool = sqlx::query_scalar(
+                "select status = 'completed' from workdo.workflows where object_id = $1",
+            )
+            .bind(&id)
+            .fetch_one(store.pool())
+            .await?;
+            if done {
+                break;
+            }
+            if began.elapsed() > Duration::from_secs(30) {
+                bail!("wake latency: {id} did not finish");
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    token.cancel();
+    runtime.await??;
+    // From the prerequisite's completion (its transaction's time) to the dependant's claim.
+    let mut ms: Vec<f64> = sqlx::query_scalar(
+        "select extract(epoch from b.started_at - a.finished_at)::float8 * 1000
+           from workdo.steps a join workdo.steps b on b.workflow_id = a.workflow_id
+          where a.name = 'a' and b.name = 'b'",
+    )
+    .fetch_all(store.pool())
+    .await?;
+    Ok((percentile(&mut ms, 0.5), percentile(&mut ms, 0.99)))
+}
+
+async fn scale(store: &Store, waiting: i64, claims: usize) -> Result<f64> {
+    reset(store.pool()).await?;
+    let tid: i64 = sqlx::query_scalar(
+        "select id from workdo.templates where name = 'benchOneWF' and is_current",
+    )
+    .fetch_one(store.pool())
+    .await?;
+    // Waiting steps (and the ready ones to claim), written directly: one workflow each.
+    sqlx::query(
+        "with o as (insert into workdo.objects (id) select 'scale:' || g from generate_series(1, $1 + $2) g returning id),
+              w as (insert into workdo.workflows (object_id, template, template_id, version, unfinished)
+                    select id, 'benchOneWF', $3, 1, 1 from o returning id, object_id)
+         insert into workdo.steps (workflow_id, object_id, template, version, lane, name, status, max_attempts, pending, run_at)
+         select w.id, w.object_id, 'benchOneWF', 1, 'default', 'work',
+                case when w.id % (($1 + $2) / $2) = 0 then 'ready' else 'waiting' end, 3,
+                case when w.id % (($1 + $2) / $2) = 0 then 0 else 1 end, now()
+           from w",
+    )
+    .bind(waiting)
+    .bind(claims as i64 * 2)
+    .bind(tid)
+    .execute(store.pool())
+    .await?;
+    sqlx::query("analyze workdo.steps")
+        .execute(store.pool())
+        .await?;
+    let mut ms = Vec::with_capacity(claims);
+    for _ in 0..claims {
+        let began = Instant::now();
+        let c = store
+            .step_claim(
+                "benchOneWF",
+                "work",
+                None,
+                1,
+                "bench",
+                Duration::from_secs(300),
+            )
+            .await?;
+        ms.push(began.elapsed().as_secs_f64() * 1000.0);
+        if c.is_empty() {
+            bail!("scale bench ran out of ready steps");
+        }
+    }
+    Ok(percentile(&mut ms, 0.5))
+}
+
+/// Run the benchmark and print the table (or JSON).
+///
+/// # Errors
+/// When the bench database cannot be made, or a scenario's own check fails.
+pub async fn run(
+    target_url: &str,
+    opts: &Options,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<Vec<Row>> {
+    // A database of its own on the same server.
+    let admin = with_database(target_url, "postgres");
+    {
+        let pool = db::connect(&admin, 1).await?;
+        sqlx::query("drop database if exists workdo_bench with (force)")
+            .execute(&pool)
+            .await?;
+        pool.close().await;
+    }
+    db::create_database(&admin, "workdo_bench").await?;
+    let pool = db::connect(&with_database(target_url, "workdo_bench"), 16).await?;
+    db::migrate(&pool).await?;
+    let store = Store::new(pool.clone());
+    sqlx::query(
+        "create table bench_queue (id bigint generated always as identity primary key,
+                                   priority integer not null default 0,
+                                   run_at timestamptz not null default now(),
+                                   status text not null default 'ready')",
+    )
+    .execute(&pool)
+    .await?;
+    sqlx::query("create index bench_queue_ready on bench_queue (priority desc, run_at, id) where status = 'ready'")
+        .execute(&pool)
+        .await?;
+    load(
+        &store,
+        "bench-one.yaml",
+        "name: benchOneWF\nsteps:\n  - { name: work, function: { builtin: noop } }\n",
+    )
+    .await?;
+    let exe = match &opts.noop_function {
+        Some(p) => p.clone(),
+        None => std::env::current_exe().context("locating the workdo executable")?,
+    };
+    // Anything else would be started with `__noop-function` as its argument: refuse.
+    if !exe
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("workdo"))
+    {
+        bail!(
+            "the no-op function must be a workdo executable, not {}",
+            exe.display()
+        );
+    }
+    let noop = format!("[{:?}, __noop-function]", exe.display().to_string());
+    let q = opts.quick;
+    let (jobs1, jobs100, dag_n, dag_proc_n, exec_n, starts, wakes, small, large, claims) = if q {
+        (200, 2_000, 20, 10, 4, 100, 10, 2_000, 10_000, 50)
+    } else {
+        (
+            4_000, 40_000, 1_000, 300, 60, 2_000, 100, 10_000, 1_000_000, 200,
+        )
+    };
+    let runs = opts.runs.max(1);
+    let mut rows = Vec::new();
+    for (batch, jobs) in [(1i64, jobs1), (100, jobs100)] {
+        for conns in [2usize, 4] {
+            let mut yard = Vec::new();
+            let mut ours = Vec::new();
+            for _ in 0..runs {
+                yard.push(yardstick(&pool, jobs, batch, conns).await?);
+                ours.push(claim_complete(&store, jobs as usize, batch, conns).await?);
+            }
+            let y = row(
+                format!("yardstick: SQL queue, batch {batch}, {conns} conns"),
+                "rows/s",
+                yard,
+            );
+            let mut o = row(
+                format!("claim+complete: 1-step workflows, batch {batch}, {conns} conns"),
+                "steps/s",
+                ours,
+            );
+            o.ratio = Some(o.median / y.median.max(1e-9));
+            rows.push(y);
+            rows.push(o);
+        }
+    }
+    for (label, function, n) in [
+        (
+            "in-process",
+            "{ builtin: noop, concurrency: 100 }".to_string(),
+            dag_n,
+        ),
+        (
+            "warm",
+            format!("{{ warm: {noop}, pool: 2, concurrency: 2 }}"),
+            dag_proc_n,
+        ),
+        (
+            "exec",
+            format!("{{ exec: {noop}, concurrency: 2 }}"),
+            exec_n,
+        ),
+    ] {
+        let (mut s, mut w) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let (steps, workflows) = dag(&store, &function, n).await?;
+            s.push(steps);
+            w.push(workflows);
+        }
+        rows.push(row(
+            format!("DAG (9 steps), {label} functions: steps"),
+            "steps/s",
+            s,
+        ));
+        rows.push(row(
+            format!("DAG (9 steps), {label} functions: workflows"),
+            "workflows/s",
+            w,
+        ));
+    }
+    for bulk in [false, true] {
+        let mut v = Vec::new();
+        for _ in 0..runs {
+            v.push(start_rate(&store, starts, bulk).await?);
+        }
+        let name = if bulk {
+            "start: in one call"
+        } else {
+            "start: one by one"
+        };
+        let mut r = row(
+            format!("{name} (9-step workflows)"),
+            "workflows/s",
+            v.clone(),
+        );
+        rows.push(r.clone());
+        r.name = format!("{name}: steps created");
+        r.unit = "steps/s";
+        for x in [&mut r.median, &mut r.min, &mut r.max] {
+            *x *= 9.0;
+        }
+        rows.push(r);
+    }
+    let (mut p50, mut p99) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let (a, b) = wake_latency(&store, wakes).await?;
+        p50.push(a);
+        p99.push(b);
+    }
+    rows.push(row("wake latency, low load: p50".into(), "ms", p50));
+    rows.push(row("wake latency, low load: p99".into(), "ms", p99));
+    let mut at = Vec::new();
+    for depth in [small, large] {
+        let mut v = Vec::new();
+        for _ in 0..runs {
+            v.push(scale(&store, depth, claims).await?);
+        }
+        let r = row(
+            format!("claim latency with {depth} waiting steps (p50)"),
+            "ms",
+            v,
+        );
+        at.push(r.median);
+        rows.push(r);
+    }
+    if let (Some(a), Some(b)) = (at.first(), at.get(1)) {
+        let last = rows.len() - 1;
+        rows[last].ratio = Some(b / a.max(1e-9));
+    }
+    pool.close().await;
+    if json {
+        serde_json::to_writer_pretty(&mut *out, &rows)?;
+        writeln!(out)?;
+    } else {
+        crate::cli::table(
+            out,
+            &["measure", "median", "min", "max", "unit", "ratio"],
+            rows.iter().map(|r| {
+                let f = |v: f64| {
+                    if v >= 100.0 {
+                        format!("{v:.0}")
+                    } else {
+                        format!("{v:.2}")
+                    }
+                };
+                vec![
+                    r.name.clone(),
+                    f(r.median),
+                    f(r.min),
+                    f(r.max),
+                    r.unit.to_string(),
+                    r.ratio.map(|x| format!("{x:.2}x")).unwrap_or_default(),
+                ]
+            }),
+        )?;
+        writeln!(
+            out,
+            "\nmedians of {runs} run(s){}; ratios: ours ÷ the yardstick with the same batch and connections, and the deepest ÷ the shallowest queue",
+            if q { ", quick sizes" } else { "" }
+        )?;
+    }
+    Ok(rows)
+}
+
+fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let root = match base[scheme_end..].find('/') {
+        Some(i) => &base[..scheme_end + i],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{root}/{name}?{q}"),
+        None => format!("{root}/{name}"),
+    }
+}
