@@ -23,9 +23,10 @@ use serde::Serialize;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
+use crate::db::{self, with_database};
 use crate::status::Status;
 use crate::store::{Change, StartRequest, Store};
-use crate::{db, template, worker};
+use crate::{template, worker};
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -582,20 +583,4 @@ pub async fn run(
         )?;
     }
     Ok(rows)
-}
-
-fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let root = match base[scheme_end..].find('/') {
-        Some(i) => &base[..scheme_end + i],
-        None => base,
-    };
-    match query {
-        Some(q) => format!("{root}/{name}?{q}"),
-        None => format!("{root}/{name}"),
-    }
 }

@@ -141,6 +141,23 @@ pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
     Ok(())
 }
 
+/// The same server's URL for another database (the path replaced, any query string kept).
+pub fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let root = match base[scheme_end..].find('/') {
+        Some(i) => &base[..scheme_end + i],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{root}/{name}?{q}"),
+        None => format!("{root}/{name}"),
+    }
+}
+
 /// The URL without its password, for messages.
 pub fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
@@ -157,6 +174,18 @@ pub fn redact(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn other_database_same_server() {
+        assert_eq!(
+            super::with_database("postgres://u@h:5/a?sslmode=disable", "b"),
+            "postgres://u@h:5/b?sslmode=disable"
+        );
+        assert_eq!(
+            super::with_database("postgres://u@h:5", "b"),
+            "postgres://u@h:5/b"
+        );
+    }
+
     #[test]
     fn redacts_password() {
         assert_eq!(

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use sqlx::PgPool;
 use tokio::sync::OnceCell;
-use workdo::db;
+use workdo::db::{self, with_database};
 use workdo::pg::{Cluster, ClusterOptions};
 use workdo::store::Store;
 
@@ -25,24 +25,6 @@ struct Server {
 
 static SERVER: OnceCell<Server> = OnceCell::const_new();
 static COUNTER: AtomicU32 = AtomicU32::new(0);
-
-fn with_database(url: &str, name: &str) -> String {
-    // Replace the path of the URL (the database name), keep any query string.
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let path_start = base[scheme_end..].find('/').map(|i| i + scheme_end);
-    let root = match path_start {
-        Some(i) => &base[..i],
-        None => base,
-    };
-    match query {
-        Some(q) => format!("{root}/{name}?{q}"),
-        None => format!("{root}/{name}"),
-    }
-}
 
 async fn server() -> &'static Server {
     SERVER

@@ -232,6 +232,30 @@ pub(crate) async fn notify_ready(conn: &mut PgConnection, keys: &[String]) -> Re
     Ok(())
 }
 
+/// The claim statement around a CTE `c` selecting the ids to claim: each gets an attempt and a
+/// lease for owner `$5` lasting `$6` seconds. `$1`–`$4` belong to the CTE.
+macro_rules! claim_sql {
+    ($candidates:literal) => {
+        concat!(
+            "with c as (",
+            $candidates,
+            ")
+             update workdo.steps s set
+                status = 'started',
+                attempts = s.attempts + 1,
+                lease_owner = $5,
+                lease_token = gen_random_uuid(),
+                lease_expires_at = now() + make_interval(secs => $6),
+                started_at = now(),
+                updated_at = now()
+               from c
+              where s.id = c.id
+             returning s.id, s.workflow_id, s.object_id, s.template, s.name, s.version, s.lane,
+                       s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at"
+        )
+    };
+}
+
 #[derive(sqlx::FromRow)]
 struct ChangedRow {
     id: i64,
@@ -705,28 +729,14 @@ impl Store {
         owner: &str,
         lease: std::time::Duration,
     ) -> Result<Vec<Claimed>> {
-        let claimed: Vec<Claimed> = sqlx::query_as(
-            "with c as (
-                select id from workdo.steps
-                 where template = $1 and name = $2 and status = 'ready' and active
-                   and ($3::text is null or lane = $3)
-                 order by priority desc, run_at, id
-                 limit $4
-                   for update skip locked
-             )
-             update workdo.steps s set
-                status = 'started',
-                attempts = s.attempts + 1,
-                lease_owner = $5,
-                lease_token = gen_random_uuid(),
-                lease_expires_at = now() + make_interval(secs => $6),
-                started_at = now(),
-                updated_at = now()
-               from c
-              where s.id = c.id
-             returning s.id, s.workflow_id, s.object_id, s.template, s.name, s.version, s.lane,
-                       s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at",
-        )
+        let claimed: Vec<Claimed> = sqlx::query_as(claim_sql!(
+            "select id from workdo.steps
+              where template = $1 and name = $2 and status = 'ready' and active
+                and ($3::text is null or lane = $3)
+              order by priority desc, run_at, id
+              limit $4
+                for update skip locked"
+        ))
         .bind(template)
         .bind(step)
         .bind(lane)
@@ -748,29 +758,17 @@ impl Store {
         owner: &str,
         lease: std::time::Duration,
     ) -> Result<Vec<Claimed>> {
-        let claimed: Vec<Claimed> = sqlx::query_as(
-            "with c as (
-                select id from workdo.steps
-                 where template = $1 and name = $2 and object_id = any($3) and active
-                   and status in ('ready', 'scheduled', 'retrying', 'error')
-                   for update skip locked
-             )
-             update workdo.steps s set
-                status = 'started',
-                attempts = s.attempts + 1,
-                lease_owner = $4,
-                lease_token = gen_random_uuid(),
-                lease_expires_at = now() + make_interval(secs => $5),
-                started_at = now(),
-                updated_at = now()
-               from c
-              where s.id = c.id
-             returning s.id, s.workflow_id, s.object_id, s.template, s.name, s.version, s.lane,
-                       s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at",
-        )
+        let claimed: Vec<Claimed> = sqlx::query_as(claim_sql!(
+            "select id from workdo.steps
+              where template = $1 and name = $2 and object_id = any($3) and active
+                and status in ('ready', 'scheduled', 'retrying', 'error')
+              limit $4
+                for update skip locked"
+        ))
         .bind(template)
         .bind(step)
         .bind(objects)
+        .bind(objects.len() as i64)
         .bind(owner)
         .bind(lease.as_secs_f64())
         .fetch_all(&self.pool)
