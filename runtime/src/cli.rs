@@ -1035,11 +1035,16 @@ fn status_table(o: &mut dyn Write, facets: &[crate::store::Facet]) -> std::io::R
     };
     statuses.sort_by_key(|s| (order(s), s.to_string()));
     statuses.dedup();
-    let mut rows: BTreeMap<(String, String), BTreeMap<String, i64>> = BTreeMap::new();
+    // Rows in the order the facets come: by template, then the steps' order in the template.
+    let mut rows: Vec<((String, String), BTreeMap<String, i64>)> = Vec::new();
     for f in facets {
-        rows.entry((f.template.clone(), f.step.clone()))
-            .or_default()
-            .insert(f.status.clone(), f.count);
+        let key = (f.template.clone(), f.step.clone());
+        match rows.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, counts)) => {
+                counts.insert(f.status.clone(), f.count);
+            }
+            None => rows.push((key, BTreeMap::from([(f.status.clone(), f.count)]))),
+        }
     }
     let mut headers = vec!["template", "step"];
     headers.extend(statuses.iter());

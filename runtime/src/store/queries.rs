@@ -172,7 +172,7 @@ impl Store {
                from workdo.steps
               where active and ($1::text is null or template = $1)
               group by template, name, status
-              order by template, name, status",
+              order by template, min(min(id)) over (partition by template, name), status",
         )
         .bind(template)
         .fetch_all(&self.pool)
