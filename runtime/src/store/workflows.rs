@@ -159,9 +159,40 @@ impl Store {
         check_lane(&req.lane)?;
         let template = self.template_current(&req.template).await?;
         let mut events = EventBuf::default();
-        let mut out = Vec::with_capacity(req.objects.len());
         let mut notify = Vec::new();
-        for object in &req.objects {
+        // Objects needing no per-object case go through one set-based insert; re-creates,
+        // version changes and repeated ids take the object-by-object path.
+        let known: Vec<(String, i32, bool)> = sqlx::query_as(
+            "select o.id, o.version,
+                    exists (select 1 from workdo.workflows w
+                             where w.object_id = o.id and w.template = $2 and w.version = coalesce($3, o.version))
+               from workdo.objects o where o.id = any($1) order by o.id for update",
+        )
+        .bind(&req.objects)
+        .bind(&req.template)
+        .bind(req.version)
+        .fetch_all(&mut **tx)
+        .await?;
+        let mut seen = std::collections::HashSet::new();
+        let mut fresh = Vec::new();
+        let mut slow = Vec::new();
+        for o in &req.objects {
+            let first = seen.insert(o.as_str());
+            match known.iter().find(|k| &k.0 == o) {
+                _ if !first => slow.push(o.clone()),
+                None => fresh.push((o.clone(), req.version.unwrap_or(1), true)),
+                Some((_, v, exists)) if !exists && req.version.is_none_or(|r| r == *v) => {
+                    fresh.push((o.clone(), *v, false))
+                }
+                Some(_) => slow.push(o.clone()),
+            }
+        }
+        let mut out =
+            start_fresh(tx, &mut events, req, template.id, &template.spec, &fresh).await?;
+        if !out.is_empty() && out.iter().any(|s| !s.ready.is_empty()) {
+            notify.extend(out[0].ready.iter().map(|s| format!("{}:{s}", req.template)));
+        }
+        for object in &slow {
             let started =
                 start_one(tx, &mut events, req, template.id, &template.spec, object).await?;
             if !started.ready.is_empty() {
@@ -279,46 +310,17 @@ pub(crate) async fn start_one(
     let now = Utc::now();
     let start_at = req.start_at.unwrap_or(now);
     let future = start_at > now;
-    // Initial statuses are static: derived from the template alone.
-    let finished: std::collections::HashSet<&str> = spec
-        .steps
-        .iter()
-        .filter(|s| s.initial_status.as_ref().is_some_and(Status::is_finished))
-        .map(|s| s.name.as_str())
-        .collect();
-    let mut names = Vec::new();
-    let mut statuses = Vec::new();
-    let mut prereqs = Vec::new();
-    let mut pendings = Vec::new();
-    let mut attempts = Vec::new();
-    let mut limits = Vec::new();
-    let mut lifecycles = Vec::new();
-    let mut ready = Vec::new();
-    for s in &spec.steps {
-        let pending = s
-            .prereqs
-            .iter()
-            .filter(|p| !finished.contains(p.as_str()))
-            .count() as i32;
-        let status = match &s.initial_status {
-            Some(st) => st.clone(),
-            None if pending > 0 => Status::Waiting,
-            None if future => Status::Scheduled,
-            None => Status::Ready,
-        };
-        if status == Status::Ready {
-            ready.push(s.name.clone());
-        }
-        names.push(s.name.clone());
-        attempts.push(i32::from(status == Status::Completed));
-        statuses.push(status.as_str().to_string());
-        // Arrays of arrays must be rectangular in Postgres: pass prerequisites as JSON.
-        prereqs.push(serde_json::to_value(&s.prereqs).unwrap_or(Value::Null));
-        pendings.push(pending);
-        limits.push(s.error_limit.min(i32::MAX as u32) as i32);
-        lifecycles.push(s.lifecycle.clone());
-    }
-    let unfinished = spec.steps.len() as i32 - finished.len() as i32;
+    let InitialSteps {
+        names,
+        statuses,
+        prereqs,
+        pendings,
+        attempts,
+        limits,
+        lifecycles,
+        ready,
+        unfinished,
+    } = initial_steps(spec, future);
     let trace = crate::telemetry::workflow_trace(object, &req.template, version, &req.lane);
     let workflow_id: i64 = sqlx::query_scalar(
         "insert into workdo.workflows
@@ -456,4 +458,228 @@ impl Store {
         tx.commit().await?;
         Ok(deleted.len() as u64)
     }
+}
+
+/// A template's steps as they start, as arrays for `unnest`. Static: derived from the template
+/// and whether the start lies in the future.
+struct InitialSteps {
+    names: Vec<String>,
+    statuses: Vec<String>,
+    /// Arrays of arrays must be rectangular in Postgres: prerequisites travel as JSON.
+    prereqs: Vec<Value>,
+    pendings: Vec<i32>,
+    attempts: Vec<i32>,
+    limits: Vec<i32>,
+    lifecycles: Vec<Option<String>>,
+    ready: Vec<String>,
+    unfinished: i32,
+}
+
+fn initial_steps(spec: &Template, future: bool) -> InitialSteps {
+    let finished: std::collections::HashSet<&str> = spec
+        .steps
+        .iter()
+        .filter(|s| s.initial_status.as_ref().is_some_and(Status::is_finished))
+        .map(|s| s.name.as_str())
+        .collect();
+    let mut out = InitialSteps {
+        names: Vec::new(),
+        statuses: Vec::new(),
+        prereqs: Vec::new(),
+        pendings: Vec::new(),
+        attempts: Vec::new(),
+        limits: Vec::new(),
+        lifecycles: Vec::new(),
+        ready: Vec::new(),
+        unfinished: spec.steps.len() as i32 - finished.len() as i32,
+    };
+    for s in &spec.steps {
+        let pending = s
+            .prereqs
+            .iter()
+            .filter(|p| !finished.contains(p.as_str()))
+            .count() as i32;
+        let status = match &s.initial_status {
+            Some(st) => st.clone(),
+            None if pending > 0 => Status::Waiting,
+            None if future => Status::Scheduled,
+            None => Status::Ready,
+        };
+        if status == Status::Ready {
+            out.ready.push(s.name.clone());
+        }
+        out.names.push(s.name.clone());
+        out.attempts.push(i32::from(status == Status::Completed));
+        out.statuses.push(status.as_str().to_string());
+        out.prereqs
+            .push(serde_json::to_value(&s.prereqs).unwrap_or(Value::Null));
+        out.pendings.push(pending);
+        out.limits.push(s.error_limit.min(i32::MAX as u32) as i32);
+        out.lifecycles.push(s.lifecycle.clone());
+    }
+    out
+}
+
+/// Start the template on objects that need none of the per-object cases (no earlier workflow of
+/// it for their version, no version change): a handful of statements for all of them at once.
+async fn start_fresh(
+    tx: &mut Transaction<'_, Postgres>,
+    events: &mut EventBuf,
+    req: &StartRequest,
+    template_id: i64,
+    spec: &Template,
+    fresh: &[(String, i32, bool)],
+) -> Result<Vec<Started>> {
+    if fresh.is_empty() {
+        return Ok(Vec::new());
+    }
+    let now = Utc::now();
+    let start_at = req.start_at.unwrap_or(now);
+    let init = initial_steps(spec, start_at > now);
+    let objects: Vec<String> = fresh.iter().map(|f| f.0.clone()).collect();
+    let versions: Vec<i32> = fresh.iter().map(|f| f.1).collect();
+    let new: Vec<(String, i32)> = fresh
+        .iter()
+        .filter(|f| f.2)
+        .map(|f| (f.0.clone(), f.1))
+        .collect();
+    if !new.is_empty() {
+        let (ids, vs): (Vec<String>, Vec<i32>) = new.iter().cloned().unzip();
+        sqlx::query(
+            "with o as (insert into workdo.objects (id, version)
+                        select * from unnest($1::text[], $2::int[]) returning id, version)
+             insert into workdo.milestones (object_id, version, name) select id, version, 'registered' from o",
+        )
+        .bind(&ids)
+        .bind(&vs)
+        .execute(&mut **tx)
+        .await?;
+        for (id, v) in &new {
+            events.push(
+                id,
+                None,
+                None,
+                Some(*v),
+                None,
+                "object_registered",
+                None,
+                None,
+                &req.actor,
+                Value::Null,
+            );
+        }
+    }
+    let traces: Vec<Option<String>> = fresh
+        .iter()
+        .map(|f| crate::telemetry::workflow_trace(&f.0, &req.template, f.1, &req.lane))
+        .collect();
+    let rows: Vec<(i64, String, i32)> = sqlx::query_as(
+        "insert into workdo.workflows
+            (object_id, template, template_id, version, priority, lane, start_at, context, unfinished,
+             status, completed_at, trace_context)
+         select t.o, $4, $5, t.v, $6, $7, $8, $9, $10,
+                case when $10 = 0 then 'completed' else 'active' end,
+                case when $10 = 0 then now() end, t.tc
+           from unnest($1::text[], $2::int[], $3::text[]) as t(o, v, tc)
+         returning id, object_id, version",
+    )
+    .bind(&objects)
+    .bind(&versions)
+    .bind(&traces)
+    .bind(&req.template)
+    .bind(template_id)
+    .bind(req.priority)
+    .bind(&req.lane)
+    .bind(start_at)
+    .bind(&req.context)
+    .bind(init.unfinished)
+    .fetch_all(&mut **tx)
+    .await?;
+    let (wids, wobjects, wversions): (Vec<i64>, Vec<String>, Vec<i32>) =
+        rows.iter()
+            .fold((Vec::new(), Vec::new(), Vec::new()), |mut acc, r| {
+                acc.0.push(r.0);
+                acc.1.push(r.1.clone());
+                acc.2.push(r.2);
+                acc
+            });
+    sqlx::query(
+        "insert into workdo.steps
+            (workflow_id, object_id, template, version, lane, name, status, prereqs, pending,
+             priority, run_at, attempts, max_attempts, lifecycle, finished_at)
+         select w.id, w.object_id, $4, w.version, $5, t.name, t.status,
+                array(select jsonb_array_elements_text(t.prereqs)), t.pending,
+                $6, $7, t.attempts, t.max_attempts, t.lifecycle,
+                case when t.status in ('completed', 'skipped') then now() end
+           from unnest($1::bigint[], $2::text[], $3::int[]) as w(id, object_id, version)
+          cross join unnest($8::text[], $9::text[], $10::jsonb[], $11::int[], $12::int[], $13::int[], $14::text[])
+                as t(name, status, prereqs, pending, attempts, max_attempts, lifecycle)",
+    )
+    .bind(&wids)
+    .bind(&wobjects)
+    .bind(&wversions)
+    .bind(&req.template)
+    .bind(&req.lane)
+    .bind(req.priority)
+    .bind(start_at)
+    .bind(&init.names)
+    .bind(&init.statuses)
+    .bind(&init.prereqs)
+    .bind(&init.pendings)
+    .bind(&init.attempts)
+    .bind(&init.limits)
+    .bind(&init.lifecycles)
+    .execute(&mut **tx)
+    .await?;
+    let bootstrap: Vec<String> = spec
+        .steps
+        .iter()
+        .filter(|s| s.initial_status == Some(Status::Completed))
+        .filter_map(|s| s.lifecycle.clone())
+        .collect();
+    if !bootstrap.is_empty() {
+        sqlx::query(
+            "insert into workdo.milestones (object_id, version, name, workflow_id)
+             select w.object_id, w.version, m.name, w.id
+               from unnest($1::bigint[], $2::text[], $3::int[]) as w(id, object_id, version)
+              cross join unnest($4::text[]) with ordinality as m(name, n)
+              order by w.id, m.n",
+        )
+        .bind(&wids)
+        .bind(&wobjects)
+        .bind(&wversions)
+        .bind(&bootstrap)
+        .execute(&mut **tx)
+        .await?;
+    }
+    let future = start_at > now;
+    let mut out = Vec::with_capacity(rows.len());
+    for (id, object, version) in rows {
+        events.push(
+            &object,
+            Some(id),
+            Some(&req.template),
+            Some(version),
+            None,
+            "workflow_started",
+            None,
+            None,
+            &req.actor,
+            serde_json::json!({"template_id": template_id, "priority": req.priority, "lane": req.lane,
+                               "start_at": start_at, "replaced_workflow": null}),
+        );
+        out.push(Started {
+            workflow_id: id,
+            object_id: object,
+            template: req.template.clone(),
+            version,
+            replaced: false,
+            ready: if future {
+                Vec::new()
+            } else {
+                init.ready.clone()
+            },
+        });
+    }
+    Ok(out)
 }
