@@ -1154,11 +1154,10 @@ fn step_filter(f: &FilterArgs) -> Result<StepFilter> {
     };
     Ok(StepFilter {
         object: f.object.clone(),
-        workflow: None,
         template: f.template.clone(),
         step: f.step.clone(),
-        status: None,
         property,
+        ..StepFilter::default()
     })
 }
 

@@ -400,8 +400,7 @@ async fn priority(State(s): State<AppState>, c: Caller, body: Bytes) -> ApiResul
         workflow: b.workflow,
         template: b.template,
         step: b.step,
-        status: None,
-        property: None,
+        ..StepFilter::default()
     };
     let n = s
         .store
@@ -427,11 +426,9 @@ async fn retry(State(s): State<AppState>, c: Caller, body: Bytes) -> ApiResult<J
     let b: RetryBody = json_body(&body)?;
     let filter = StepFilter {
         object: b.object,
-        workflow: None,
         template: b.template,
         step: b.step,
-        status: None,
-        property: None,
+        ..StepFilter::default()
     };
     let n = s
         .store

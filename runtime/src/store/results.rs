@@ -128,18 +128,7 @@ impl Store {
                 .bind(&props)
                 .execute(&mut *tx)
                 .await?;
-                for (name, content) in &update.documents {
-                    sqlx::query(
-                        "insert into workdo.documents (object_id, name, content) values ($1, $2, $3)
-                         on conflict (object_id, name) do update
-                            set content = excluded.content, updated_at = now()",
-                    )
-                    .bind(&r.object_id)
-                    .bind(name)
-                    .bind(content)
-                    .execute(&mut *tx)
-                    .await?;
-                }
+                super::workflows::documents_put(&mut tx, &r.object_id, &update.documents).await?;
             }
             if let Some(ctx) = &r.context
                 && !ctx.is_empty()

@@ -83,18 +83,7 @@ impl Store {
         .bind(&props)
         .fetch_one(&mut *tx)
         .await?;
-        for (name, content) in documents {
-            sqlx::query(
-                "insert into workdo.documents (object_id, name, content) values ($1, $2, $3)
-                 on conflict (object_id, name) do update
-                    set content = excluded.content, updated_at = now()",
-            )
-            .bind(id)
-            .bind(name)
-            .bind(content)
-            .execute(&mut *tx)
-            .await?;
-        }
+        documents_put(&mut tx, id, documents).await?;
         let mut events = EventBuf::default();
         if created {
             registered(&mut tx, id, 1).await?;
@@ -121,6 +110,18 @@ impl Store {
     /// for the same object version replaces its steps; a newer object version makes the steps of
     /// older versions inactive.
     pub async fn workflow_start(&self, req: &StartRequest) -> Result<Vec<Started>> {
+        let mut tx = self.pool.begin().await?;
+        let out = self.workflow_start_in(&mut tx, req).await?;
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    /// [`Store::workflow_start`] inside a transaction of the caller's.
+    pub async fn workflow_start_in(
+        &self,
+        tx: &mut Transaction<'_, Postgres>,
+        req: &StartRequest,
+    ) -> Result<Vec<Started>> {
         check_lane(&req.lane)?;
         if !req.context.is_object() {
             return Err(StoreError::Invalid {
@@ -141,22 +142,6 @@ impl Store {
         for o in &req.objects {
             check_object_id(o)?;
         }
-        let mut tx = self.pool.begin().await?;
-        let out = self.workflow_start_in(&mut tx, req).await?;
-        tx.commit().await?;
-        Ok(out)
-    }
-
-    /// [`Store::workflow_start`] inside a transaction of the caller's.
-    pub async fn workflow_start_in(
-        &self,
-        tx: &mut Transaction<'_, Postgres>,
-        req: &StartRequest,
-    ) -> Result<Vec<Started>> {
-        for o in &req.objects {
-            check_object_id(o)?;
-        }
-        check_lane(&req.lane)?;
         let template = self.template_current(&req.template).await?;
         let mut events = EventBuf::default();
         let mut notify = Vec::new();
@@ -180,15 +165,24 @@ impl Store {
             let first = seen.insert(o.as_str());
             match known.iter().find(|k| &k.0 == o) {
                 _ if !first => slow.push(o.clone()),
-                None => fresh.push((o.clone(), req.version.unwrap_or(1), true)),
-                Some((_, v, exists)) if !exists && req.version.is_none_or(|r| r == *v) => {
-                    fresh.push((o.clone(), *v, false))
-                }
+                None => fresh.push(Entry {
+                    object: o.clone(),
+                    version: req.version.unwrap_or(1),
+                    new: true,
+                    replaced: None,
+                }),
+                Some((_, v, exists)) if !exists && req.version.is_none_or(|r| r == *v) => fresh
+                    .push(Entry {
+                        object: o.clone(),
+                        version: *v,
+                        new: false,
+                        replaced: None,
+                    }),
                 Some(_) => slow.push(o.clone()),
             }
         }
         let mut out =
-            start_fresh(tx, &mut events, req, template.id, &template.spec, &fresh).await?;
+            insert_workflows(tx, &mut events, req, template.id, &template.spec, &fresh).await?;
         if !out.is_empty() && out.iter().any(|s| !s.ready.is_empty()) {
             notify.extend(out[0].ready.iter().map(|s| format!("{}:{s}", req.template)));
         }
@@ -211,6 +205,27 @@ impl Store {
         notify_ready(tx, &notify).await?;
         Ok(out)
     }
+}
+
+/// Replace (or add) named documents of an object.
+pub(crate) async fn documents_put(
+    conn: &mut sqlx::PgConnection,
+    object: &str,
+    documents: &BTreeMap<String, String>,
+) -> Result<()> {
+    for (name, content) in documents {
+        sqlx::query(
+            "insert into workdo.documents (object_id, name, content) values ($1, $2, $3)
+             on conflict (object_id, name) do update
+                set content = excluded.content, updated_at = now()",
+        )
+        .bind(object)
+        .bind(name)
+        .bind(content)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
 }
 
 async fn registered(tx: &mut Transaction<'_, Postgres>, id: &str, version: i32) -> Result<()> {
@@ -307,115 +322,23 @@ pub(crate) async fn start_one(
     .fetch_optional(&mut **tx)
     .await?;
 
-    let now = Utc::now();
-    let start_at = req.start_at.unwrap_or(now);
-    let future = start_at > now;
-    let InitialSteps {
-        names,
-        statuses,
-        prereqs,
-        pendings,
-        attempts,
-        limits,
-        lifecycles,
-        ready,
-        unfinished,
-    } = initial_steps(spec, future);
-    let trace = crate::telemetry::workflow_trace(object, &req.template, version, &req.lane);
-    let workflow_id: i64 = sqlx::query_scalar(
-        "insert into workdo.workflows
-            (object_id, template, template_id, version, priority, lane, start_at, context, unfinished,
-             status, completed_at, trace_context)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9,
-                 case when $9 = 0 then 'completed' else 'active' end,
-                 case when $9 = 0 then now() end, $10)
-         returning id",
+    let mut started = insert_workflows(
+        tx,
+        events,
+        req,
+        template_id,
+        spec,
+        &[Entry {
+            object: object.to_string(),
+            version,
+            new: false,
+            replaced,
+        }],
     )
-    .bind(object)
-    .bind(&req.template)
-    .bind(template_id)
-    .bind(version)
-    .bind(req.priority)
-    .bind(&req.lane)
-    .bind(start_at)
-    .bind(&req.context)
-    .bind(unfinished)
-    .bind(trace)
-    .fetch_one(&mut **tx)
     .await?;
-    sqlx::query(
-        "insert into workdo.steps
-            (workflow_id, object_id, template, version, lane, name, status, prereqs, pending,
-             priority, run_at, attempts, max_attempts, lifecycle, finished_at)
-         select $1, $2, $3, $4, $5, t.name, t.status,
-                array(select jsonb_array_elements_text(t.prereqs)), t.pending,
-                $6, $7, t.attempts, t.max_attempts, t.lifecycle,
-                case when t.status in ('completed', 'skipped') then now() end
-           from unnest($8::text[], $9::text[], $10::jsonb[], $11::int[], $12::int[], $13::int[], $14::text[])
-                as t(name, status, prereqs, pending, attempts, max_attempts, lifecycle)",
-    )
-    .bind(workflow_id)
-    .bind(object)
-    .bind(&req.template)
-    .bind(version)
-    .bind(&req.lane)
-    .bind(req.priority)
-    .bind(start_at)
-    .bind(&names)
-    .bind(&statuses)
-    .bind(&prereqs)
-    .bind(&pendings)
-    .bind(&attempts)
-    .bind(&limits)
-    .bind(&lifecycles)
-    .execute(&mut **tx)
-    .await?;
-    // Bootstrap steps that start completed record their milestones now.
-    for s in &spec.steps {
-        if s.initial_status == Some(Status::Completed)
-            && let Some(lc) = &s.lifecycle
-        {
-            sqlx::query(
-                "insert into workdo.milestones (object_id, version, name, workflow_id) values ($1, $2, $3, $4)",
-            )
-            .bind(object)
-            .bind(version)
-            .bind(lc)
-            .bind(workflow_id)
-            .execute(&mut **tx)
-            .await?;
-        }
-    }
-    events.push(
-        object,
-        Some(workflow_id),
-        Some(&req.template),
-        Some(version),
-        None,
-        if replaced.is_some() {
-            "workflow_replaced"
-        } else {
-            "workflow_started"
-        },
-        None,
-        None,
-        &req.actor,
-        serde_json::json!({
-            "template_id": template_id,
-            "priority": req.priority,
-            "lane": req.lane,
-            "start_at": start_at,
-            "replaced_workflow": replaced,
-        }),
-    );
-    Ok(Started {
-        workflow_id,
-        object_id: object.to_string(),
-        template: req.template.clone(),
-        version,
-        replaced: replaced.is_some(),
-        ready: if future { Vec::new() } else { ready },
-    })
+    started
+        .pop()
+        .ok_or_else(|| StoreError::UnknownObject(object.to_string()))
 }
 
 impl Store {
@@ -520,15 +443,25 @@ fn initial_steps(spec: &Template, future: bool) -> InitialSteps {
     out
 }
 
-/// Start the template on objects that need none of the per-object cases (no earlier workflow of
-/// it for their version, no version change): a handful of statements for all of them at once.
-async fn start_fresh(
+/// One workflow to insert: its object and version, whether the object must be registered first,
+/// and the workflow it replaces (re-create semantics), if any.
+pub(crate) struct Entry {
+    object: String,
+    version: i32,
+    new: bool,
+    replaced: Option<i64>,
+}
+
+/// Insert workflows of the template with their steps, bootstrap milestones and events: one
+/// statement per table for all entries. Per-object cases (re-creation, a new object version) are
+/// settled by the caller before.
+async fn insert_workflows(
     tx: &mut Transaction<'_, Postgres>,
     events: &mut EventBuf,
     req: &StartRequest,
     template_id: i64,
     spec: &Template,
-    fresh: &[(String, i32, bool)],
+    fresh: &[Entry],
 ) -> Result<Vec<Started>> {
     if fresh.is_empty() {
         return Ok(Vec::new());
@@ -536,12 +469,12 @@ async fn start_fresh(
     let now = Utc::now();
     let start_at = req.start_at.unwrap_or(now);
     let init = initial_steps(spec, start_at > now);
-    let objects: Vec<String> = fresh.iter().map(|f| f.0.clone()).collect();
-    let versions: Vec<i32> = fresh.iter().map(|f| f.1).collect();
+    let objects: Vec<String> = fresh.iter().map(|f| f.object.clone()).collect();
+    let versions: Vec<i32> = fresh.iter().map(|f| f.version).collect();
     let new: Vec<(String, i32)> = fresh
         .iter()
-        .filter(|f| f.2)
-        .map(|f| (f.0.clone(), f.1))
+        .filter(|f| f.new)
+        .map(|f| (f.object.clone(), f.version))
         .collect();
     if !new.is_empty() {
         let (ids, vs): (Vec<String>, Vec<i32>) = new.iter().cloned().unzip();
@@ -571,7 +504,7 @@ async fn start_fresh(
     }
     let traces: Vec<Option<String>> = fresh
         .iter()
-        .map(|f| crate::telemetry::workflow_trace(&f.0, &req.template, f.1, &req.lane))
+        .map(|f| crate::telemetry::workflow_trace(&f.object, &req.template, f.version, &req.lane))
         .collect();
     let rows: Vec<(i64, String, i32)> = sqlx::query_as(
         "insert into workdo.workflows
@@ -653,27 +586,36 @@ async fn start_fresh(
         .await?;
     }
     let future = start_at > now;
+    let replaced: std::collections::HashMap<&str, Option<i64>> = fresh
+        .iter()
+        .map(|f| (f.object.as_str(), f.replaced))
+        .collect();
     let mut out = Vec::with_capacity(rows.len());
     for (id, object, version) in rows {
+        let replaced = replaced.get(object.as_str()).copied().flatten();
         events.push(
             &object,
             Some(id),
             Some(&req.template),
             Some(version),
             None,
-            "workflow_started",
+            if replaced.is_some() {
+                "workflow_replaced"
+            } else {
+                "workflow_started"
+            },
             None,
             None,
             &req.actor,
             serde_json::json!({"template_id": template_id, "priority": req.priority, "lane": req.lane,
-                               "start_at": start_at, "replaced_workflow": null}),
+                               "start_at": start_at, "replaced_workflow": replaced}),
         );
         out.push(Started {
             workflow_id: id,
             object_id: object,
             template: req.template.clone(),
             version,
-            replaced: false,
+            replaced: replaced.is_some(),
             ready: if future {
                 Vec::new()
             } else {
