@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use chrono::Utc;
 use support::{GOOGLE_XML, db, load};
-use workdo::store::{SetRequest, StartRequest, StepFilter, Store, StoreError};
+use workdo::status::Status;
+use workdo::store::{
+    Change, ClaimRequest, SetRequest, StartRequest, StepFilter, Store, StoreError,
+};
 
 const WF: &str = "googleScannedBookWF";
 const LEASE: Duration = Duration::from_secs(60);
@@ -685,4 +688,81 @@ async fn unknown_template_and_bad_input_are_refused_whole() {
         .await
         .unwrap();
     assert_eq!(n, 0, "nothing partial written");
+}
+
+#[tokio::test]
+async fn results_and_the_next_claim_share_one_transaction() {
+    let t = db().await;
+    load(
+        &t.store,
+        "two.yaml",
+        "name: twoWF\nsteps:\n  - name: a\n  - { name: b, prereqs: [a] }\n",
+    )
+    .await;
+    t.store
+        .workflow_start(&StartRequest::new("twoWF", &["obj:1", "obj:2"]))
+        .await
+        .unwrap();
+    let take_a = ClaimRequest {
+        template: "twoWF",
+        step: "a",
+        lane: None,
+        limit: 10,
+        owner: "w",
+        lease: LEASE,
+    };
+    let (applied, claimed) = t
+        .store
+        .steps_apply_and_claim(&[], "w", &take_a)
+        .await
+        .unwrap();
+    assert!(applied.changed.is_empty());
+    assert_eq!(claimed.len(), 2);
+    assert_eq!(
+        claimed[0].properties,
+        serde_json::json!({}),
+        "inputs come with the claim"
+    );
+
+    // One result still holds its lease; the other's lease was taken away from outside.
+    sqlx::query("update workdo.steps set lease_token = gen_random_uuid() where id = $1")
+        .bind(claimed[1].id)
+        .execute(t.pool())
+        .await
+        .unwrap();
+    let changes: Vec<Change> = claimed
+        .iter()
+        .map(|c| {
+            let mut ch = Change::new(c.id, Status::Completed, "completed");
+            ch.lease = Some(c.lease_token);
+            ch
+        })
+        .collect();
+    let take_b = ClaimRequest {
+        step: "b",
+        ..take_a.clone()
+    };
+    let (applied, next) = t
+        .store
+        .steps_apply_and_claim(&changes, "w", &take_b)
+        .await
+        .unwrap();
+    assert_eq!(applied.lost, vec![claimed[1].id]);
+    assert_eq!(applied.changed.len(), 1);
+    // The dependant made ready by this transaction's result is claimed by it.
+    let objects: Vec<&str> = next.iter().map(|c| c.object_id.as_str()).collect();
+    assert_eq!(objects, vec![claimed[0].object_id.as_str()]);
+    assert_eq!(next[0].name, "b");
+
+    // A result without a lease is refused before anything changes.
+    let err = t
+        .store
+        .steps_apply_and_claim(
+            &[Change::new(next[0].id, Status::Completed, "completed")],
+            "w",
+            &take_b,
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("lease"), "{err}");
 }

@@ -300,18 +300,38 @@ async fn retries_back_off_up_to_the_attempt_limit_and_retry_puts_it_back() {
         kinds(&t.store, "obj:r", "run").await,
         vec!["failed_retrying", "due", "failed_retrying", "due", "failed"]
     );
-    // Each retry waited at least its back-off: 200 ms, then 400 ms (no jitter here).
-    let gaps: Vec<f64> = sqlx::query_scalar(
-        "select extract(epoch from d.at - f.at)::float8
+    // Each retry waited at least its back-off: 200 ms, then 400 ms (no jitter here). Event times
+    // are their transactions' start times, so the check uses the due time each failure recorded
+    // (`run_at`) and orderings that hold exactly: the first failure was decided after the
+    // workflow started, the second after the first became due again.
+    let retries: Vec<(f64, f64)> = sqlx::query_as(
+        "select extract(epoch from (f.detail ->> 'run_at')::timestamptz)::float8,
+                extract(epoch from d.at)::float8
            from workdo.events f
            join lateral (select at from workdo.events d where d.kind = 'due' and d.id > f.id order by d.id limit 1) d on true
           where f.kind = 'failed_retrying' order by f.id",
     )
     .fetch_all(t.pool())
     .await
-    .expect("gaps");
-    assert_eq!(gaps.len(), 2);
-    assert!(gaps[0] >= 0.2 && gaps[1] >= 0.4, "{gaps:?}");
+    .expect("retries");
+    let begun: f64 = sqlx::query_scalar(
+        "select extract(epoch from min(at))::float8 from workdo.events where object_id = 'obj:r'",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("start time");
+    assert_eq!(retries.len(), 2);
+    let [(due0, promoted0), (due1, promoted1)] = [retries[0], retries[1]];
+    assert!(due0 - begun >= 0.2, "first back-off {} s", due0 - begun);
+    assert!(
+        due1 - promoted0 >= 0.4,
+        "second back-off {} s",
+        due1 - promoted0
+    );
+    assert!(
+        promoted0 >= due0 && promoted1 >= due1,
+        "promoted before due: {retries:?}"
+    );
     // `workdo retry` puts it back with fresh attempts; it fails again, and stops again.
     let n = t
         .store

@@ -7,7 +7,9 @@
 //!   priority then run_at): claim N with `FOR UPDATE SKIP LOCKED` and commit, mark them done with
 //!   `= ANY($1)` and commit; N = 1 and 100; 2 and 4 connections.
 //! - **claim+complete**: single-step workflows through the store's claim and lease-guarded
-//!   completion (dependants, workflow counters, events included), same N and connections.
+//!   completion (dependants, workflow counters, events included), same N and connections; each
+//!   transaction commits one batch's results and claims the next (one commit per batch, where
+//!   the yardstick makes two).
 //! - **DAG**: googleScannedBookWF-shaped workflows (9 steps, fan-out, fan-in) run by the real
 //!   runtime with in-process, warm and exec no-op functions.
 //! - **start rate**: workflows started one by one and in one call.
@@ -25,16 +27,35 @@ use tokio_util::sync::CancellationToken;
 
 use crate::db::{self, with_database};
 use crate::status::Status;
-use crate::store::{Change, StartRequest, Store};
+use crate::store::{Change, ClaimRequest, StartRequest, Store};
 use crate::{template, worker};
 
 #[derive(Debug, Clone)]
 pub struct Options {
     pub runs: usize,
     pub quick: bool,
+    /// Scenarios to run; empty means all.
+    pub only: Vec<Scenario>,
     /// The `workdo` executable whose `__noop-function` serves as the warm and exec no-op
     /// function; by default the running one.
     pub noop_function: Option<std::path::PathBuf>,
+}
+
+/// A group of figures, for `--only`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    /// The yardstick and claim+complete side by side.
+    Queue,
+    Dag,
+    Start,
+    Wake,
+    Scale,
+}
+
+impl Options {
+    fn runs(&self, s: Scenario) -> bool {
+        self.only.is_empty() || self.only.contains(&s)
+    }
 }
 
 /// One line of the table.
@@ -187,21 +208,22 @@ async fn claim_complete(store: &Store, steps: usize, batch: i64, conns: usize) -
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
             let owner = format!("bench-{w}");
+            let next = ClaimRequest {
+                template: "benchOneWF",
+                step: "work",
+                lane: None,
+                limit: batch,
+                owner: &owner,
+                lease: Duration::from_secs(300),
+            };
+            // Each transaction commits the last batch's results and claims the next batch.
+            let mut changes: Vec<Change> = Vec::new();
             loop {
-                let claimed = store
-                    .step_claim(
-                        "benchOneWF",
-                        "work",
-                        None,
-                        batch,
-                        &owner,
-                        Duration::from_secs(300),
-                    )
-                    .await?;
+                let (_, claimed) = store.steps_apply_and_claim(&changes, &owner, &next).await?;
                 if claimed.is_empty() {
                     return Ok::<(), crate::store::StoreError>(());
                 }
-                let changes: Vec<Change> = claimed
+                changes = claimed
                     .iter()
                     .map(|c| {
                         let mut ch = Change::new(c.id, Status::Completed, "completed");
@@ -209,7 +231,6 @@ async fn claim_complete(store: &Store, steps: usize, batch: i64, conns: usize) -
                         ch
                     })
                     .collect();
-                store.steps_apply_leased(&changes, &owner).await?;
             }
         }));
     }
@@ -418,6 +439,13 @@ pub async fn run(
         "name: benchOneWF\nsteps:\n  - { name: work, function: { builtin: noop } }\n",
     )
     .await?;
+    // The start scenario starts this template whether or not the DAG scenario ran.
+    load(
+        &store,
+        "bench-dag.yaml",
+        &DAG.replace("FN", "{ builtin: noop }"),
+    )
+    .await?;
     let exe = match &opts.noop_function {
         Some(p) => p.clone(),
         None => std::env::current_exe().context("locating the workdo executable")?,
@@ -444,7 +472,12 @@ pub async fn run(
     };
     let runs = opts.runs.max(1);
     let mut rows = Vec::new();
-    for (batch, jobs) in [(1i64, jobs1), (100, jobs100)] {
+    let queue = if opts.runs(Scenario::Queue) {
+        vec![(1i64, jobs1), (100, jobs100)]
+    } else {
+        Vec::new()
+    };
+    for (batch, jobs) in queue {
         for conns in [2usize, 4] {
             let mut yard = Vec::new();
             let mut ours = Vec::new();
@@ -467,23 +500,28 @@ pub async fn run(
             rows.push(o);
         }
     }
-    for (label, function, n) in [
-        (
-            "in-process",
-            "{ builtin: noop, concurrency: 100 }".to_string(),
-            dag_n,
-        ),
-        (
-            "warm",
-            format!("{{ warm: {noop}, pool: 2, concurrency: 2 }}"),
-            dag_proc_n,
-        ),
-        (
-            "exec",
-            format!("{{ exec: {noop}, concurrency: 2 }}"),
-            exec_n,
-        ),
-    ] {
+    let dags = if opts.runs(Scenario::Dag) {
+        vec![
+            (
+                "in-process",
+                "{ builtin: noop, concurrency: 100 }".to_string(),
+                dag_n,
+            ),
+            (
+                "warm",
+                format!("{{ warm: {noop}, pool: 2, concurrency: 2 }}"),
+                dag_proc_n,
+            ),
+            (
+                "exec",
+                format!("{{ exec: {noop}, concurrency: 2 }}"),
+                exec_n,
+            ),
+        ]
+    } else {
+        Vec::new()
+    };
+    for (label, function, n) in dags {
         let (mut s, mut w) = (Vec::new(), Vec::new());
         for _ in 0..runs {
             let (steps, workflows) = dag(&store, &function, n).await?;
@@ -501,7 +539,12 @@ pub async fn run(
             w,
         ));
     }
-    for bulk in [false, true] {
+    let starts_in = if opts.runs(Scenario::Start) {
+        vec![false, true]
+    } else {
+        Vec::new()
+    };
+    for bulk in starts_in {
         let mut v = Vec::new();
         for _ in 0..runs {
             v.push(start_rate(&store, starts, bulk).await?);
@@ -525,15 +568,23 @@ pub async fn run(
         rows.push(r);
     }
     let (mut p50, mut p99) = (Vec::new(), Vec::new());
-    for _ in 0..runs {
+    let wake_runs = if opts.runs(Scenario::Wake) { runs } else { 0 };
+    for _ in 0..wake_runs {
         let (a, b) = wake_latency(&store, wakes).await?;
         p50.push(a);
         p99.push(b);
     }
-    rows.push(row("wake latency, low load: p50".into(), "ms", p50));
-    rows.push(row("wake latency, low load: p99".into(), "ms", p99));
+    if wake_runs > 0 {
+        rows.push(row("wake latency, low load: p50".into(), "ms", p50));
+        rows.push(row("wake latency, low load: p99".into(), "ms", p99));
+    }
     let mut at = Vec::new();
-    for depth in [small, large] {
+    let depths = if opts.runs(Scenario::Scale) {
+        vec![small, large]
+    } else {
+        Vec::new()
+    };
+    for depth in depths {
         let mut v = Vec::new();
         for _ in 0..runs {
             v.push(scale(&store, depth, claims).await?);

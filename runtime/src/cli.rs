@@ -113,6 +113,10 @@ pub enum Command {
         /// Small sizes (seconds), with the same correctness checks.
         #[arg(long)]
         quick: bool,
+        /// Only these scenarios (repeatable): queue (yardstick and claim+complete), dag, start,
+        /// wake, scale. Default: all.
+        #[arg(long, value_enum)]
+        only: Vec<crate::bench::Scenario>,
         /// The workdo executable used as the warm/exec no-op function (default: this one).
         #[arg(long, hide = true)]
         noop_function: Option<PathBuf>,
@@ -382,12 +386,14 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
     if let Command::Bench {
         runs,
         quick,
+        only,
         noop_function,
     } = &cli.command
     {
         let opts = crate::bench::Options {
             runs: *runs,
             quick: *quick,
+            only: only.clone(),
             noop_function: noop_function.clone(),
         };
         crate::bench::run(&target.url, &opts, cli.json, out).await?;
@@ -1249,8 +1255,9 @@ async fn run_now(
             timeout + config.lease_margin,
         )
         .await?;
-    let ids: Vec<i64> = claimed.iter().map(|c| c.id).collect();
-    let mut inputs = store.step_inputs(&ids, &binding.function.documents).await?;
+    let mut inputs = store
+        .step_inputs(&claimed, &binding.function.documents)
+        .await?;
     let mut results = Vec::new();
     for c in &claimed {
         let input = inputs.remove(&c.id).unwrap_or_default();

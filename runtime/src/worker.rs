@@ -329,10 +329,9 @@ async fn work(
             continue;
         }
         debug!(step = %binding.key(), n = claimed.len(), "claimed");
-        let ids: Vec<i64> = claimed.iter().map(|c| c.id).collect();
         let mut inputs = match shared
             .store
-            .step_inputs(&ids, &binding.function.documents)
+            .step_inputs(&claimed, &binding.function.documents)
             .await
         {
             Ok(i) => i,

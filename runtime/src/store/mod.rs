@@ -16,7 +16,9 @@ pub use queries::{
     Event, Facet, Milestone, ObjectView, QueueEntry, Why, WorkflowRow, WorkflowView,
 };
 pub use results::{StepInputs, StepResult};
-pub use steps::{Applied, Change, Claimed, READY_CHANNEL, SetOutcome, SetRequest, StepFilter};
+pub use steps::{
+    Applied, Change, ClaimRequest, Claimed, READY_CHANNEL, SetOutcome, SetRequest, StepFilter,
+};
 pub use templates::TemplateRow;
 pub use tokens::{Role, TokenRow};
 pub use workflows::{StartRequest, Started};

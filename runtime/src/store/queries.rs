@@ -108,14 +108,14 @@ impl Store {
             "select s.object_id, s.version, s.lane, s.status, s.priority, s.run_at
                from workdo.steps s
               where s.template = $1 and s.name = $2 and s.active
-                and s.status in ('waiting', 'ready')
+                and (s.status = 'waiting' or s.status = 'ready')
                 and ($3::text is null or s.lane = $3)
-                and (select count(distinct (c.template, c.name))
-                       from workdo.steps c
-                       join unnest($4::text[], $5::text[]) as r(template, name)
-                         on c.template = r.template and c.name = r.name
-                      where c.object_id = s.object_id and c.active
-                        and c.status in ('completed', 'skipped'))
+                and (select count(distinct (r.template, r.name))
+                       from unnest($4::text[], $5::text[]) as r(template, name)
+                       join workdo.workflows cw
+                         on cw.object_id = s.object_id and cw.template = r.template and cw.active
+                       join workdo.steps c on c.workflow_id = cw.id and c.name = r.name
+                      where c.status in ('completed', 'skipped'))
                     = (select count(distinct (t, n)) from unnest($4::text[], $5::text[]) as q(t, n))
               order by s.priority desc, s.run_at, s.id
               limit $6",
@@ -155,7 +155,7 @@ impl Store {
     pub async fn queue_lanes(&self, template: &str, step: &str) -> Result<Vec<String>> {
         let rows = sqlx::query_scalar(
             "select distinct lane from workdo.steps
-              where template = $1 and name = $2 and active and status in ('waiting', 'ready')
+              where template = $1 and name = $2 and active and (status = 'waiting' or status = 'ready')
               order by lane",
         )
         .bind(template)
@@ -203,7 +203,8 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         let steps: Vec<StepRow> = sqlx::query_as(
-            "select * from workdo.steps where object_id = $1 order by workflow_id, id",
+            "select s.* from workdo.steps s join workdo.workflows w on w.id = s.workflow_id
+              where w.object_id = $1 order by s.workflow_id, s.id",
         )
         .bind(&id)
         .fetch_all(&self.pool)
@@ -254,8 +255,9 @@ impl Store {
     /// Explain what keeps a step from running (or that nothing does).
     pub async fn why(&self, object: &str, template: &str, step: &str) -> Result<Why> {
         let row: Option<StepRow> = sqlx::query_as(
-            "select * from workdo.steps where object_id = $1 and template = $2 and name = $3
-              order by active desc, version desc limit 1",
+            "select s.* from workdo.steps s join workdo.workflows w on w.id = s.workflow_id
+              where w.object_id = $1 and w.template = $2 and s.name = $3
+              order by s.active desc, s.version desc limit 1",
         )
         .bind(object)
         .bind(template)
@@ -402,6 +404,22 @@ impl Store {
         after: i64,
         limit: i64,
     ) -> Result<Vec<Event>> {
+        // A workflow's events are found through its object's (the index on events).
+        let by_workflow: Option<String> = match (object, workflow) {
+            (None, Some(w)) => {
+                let o: Option<String> =
+                    sqlx::query_scalar("select object_id from workdo.workflows where id = $1")
+                        .bind(w)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                match o {
+                    Some(o) => Some(o),
+                    None => return Ok(Vec::new()),
+                }
+            }
+            _ => None,
+        };
+        let object = object.or(by_workflow.as_deref());
         Ok(sqlx::query_as(
             "select id, at, workflow_id, template, version, step, kind, status, attempt, actor, detail
                from workdo.events

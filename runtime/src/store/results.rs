@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
-use super::steps::{Applied, Change, EventBuf};
+use super::steps::{Applied, Change, Claimed, EventBuf};
 use super::workflows::{StartRequest, start_one};
 use super::{Result, Store};
 use crate::function::{ObjectUpdate, StartWorkflow};
@@ -33,25 +33,16 @@ pub struct StepResult {
 }
 
 impl Store {
-    /// Properties, context and the requested documents of claimed steps, by step id.
+    /// What the functions of claimed steps get: properties, context and trace come with the
+    /// claim; the requested documents are read here (one query, only when some are requested).
     pub async fn step_inputs(
         &self,
-        ids: &[i64],
+        claimed: &[Claimed],
         documents: &[String],
     ) -> Result<HashMap<i64, StepInputs>> {
-        let rows: Vec<(i64, String, Value, Value, Option<String>)> = sqlx::query_as(
-            "select s.id, s.object_id, o.properties, w.context, w.trace_context
-               from workdo.steps s
-               join workdo.workflows w on w.id = s.workflow_id
-               join workdo.objects o on o.id = s.object_id
-              where s.id = any($1)",
-        )
-        .bind(ids)
-        .fetch_all(&self.pool)
-        .await?;
         let mut docs: HashMap<String, BTreeMap<String, String>> = HashMap::new();
-        if !documents.is_empty() {
-            let objects: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+        if !documents.is_empty() && !claimed.is_empty() {
+            let objects: Vec<&str> = claimed.iter().map(|c| c.object_id.as_str()).collect();
             let found: Vec<(String, String, String)> = sqlx::query_as(
                 "select object_id, name, content from workdo.documents
                   where object_id = any($1) and name = any($2)",
@@ -64,20 +55,20 @@ impl Store {
                 docs.entry(object).or_default().insert(name, content);
             }
         }
-        Ok(rows
-            .into_iter()
-            .map(|(id, object, props, ctx, trace)| {
-                let as_map = |v: Value| match v {
-                    Value::Object(m) => m,
-                    _ => Map::new(),
-                };
+        let as_map = |v: &Value| match v {
+            Value::Object(m) => m.clone(),
+            _ => Map::new(),
+        };
+        Ok(claimed
+            .iter()
+            .map(|c| {
                 (
-                    id,
+                    c.id,
                     StepInputs {
-                        properties: as_map(props),
-                        context: as_map(ctx),
-                        documents: docs.get(&object).cloned().unwrap_or_default(),
-                        trace_context: trace,
+                        properties: as_map(&c.properties),
+                        context: as_map(&c.context),
+                        documents: docs.get(&c.object_id).cloned().unwrap_or_default(),
+                        trace_context: c.trace_context.clone(),
                     },
                 )
             })

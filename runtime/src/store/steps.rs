@@ -87,6 +87,27 @@ pub struct Claimed {
     pub priority: i32,
     pub lease_token: Uuid,
     pub lease_expires_at: DateTime<Utc>,
+    /// The object's properties when claimed.
+    #[serde(skip)]
+    pub properties: Value,
+    /// The workflow's context when claimed.
+    #[serde(skip)]
+    pub context: Value,
+    /// The workflow's trace (W3C traceparent), when traced.
+    #[serde(skip)]
+    pub trace_context: Option<String>,
+}
+
+/// What [`Store::steps_apply_and_claim`] claims: up to `limit` ready steps of `template:step`
+/// (of one lane, if given) for `owner`, leased for `lease`.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest<'a> {
+    pub template: &'a str,
+    pub step: &'a str,
+    pub lane: Option<&'a str>,
+    pub limit: i64,
+    pub owner: &'a str,
+    pub lease: std::time::Duration,
 }
 
 /// Set one step's status from outside (CLI, API, web page): the WorkDo update call.
@@ -233,7 +254,8 @@ pub(crate) async fn notify_ready(conn: &mut PgConnection, keys: &[String]) -> Re
 }
 
 /// The claim statement around a CTE `c` selecting the ids to claim: each gets an attempt and a
-/// lease for owner `$5` lasting `$6` seconds. `$1`–`$4` belong to the CTE.
+/// lease for owner `$5` lasting `$6` seconds. `$1`–`$4` belong to the CTE. What the function
+/// will be given (object properties, workflow context, trace) comes back in the same round trip.
 macro_rules! claim_sql {
     ($candidates:literal) => {
         concat!(
@@ -248,10 +270,11 @@ macro_rules! claim_sql {
                 lease_expires_at = now() + make_interval(secs => $6),
                 started_at = now(),
                 updated_at = now()
-               from c
-              where s.id = c.id
+               from c, workdo.workflows w, workdo.objects o
+              where s.id = c.id and w.id = s.workflow_id and o.id = s.object_id
              returning s.id, s.workflow_id, s.object_id, s.template, s.name, s.version, s.lane,
-                       s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at"
+                       s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at,
+                       o.properties, w.context, w.trace_context"
         )
     };
 }
@@ -312,72 +335,11 @@ impl Store {
         let reset: Vec<bool> = changes.iter().map(|c| c.reset_attempts).collect();
         let leases: Vec<Option<Uuid>> = changes.iter().map(|c| c.lease).collect();
 
+        // The three statements below are functions (migrations/0004), planned once per session.
         // 1. The steps themselves. `calc` decides each step's real new status: a step put back
         //    to waiting is ready at once when nothing holds it, or scheduled when not yet due.
         let rows: Vec<ChangedRow> = sqlx::query_as(
-            "with input as (
-                select * from unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[],
-                                     $6::text[], $7::float8[], $8::timestamptz[], $9::int[],
-                                     $10::bool[], $11::uuid[])
-                    as t(id, status, note, message, etext, lifecycle, elapsed, run_at, add_attempts,
-                         reset, lease)
-             ), calc as (
-                select s.id, s.status as old_status, i.note, i.message, i.etext, i.lifecycle,
-                       i.elapsed, i.add_attempts, i.reset,
-                       case
-                         when i.status in ('waiting', 'ready', 'scheduled') and s.pending > 0 then 'waiting'
-                         when i.status in ('waiting', 'ready', 'scheduled')
-                              and coalesce(i.run_at, w.start_at) > now() then 'scheduled'
-                         when i.status in ('waiting', 'ready', 'scheduled') then 'ready'
-                         else i.status
-                       end as new_status,
-                       coalesce(i.run_at, w.start_at) as due
-                  from workdo.steps s
-                  join input i on i.id = s.id
-                  join workdo.workflows w on w.id = s.workflow_id
-                 where i.lease is null or (s.status = 'started' and s.lease_token = i.lease)
-                   for update of s
-             )
-             update workdo.steps s set
-                status = c.new_status,
-                run_at = case
-                           when c.new_status = 'ready' and c.old_status <> 'ready' then now()
-                           when c.new_status in ('scheduled', 'retrying') then c.due
-                           else s.run_at
-                         end,
-                note = coalesce(c.note, s.note),
-                error_message = case
-                                  when c.new_status in ('error', 'retrying') then coalesce(c.message, s.error_message)
-                                  when c.new_status in ('completed', 'skipped', 'waiting', 'ready', 'scheduled') then null
-                                  else coalesce(c.message, s.error_message)
-                                end,
-                error_text = case
-                               when c.new_status in ('error', 'retrying') then coalesce(c.etext, s.error_text)
-                               when c.new_status in ('completed', 'skipped', 'waiting', 'ready', 'scheduled') then null
-                               else coalesce(c.etext, s.error_text)
-                             end,
-                lifecycle = coalesce(c.lifecycle, s.lifecycle),
-                elapsed = coalesce(c.elapsed,
-                                   case when c.new_status in ('completed', 'skipped', 'error', 'retrying')
-                                             and s.started_at is not null and c.old_status = 'started'
-                                        then extract(epoch from clock_timestamp() - s.started_at)::float8 end,
-                                   s.elapsed),
-                attempts = greatest(0, case when c.reset then 0 else s.attempts end + c.add_attempts),
-                lease_owner = case when c.new_status = 'started' then s.lease_owner end,
-                lease_token = case when c.new_status = 'started' then s.lease_token end,
-                lease_expires_at = case when c.new_status = 'started' then s.lease_expires_at end,
-                started_at = case when c.new_status = 'started' and c.old_status <> 'started' then now()
-                                  else s.started_at end,
-                finished_at = case
-                                when c.new_status in ('completed', 'skipped')
-                                  then case when c.old_status in ('completed', 'skipped')
-                                            then s.finished_at else now() end
-                              end,
-                updated_at = now()
-               from calc c
-              where s.id = c.id
-             returning s.id, s.workflow_id, s.object_id, s.template, s.version, s.name,
-                       c.old_status, s.status, s.lifecycle, s.attempts",
+            "select * from workdo.apply_steps($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
         )
         .bind(&ids)
         .bind(&statuses)
@@ -480,10 +442,12 @@ impl Store {
                           'message', s.error_message, 'text', left(s.error_text, 4000),
                           'first_failed_at', coalesce((
                               select min(e.at) from workdo.events e
-                               where e.workflow_id = s.workflow_id and e.step = s.name
+                               where e.object_id = s.object_id and e.workflow_id = s.workflow_id
+                                 and e.step = s.name
                                  and e.status in ('retrying', 'error')
                                  and e.id > coalesce((select max(r.id) from workdo.events r
-                                                       where r.workflow_id = s.workflow_id and r.step = s.name
+                                                       where r.object_id = s.object_id
+                                                         and r.workflow_id = s.workflow_id and r.step = s.name
                                                          and r.kind = 'retried'), 0)), now()),
                           'last_failed_at', now())
                    from workdo.steps s
@@ -498,39 +462,13 @@ impl Store {
 
         // 2. Dependants: one counter update each, found by (workflow_id, name ∈ prereqs).
         if !dep_wf.is_empty() {
-            let deps: Vec<DependantRow> = sqlx::query_as(
-                "with f as (
-                    select * from unnest($1::bigint[], $2::text[], $3::int[]) as f(workflow_id, name, delta)
-                 ), d as (
-                    select s.id, sum(f.delta)::int as delta, s.status as old_status
-                      from f join workdo.steps s
-                        on s.workflow_id = f.workflow_id and f.name = any(s.prereqs)
-                     group by s.id, s.status
-                 )
-                 update workdo.steps s set
-                    pending = s.pending + d.delta,
-                    status = case
-                               when s.status = 'waiting' and s.pending + d.delta = 0
-                                 then case when w.start_at > now() then 'scheduled' else 'ready' end
-                               when s.status in ('ready', 'scheduled') and s.pending + d.delta > 0
-                                 then 'waiting'
-                               else s.status
-                             end,
-                    run_at = case
-                               when s.status = 'waiting' and s.pending + d.delta = 0
-                                 then greatest(now(), w.start_at)
-                               else s.run_at
-                             end,
-                    updated_at = now()
-                   from d, workdo.workflows w
-                  where s.id = d.id and w.id = s.workflow_id
-                 returning s.workflow_id, s.object_id, s.template, s.version, s.name, d.old_status, s.status",
-            )
-            .bind(&dep_wf)
-            .bind(&dep_name)
-            .bind(&dep_delta)
-            .fetch_all(&mut *conn)
-            .await?;
+            let deps: Vec<DependantRow> =
+                sqlx::query_as("select * from workdo.apply_dependants($1, $2, $3)")
+                    .bind(&dep_wf)
+                    .bind(&dep_name)
+                    .bind(&dep_delta)
+                    .fetch_all(&mut *conn)
+                    .await?;
             for d in deps.iter().filter(|d| d.old_status != d.status) {
                 if d.status == "ready" {
                     applied.ready.push((d.workflow_id, d.name.clone()));
@@ -554,21 +492,12 @@ impl Store {
         // 3. Workflows: the unfinished-steps counter decides completion.
         if !wf_delta.is_empty() {
             let (wids, deltas): (Vec<i64>, Vec<i32>) = wf_delta.into_iter().unzip();
-            let done: Vec<(i64, String, String, i32, String, String)> = sqlx::query_as(
-                "with d as (select * from unnest($1::bigint[], $2::int[]) as d(id, delta)),
-                 old as (select w.id, w.status from workdo.workflows w join d using (id) for update of w)
-                 update workdo.workflows w set
-                    unfinished = w.unfinished + d.delta,
-                    status = case when w.unfinished + d.delta = 0 then 'completed' else 'active' end,
-                    completed_at = case when w.unfinished + d.delta = 0 then coalesce(w.completed_at, now()) end
-                   from d join old using (id)
-                  where w.id = d.id
-                 returning w.id, w.object_id, w.template, w.version, old.status, w.status",
-            )
-            .bind(&wids)
-            .bind(&deltas)
-            .fetch_all(&mut *conn)
-            .await?;
+            let done: Vec<(i64, String, String, i32, String, String)> =
+                sqlx::query_as("select * from workdo.apply_workflows($1, $2)")
+                    .bind(&wids)
+                    .bind(&deltas)
+                    .fetch_all(&mut *conn)
+                    .await?;
             for (id, object, template, version, old, status) in done {
                 if status != old {
                     if status == "completed" {
@@ -630,6 +559,39 @@ impl Store {
         let applied = Self::steps_apply(&mut tx, changes, actor).await?;
         tx.commit().await?;
         Ok(applied)
+    }
+
+    /// Record results for steps held (as [`Store::steps_apply_leased`]) and claim the next
+    /// batch in the same transaction: one commit per batch instead of two. A worker that
+    /// drains a queue calls this in a loop, with no changes the first time; once it claims
+    /// nothing, its last results are committed and it is done.
+    pub async fn steps_apply_and_claim(
+        &self,
+        changes: &[Change],
+        actor: &str,
+        next: &ClaimRequest<'_>,
+    ) -> Result<(Applied, Vec<Claimed>)> {
+        if let Some(c) = changes.iter().find(|c| c.lease.is_none()) {
+            return Err(StoreError::Invalid {
+                field: "lease",
+                value: c.id.to_string(),
+                reason: "a worker's result must name the lease it holds",
+            });
+        }
+        let mut tx = self.pool.begin().await?;
+        let applied = Self::steps_apply(&mut tx, changes, actor).await?;
+        let claimed = Self::step_claim_on(
+            &mut tx,
+            next.template,
+            next.step,
+            next.lane,
+            next.limit,
+            next.owner,
+            next.lease,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok((applied, claimed))
     }
 
     /// Set one step's status: the WorkDo update call. Honours a `current_status` precondition
@@ -729,22 +691,17 @@ impl Store {
         owner: &str,
         lease: std::time::Duration,
     ) -> Result<Vec<Claimed>> {
-        let claimed: Vec<Claimed> = sqlx::query_as(claim_sql!(
-            "select id from workdo.steps
-              where template = $1 and name = $2 and status = 'ready' and active
-                and ($3::text is null or lane = $3)
-              order by priority desc, run_at, id
-              limit $4
-                for update skip locked"
-        ))
-        .bind(template)
-        .bind(step)
-        .bind(lane)
-        .bind(limit)
-        .bind(owner)
-        .bind(lease.as_secs_f64())
-        .fetch_all(&mut *conn)
-        .await?;
+        // workdo.claim (migrations/0004) plans the claim once per session.
+        let claimed: Vec<Claimed> =
+            sqlx::query_as("select * from workdo.claim($1, $2, $3, $4, $5, $6)")
+                .bind(template)
+                .bind(step)
+                .bind(lane)
+                .bind(limit)
+                .bind(owner)
+                .bind(lease.as_secs_f64())
+                .fetch_all(&mut *conn)
+                .await?;
         Ok(claimed)
     }
 
@@ -759,11 +716,11 @@ impl Store {
         lease: std::time::Duration,
     ) -> Result<Vec<Claimed>> {
         let claimed: Vec<Claimed> = sqlx::query_as(claim_sql!(
-            "select id from workdo.steps
-              where template = $1 and name = $2 and object_id = any($3) and active
-                and status in ('ready', 'scheduled', 'retrying', 'error')
+            "select s.id from workdo.steps s join workdo.workflows w on w.id = s.workflow_id
+              where w.template = $1 and s.name = $2 and w.object_id = any($3) and s.active
+                and s.status in ('ready', 'scheduled', 'retrying', 'error')
               limit $4
-                for update skip locked"
+                for update of s skip locked"
         ))
         .bind(template)
         .bind(step)
@@ -951,7 +908,8 @@ async fn filtered_ids(tx: &mut Transaction<'_, Postgres>, f: &StepFilter) -> Res
         "select s.id from workdo.steps s
           where s.active
             and s.status not in ('completed', 'skipped')
-            and ($1::text is null or s.object_id = $1)
+            and ($1::text is null
+                 or s.workflow_id in (select w.id from workdo.workflows w where w.object_id = $1))
             and ($2::text is null or s.template = $2)
             and ($3::text is null or s.name = $3)
             and ($4::text is null or s.status = $4)
@@ -983,12 +941,12 @@ async fn lock_step(
     version: Option<i32>,
 ) -> Result<StepRow> {
     let row: Option<StepRow> = sqlx::query_as(
-        "select s.* from workdo.steps s
-          where s.object_id = $1 and s.template = $2 and s.name = $3
+        "select s.* from workdo.steps s join workdo.workflows w on w.id = s.workflow_id
+          where w.object_id = $1 and w.template = $2 and s.name = $3
             and (($4::int is null and s.active) or s.version = $4)
           order by s.version desc
           limit 1
-            for update",
+            for update of s",
     )
     .bind(object)
     .bind(template)

@@ -291,7 +291,9 @@ pub(crate) async fn start_one(
                 .bind(version)
                 .execute(&mut **tx)
                 .await?;
-            let n = sqlx::query("update workdo.steps set active = false, updated_at = now() where object_id = $1 and version < $2 and active")
+            let n = sqlx::query("update workdo.steps set active = false, updated_at = now()
+                  where workflow_id in (select id from workdo.workflows where object_id = $1 and version < $2)
+                    and active")
                 .bind(object)
                 .bind(version)
                 .execute(&mut **tx)
