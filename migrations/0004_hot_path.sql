@@ -224,3 +224,23 @@ begin
                    w.status;
 end
 $$;
+
+-- Starting workflows in bulk spent 30% of the steps INSERT in the foreign-key check of each step
+-- row against its workflow (EXPLAIN ANALYZE: 114 ms of 384 ms for 36,000 steps). Steps are only
+-- ever inserted by the store, in the transaction and statement sequence that inserts their
+-- workflow, so the per-row check guards nothing the code does not; what the key also gave —
+-- deleting a workflow (or its object) deletes its steps — is kept by a statement-level trigger.
+alter table workdo.steps drop constraint steps_workflow_id_fkey;
+
+create function workdo.delete_steps_of_deleted_workflows() returns trigger
+language plpgsql as $$
+begin
+    delete from workdo.steps s using deleted d where s.workflow_id = d.id;
+    return null;
+end
+$$;
+
+create trigger workflows_delete_steps
+    after delete on workdo.workflows
+    referencing old table as deleted
+    for each statement execute function workdo.delete_steps_of_deleted_workflows();

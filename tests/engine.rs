@@ -766,3 +766,38 @@ async fn results_and_the_next_claim_share_one_transaction() {
         .unwrap_err();
     assert!(err.to_string().contains("lease"), "{err}");
 }
+
+#[tokio::test]
+async fn deleting_a_workflow_or_its_object_deletes_its_steps() {
+    let t = db().await;
+    load(&t.store, "google.xml", GOOGLE_XML).await;
+    t.store
+        .workflow_start(&StartRequest::new(WF, &["obj:a", "obj:b", "obj:c"]))
+        .await
+        .unwrap();
+    let steps_of = |object: &'static str| {
+        let pool = t.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("select count(*) from workdo.steps where object_id = $1")
+                .bind(object)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(steps_of("obj:a").await, 9);
+    let n = t
+        .store
+        .workflow_delete("obj:a", Some(WF), None, "test")
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(steps_of("obj:a").await, 0);
+    // Plain SQL on the object cascades to its workflows, and from them to their steps.
+    sqlx::query("delete from workdo.objects where id = 'obj:b'")
+        .execute(t.pool())
+        .await
+        .unwrap();
+    assert_eq!(steps_of("obj:b").await, 0);
+    assert_eq!(steps_of("obj:c").await, 9, "other objects keep theirs");
+}

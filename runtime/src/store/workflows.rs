@@ -539,16 +539,23 @@ async fn insert_workflows(
                 acc
             });
     sqlx::query(
-        "insert into workdo.steps
+        // The template's steps are decoded once (a CTE), then repeated per workflow in
+        // (workflow, step) order, so the (workflow_id, name) index grows at its right edge.
+        "with t as materialized (
+            select n, name, status, array(select jsonb_array_elements_text(prereqs)) as prereqs,
+                   pending, attempts, max_attempts, lifecycle
+              from unnest($8::text[], $9::text[], $10::jsonb[], $11::int[], $12::int[], $13::int[], $14::text[])
+                   with ordinality as t(name, status, prereqs, pending, attempts, max_attempts, lifecycle, n)
+         )
+         insert into workdo.steps
             (workflow_id, object_id, template, version, lane, name, status, prereqs, pending,
              priority, run_at, attempts, max_attempts, lifecycle, finished_at)
-         select w.id, w.object_id, $4, w.version, $5, t.name, t.status,
-                array(select jsonb_array_elements_text(t.prereqs)), t.pending,
+         select w.id, w.object_id, $4, w.version, $5, t.name, t.status, t.prereqs, t.pending,
                 $6, $7, t.attempts, t.max_attempts, t.lifecycle,
                 case when t.status in ('completed', 'skipped') then now() end
-           from unnest($1::bigint[], $2::text[], $3::int[]) as w(id, object_id, version)
-          cross join unnest($8::text[], $9::text[], $10::jsonb[], $11::int[], $12::int[], $13::int[], $14::text[])
-                as t(name, status, prereqs, pending, attempts, max_attempts, lifecycle)",
+           from unnest($1::bigint[], $2::text[], $3::int[]) with ordinality as w(id, object_id, version, n)
+          cross join t
+          order by w.n, t.n",
     )
     .bind(&wids)
     .bind(&wobjects)
