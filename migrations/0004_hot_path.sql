@@ -56,7 +56,6 @@ begin
             lease_expires_at = now() + make_interval(secs => p_lease_secs),
             started_at = now(),
             updated_at = now()
-          from workdo.workflows w, workdo.objects o
          where s.id = any(array(
                   select c.id from workdo.steps c
                    where c.template = p_template and c.name = p_step and c.status = 'ready' and c.active
@@ -64,10 +63,15 @@ begin
                    order by c.priority desc, c.run_at, c.id
                    limit p_limit
                      for update skip locked))
-           and w.id = s.workflow_id and o.id = s.object_id
+        -- Inputs by primary-key lookups per claimed row: as joins, the generic plan could
+        -- merge-join the whole objects table (measured: 98 ms at 1,000,000 objects).
         returning s.id, s.workflow_id, s.object_id, s.template, s.name, s.version, s.lane,
                   s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at,
-                  o.properties, w.context, w.trace_context, s.run_at
+                  (select o.properties from workdo.objects o where o.id = s.object_id) as properties,
+                  (select w.context from workdo.workflows w where w.id = s.workflow_id) as context,
+                  (select w.trace_context from workdo.workflows w where w.id = s.workflow_id)
+                      as trace_context,
+                  s.run_at
     )
     select c.id, c.workflow_id, c.object_id, c.template, c.name, c.version, c.lane, c.attempts,
            c.max_attempts, c.priority, c.lease_token, c.lease_expires_at, c.properties, c.context,

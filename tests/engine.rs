@@ -801,3 +801,112 @@ async fn deleting_a_workflow_or_its_object_deletes_its_steps() {
     assert_eq!(steps_of("obj:b").await, 0);
     assert_eq!(steps_of("obj:c").await, 9, "other objects keep theirs");
 }
+
+/// The claim's plan (the generic one its function caches) walks the ready index and looks
+/// rows up by primary key, whatever the table's size: no sequential scan, no hash or merge join,
+/// and the only sort is of the claimed rows (at most the limit) into claim order.
+#[tokio::test]
+async fn the_claim_plan_uses_indexes_only() {
+    let t = db().await;
+    load(
+        &t.store,
+        "one.yaml",
+        "name: oneWF\nsteps:\n  - name: work\n",
+    )
+    .await;
+    let objects: Vec<String> = (0..20_000).map(|i| format!("obj:{i:05}")).collect();
+    let mut req = StartRequest::new("oneWF", &[]);
+    req.objects = objects;
+    t.store.workflow_start(&req).await.unwrap();
+    let mut conn = t.pool().acquire().await.unwrap();
+    sqlx::query("analyze workdo.steps, workdo.workflows, workdo.objects")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    // The statement the function runs, from its definition, with its parameters numbered.
+    let src: String = sqlx::query_scalar(
+        "select prosrc from pg_proc where proname = 'claim' and pronamespace = 'workdo'::regnamespace",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    let start = src.find("return query").expect("return query") + "return query".len();
+    let end = src.rfind(';').expect("end of the statement");
+    let mut body = src[start..end].to_string();
+    for (name, n) in [
+        ("p_template", 1),
+        ("p_step", 2),
+        ("p_lane", 3),
+        ("p_limit", 4),
+        ("p_owner", 5),
+        ("p_lease_secs", 6),
+    ] {
+        body = body.replace(name, &format!("${n}"));
+    }
+    // The text is the function's own definition, read from the catalog just above. With nested
+    // loops off, any join the plan relies on turns into a hash or merge join — what the planner
+    // picks on its own at a million rows — so a plan that passes has no join to get wrong.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "set plan_cache_mode = force_generic_plan;
+         set enable_nestloop = off;
+         prepare claim_plan(text, text, text, bigint, text, float8) as {body}"
+    )))
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    let plan: serde_json::Value = sqlx::query_scalar(
+        "explain (format json) execute claim_plan('oneWF', 'work', null, 100, 'w', 60)",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    let mut nodes = Vec::new();
+    fn walk(v: &serde_json::Value, depth: usize, out: &mut Vec<(usize, String, String)>) {
+        if let Some(kind) = v.get("Node Type").and_then(|k| k.as_str()) {
+            let rel = v
+                .get("Index Name")
+                .or(v.get("Relation Name"))
+                .and_then(|r| r.as_str())
+                .unwrap_or("");
+            out.push((depth, kind.to_string(), rel.to_string()));
+        }
+        for child in v
+            .get("Plans")
+            .and_then(|p| p.as_array())
+            .into_iter()
+            .flatten()
+        {
+            walk(child, depth + 1, out);
+        }
+        if let Some(p) = v.get("Plan") {
+            walk(p, depth, out);
+        }
+    }
+    walk(&plan[0], 0, &mut nodes);
+    let text = format!("{nodes:#?}");
+    for (_, kind, _) in &nodes {
+        assert!(
+            !["Seq Scan", "Hash Join", "Merge Join"].contains(&kind.as_str()),
+            "{kind} in the claim plan: {text}"
+        );
+    }
+    assert!(
+        nodes
+            .iter()
+            .any(|(_, kind, index)| kind == "Index Scan" && index == "steps_claim"),
+        "the claim reads the ready index: {text}"
+    );
+    let sorts: Vec<usize> = nodes
+        .iter()
+        .filter(|(_, k, _)| k == "Sort")
+        .map(|(d, _, _)| *d)
+        .collect();
+    assert!(
+        sorts.iter().all(|d| *d == 0),
+        "a sort below the top: {text}"
+    );
+    sqlx::raw_sql("deallocate claim_plan; reset plan_cache_mode; reset enable_nestloop")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+}
