@@ -248,3 +248,62 @@ create trigger workflows_delete_steps
     after delete on workdo.workflows
     referencing old table as deleted
     for each statement execute function workdo.delete_steps_of_deleted_workflows();
+
+-- A status-change batch in one round trip: the steps, then — for the steps that became
+-- finished or unfinished — their dependants' counters and their workflows' counters. Rows come
+-- back tagged `step`, `dependant` or `workflow`, in that order (the order of the events the
+-- store writes for them).
+create function workdo.apply(
+    bigint[], text[], text[], text[], text[], text[], float8[], timestamptz[], int[], bool[], uuid[]
+) returns table (
+    kind text, id bigint, workflow_id bigint, object_id text, template text, version integer,
+    name text, old_status text, status text, lifecycle text, attempts integer
+)
+language plpgsql
+set plan_cache_mode = force_generic_plan
+as $$
+#variable_conflict use_column
+declare
+    r record;
+    fin_wf bigint[] := '{}';
+    fin_name text[] := '{}';
+    fin_delta int[] := '{}';
+    wf_ids bigint[];
+    wf_deltas int[];
+begin
+    for r in select * from workdo.apply_steps($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) loop
+        kind := 'step';
+        id := r.id;
+        workflow_id := r.workflow_id;
+        object_id := r.object_id;
+        template := r.template;
+        version := r.version;
+        name := r.name;
+        old_status := r.old_status;
+        status := r.status;
+        lifecycle := r.lifecycle;
+        attempts := r.attempts;
+        return next;
+        if (r.old_status in ('completed', 'skipped')) <> (r.status in ('completed', 'skipped')) then
+            fin_wf := fin_wf || r.workflow_id;
+            fin_name := fin_name || r.name;
+            fin_delta := fin_delta || case when r.status in ('completed', 'skipped') then -1 else 1 end;
+        end if;
+    end loop;
+    if cardinality(fin_wf) = 0 then
+        return;
+    end if;
+    return query
+    select 'dependant', null::bigint, d.workflow_id, d.object_id, d.template, d.version, d.name,
+           d.old_status, d.status, null::text, null::integer
+      from workdo.apply_dependants(fin_wf, fin_name, fin_delta) d;
+    select array_agg(f.wf order by f.wf), array_agg(f.delta order by f.wf)
+      into wf_ids, wf_deltas
+      from (select u.wf, sum(u.delta)::int as delta
+              from unnest(fin_wf, fin_delta) as u(wf, delta) group by u.wf) f;
+    return query
+    select 'workflow', w.id, w.id, w.object_id, w.template, w.version, null::text,
+           w.old_status, w.status, null::text, null::integer
+      from workdo.apply_workflows(wf_ids, wf_deltas) w;
+end
+$$;

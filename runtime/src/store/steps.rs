@@ -279,7 +279,23 @@ macro_rules! claim_sql {
     };
 }
 
+/// A row of `workdo.apply`: a changed step, a dependant whose counter moved, or a workflow
+/// whose counter moved (`kind`).
 #[derive(sqlx::FromRow)]
+struct AppliedRow {
+    kind: String,
+    id: Option<i64>,
+    workflow_id: i64,
+    object_id: String,
+    template: String,
+    version: i32,
+    name: Option<String>,
+    old_status: String,
+    status: String,
+    lifecycle: Option<String>,
+    attempts: Option<i32>,
+}
+
 struct ChangedRow {
     id: i64,
     workflow_id: i64,
@@ -291,17 +307,6 @@ struct ChangedRow {
     status: String,
     lifecycle: Option<String>,
     attempts: i32,
-}
-
-#[derive(sqlx::FromRow)]
-struct DependantRow {
-    workflow_id: i64,
-    object_id: String,
-    template: String,
-    version: i32,
-    name: String,
-    old_status: String,
-    status: String,
 }
 
 impl Store {
@@ -335,11 +340,12 @@ impl Store {
         let reset: Vec<bool> = changes.iter().map(|c| c.reset_attempts).collect();
         let leases: Vec<Option<Uuid>> = changes.iter().map(|c| c.lease).collect();
 
-        // The three statements below are functions (migrations/0004), planned once per session.
-        // 1. The steps themselves. `calc` decides each step's real new status: a step put back
-        //    to waiting is ready at once when nothing holds it, or scheduled when not yet due.
-        let rows: Vec<ChangedRow> = sqlx::query_as(
-            "select * from workdo.apply_steps($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        // One round trip (`workdo.apply`, migrations/0004, planned once per session): the
+        // steps themselves — a step put back to waiting is ready at once when nothing holds it,
+        // or scheduled when not yet due — then the counters of their dependants (found by
+        // (workflow_id, name ∈ prereqs)) and of their workflows (completion).
+        let all: Vec<AppliedRow> = sqlx::query_as(
+            "select * from workdo.apply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
         )
         .bind(&ids)
         .bind(&statuses)
@@ -354,25 +360,48 @@ impl Store {
         .bind(&leases)
         .fetch_all(&mut *conn)
         .await?;
+        let mut rows = Vec::new();
+        let mut deps = Vec::new();
+        let mut done = Vec::new();
+        for r in all {
+            match (r.kind.as_str(), r.id, r.name, r.attempts) {
+                ("step", Some(id), Some(name), Some(attempts)) => rows.push(ChangedRow {
+                    id,
+                    workflow_id: r.workflow_id,
+                    object_id: r.object_id,
+                    template: r.template,
+                    version: r.version,
+                    name,
+                    old_status: r.old_status,
+                    status: r.status,
+                    lifecycle: r.lifecycle,
+                    attempts,
+                }),
+                ("dependant", _, Some(name), _) => deps.push((
+                    r.workflow_id,
+                    r.object_id,
+                    r.template,
+                    r.version,
+                    name,
+                    r.old_status,
+                    r.status,
+                )),
+                _ => done.push((
+                    r.workflow_id,
+                    r.object_id,
+                    r.template,
+                    r.version,
+                    r.old_status,
+                    r.status,
+                )),
+            }
+        }
 
         let by_id: BTreeMap<i64, &Change> = changes.iter().map(|c| (c.id, c)).collect();
         let mut events = EventBuf::default();
-        let mut dep_wf = Vec::new();
-        let mut dep_name = Vec::new();
-        let mut dep_delta = Vec::new();
-        let mut wf_delta: BTreeMap<i64, i32> = BTreeMap::new();
         let mut ms = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut notify = Vec::new();
         for r in &rows {
-            let was = Status::parse(&r.old_status).is_some_and(|s| s.is_finished());
-            let now = Status::parse(&r.status).is_some_and(|s| s.is_finished());
-            if was != now {
-                let delta = if now { -1 } else { 1 };
-                dep_wf.push(r.workflow_id);
-                dep_name.push(r.name.clone());
-                dep_delta.push(delta);
-                *wf_delta.entry(r.workflow_id).or_default() += delta;
-            }
             if r.status == "completed"
                 && r.old_status != "completed"
                 && let Some(lc) = &r.lifecycle
@@ -460,66 +489,48 @@ impl Store {
             .await?;
         }
 
-        // 2. Dependants: one counter update each, found by (workflow_id, name ∈ prereqs).
-        if !dep_wf.is_empty() {
-            let deps: Vec<DependantRow> =
-                sqlx::query_as("select * from workdo.apply_dependants($1, $2, $3)")
-                    .bind(&dep_wf)
-                    .bind(&dep_name)
-                    .bind(&dep_delta)
-                    .fetch_all(&mut *conn)
-                    .await?;
-            for d in deps.iter().filter(|d| d.old_status != d.status) {
-                if d.status == "ready" {
-                    applied.ready.push((d.workflow_id, d.name.clone()));
-                    notify.push(format!("{}:{}", d.template, d.name));
+        // Dependants whose status moved, and workflows that completed or reopened.
+        for (workflow_id, object_id, template, version, name, old_status, status) in
+            deps.iter().filter(|d| d.5 != d.6)
+        {
+            if status == "ready" {
+                applied.ready.push((*workflow_id, name.clone()));
+                notify.push(format!("{template}:{name}"));
+            }
+            events.push(
+                object_id,
+                Some(*workflow_id),
+                Some(template),
+                Some(*version),
+                Some(name),
+                "prerequisites",
+                Some(status),
+                None,
+                actor,
+                serde_json::json!({ "from": old_status }),
+            );
+        }
+        for (id, object, template, version, old, status) in done {
+            if status != old {
+                if status == "completed" {
+                    applied.completed_workflows.push(id);
                 }
                 events.push(
-                    &d.object_id,
-                    Some(d.workflow_id),
-                    Some(&d.template),
-                    Some(d.version),
-                    Some(&d.name),
-                    "prerequisites",
-                    Some(&d.status),
+                    &object,
+                    Some(id),
+                    Some(&template),
+                    Some(version),
+                    None,
+                    if status == "completed" {
+                        "workflow_completed"
+                    } else {
+                        "workflow_reopened"
+                    },
+                    Some(&status),
                     None,
                     actor,
-                    serde_json::json!({ "from": d.old_status }),
+                    Value::Null,
                 );
-            }
-        }
-
-        // 3. Workflows: the unfinished-steps counter decides completion.
-        if !wf_delta.is_empty() {
-            let (wids, deltas): (Vec<i64>, Vec<i32>) = wf_delta.into_iter().unzip();
-            let done: Vec<(i64, String, String, i32, String, String)> =
-                sqlx::query_as("select * from workdo.apply_workflows($1, $2)")
-                    .bind(&wids)
-                    .bind(&deltas)
-                    .fetch_all(&mut *conn)
-                    .await?;
-            for (id, object, template, version, old, status) in done {
-                if status != old {
-                    if status == "completed" {
-                        applied.completed_workflows.push(id);
-                    }
-                    events.push(
-                        &object,
-                        Some(id),
-                        Some(&template),
-                        Some(version),
-                        None,
-                        if status == "completed" {
-                            "workflow_completed"
-                        } else {
-                            "workflow_reopened"
-                        },
-                        Some(&status),
-                        None,
-                        actor,
-                        Value::Null,
-                    );
-                }
             }
         }
 
