@@ -81,7 +81,7 @@ begin
 end
 $$;
 
--- The three statements of a status-change batch (store/steps.rs `steps_apply`): the steps
+-- The three statements of a status-change batch, run by workdo.apply below: the steps
 -- themselves, their dependants, their workflows. Same reason as workdo.claim: as prepared
 -- statements they were re-planned on every call (planning took 3–8x their run time for a batch
 -- of one); as functions they are planned once per session. Their plans are joins on primary
@@ -250,60 +250,109 @@ create trigger workflows_delete_steps
     for each statement execute function workdo.delete_steps_of_deleted_workflows();
 
 -- A status-change batch in one round trip: the steps, then — for the steps that became
--- finished or unfinished — their dependants' counters and their workflows' counters. Rows come
--- back tagged `step`, `dependant` or `workflow`, in that order (the order of the events the
--- store writes for them).
-create function workdo.apply(
-    bigint[], text[], text[], text[], text[], text[], float8[], timestamptz[], int[], bool[], uuid[]
-) returns table (
+-- finished or unfinished — their dependants' counters and their workflows' counters, with the
+-- events that record all three and the milestones of completed steps, written by the same
+-- call. Rows come back tagged `step`, `dependant` or `workflow`, in the order of their events.
+-- $1–$11 are the changes (as for workdo.apply_steps), $12 and $13 each change's event kind and
+-- detail, $14 the actor.
+create type workdo.applied as (
     kind text, id bigint, workflow_id bigint, object_id text, template text, version integer,
     name text, old_status text, status text, lifecycle text, attempts integer
-)
+);
+
+create function workdo.apply(
+    bigint[], text[], text[], text[], text[], text[], float8[], timestamptz[], int[], bool[], uuid[],
+    text[], jsonb[], text
+) returns setof workdo.applied
 language plpgsql
 set plan_cache_mode = force_generic_plan
 as $$
-#variable_conflict use_column
 declare
-    r record;
-    fin_wf bigint[] := '{}';
-    fin_name text[] := '{}';
-    fin_delta int[] := '{}';
+    st workdo.applied[];
+    dep workdo.applied[] := '{}';
+    wf workdo.applied[] := '{}';
     wf_ids bigint[];
     wf_deltas int[];
 begin
-    for r in select * from workdo.apply_steps($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) loop
-        kind := 'step';
-        id := r.id;
-        workflow_id := r.workflow_id;
-        object_id := r.object_id;
-        template := r.template;
-        version := r.version;
-        name := r.name;
-        old_status := r.old_status;
-        status := r.status;
-        lifecycle := r.lifecycle;
-        attempts := r.attempts;
-        return next;
-        if (r.old_status in ('completed', 'skipped')) <> (r.status in ('completed', 'skipped')) then
-            fin_wf := fin_wf || r.workflow_id;
-            fin_name := fin_name || r.name;
-            fin_delta := fin_delta || case when r.status in ('completed', 'skipped') then -1 else 1 end;
-        end if;
-    end loop;
-    if cardinality(fin_wf) = 0 then
+    select coalesce(array_agg(row('step', a.id, a.workflow_id, a.object_id, a.template, a.version,
+                                  a.name, a.old_status, a.status, a.lifecycle, a.attempts)::workdo.applied
+                              order by a.n), '{}')
+      into st
+      from workdo.apply_steps($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+           with ordinality as a(id, workflow_id, object_id, template, version, name, old_status,
+                                status, lifecycle, attempts, n);
+    if cardinality(st) = 0 then
         return;
     end if;
-    return query
-    select 'dependant', null::bigint, d.workflow_id, d.object_id, d.template, d.version, d.name,
-           d.old_status, d.status, null::text, null::integer
-      from workdo.apply_dependants(fin_wf, fin_name, fin_delta) d;
+
+    -- Steps that became finished (-1) or unfinished (+1) move their dependants and workflows.
     select array_agg(f.wf order by f.wf), array_agg(f.delta order by f.wf)
       into wf_ids, wf_deltas
-      from (select u.wf, sum(u.delta)::int as delta
-              from unnest(fin_wf, fin_delta) as u(wf, delta) group by u.wf) f;
+      from (select s.workflow_id as wf,
+                   sum(case when s.status in ('completed', 'skipped') then -1 else 1 end)::int as delta
+              from unnest(st) s
+             where (s.old_status in ('completed', 'skipped')) <> (s.status in ('completed', 'skipped'))
+             group by s.workflow_id) f;
+    if wf_ids is not null then
+        select coalesce(array_agg(row('dependant', null, d.workflow_id, d.object_id, d.template,
+                                      d.version, d.name, d.old_status, d.status, null, null)::workdo.applied), '{}')
+          into dep
+          from workdo.apply_dependants(
+                 array(select s.workflow_id from unnest(st) with ordinality s
+                        where (s.old_status in ('completed', 'skipped')) <> (s.status in ('completed', 'skipped'))
+                        order by s.ordinality),
+                 array(select s.name from unnest(st) with ordinality s
+                        where (s.old_status in ('completed', 'skipped')) <> (s.status in ('completed', 'skipped'))
+                        order by s.ordinality),
+                 array(select case when s.status in ('completed', 'skipped') then -1 else 1 end
+                         from unnest(st) with ordinality s
+                        where (s.old_status in ('completed', 'skipped')) <> (s.status in ('completed', 'skipped'))
+                        order by s.ordinality)) d;
+        select coalesce(array_agg(row('workflow', w.id, w.id, w.object_id, w.template, w.version,
+                                      null, w.old_status, w.status, null, null)::workdo.applied), '{}')
+          into wf
+          from workdo.apply_workflows(wf_ids, wf_deltas) w;
+    end if;
+
+    insert into workdo.milestones (object_id, version, name, workflow_id)
+    select s.object_id, s.version, s.lifecycle, s.workflow_id
+      from unnest(st) with ordinality s
+     where s.status = 'completed' and s.old_status <> 'completed' and s.lifecycle is not null
+     order by s.ordinality;
+
+    insert into workdo.events
+        (object_id, workflow_id, template, version, step, kind, status, attempt, actor, detail)
+    select e.object_id, e.workflow_id, e.template, e.version, e.step, e.kind, e.status, e.attempt,
+           $14, e.detail
+      from (
+        select 1 as g, s.ordinality as n, s.object_id, s.workflow_id, s.template, s.version,
+               s.name as step, i.ev as kind, s.status, s.attempts as attempt,
+               coalesce(case when jsonb_typeof(i.detail) = 'object' then i.detail end, '{}'::jsonb)
+                 || jsonb_build_object('from', s.old_status)
+                 || jsonb_strip_nulls(jsonb_build_object('message', i.message, 'note', i.note,
+                                                         'run_at', i.due)) as detail
+          from unnest(st) with ordinality s
+          join unnest($1, $12, $13, $3, $4, $8) as i(id, ev, detail, note, message, due)
+            on i.id = s.id
+        union all
+        select 2, d.ordinality, d.object_id, d.workflow_id, d.template, d.version, d.name,
+               'prerequisites', d.status, null, jsonb_build_object('from', d.old_status)
+          from unnest(dep) with ordinality d
+         where d.old_status <> d.status
+        union all
+        select 3, w.ordinality, w.object_id, w.workflow_id, w.template, w.version, null,
+               case when w.status = 'completed' then 'workflow_completed' else 'workflow_reopened' end,
+               w.status, null, null
+          from unnest(wf) with ordinality w
+         where w.old_status <> w.status
+      ) e
+     order by e.g, e.n;
+
     return query
-    select 'workflow', w.id, w.id, w.object_id, w.template, w.version, null::text,
-           w.old_status, w.status, null::text, null::integer
-      from workdo.apply_workflows(wf_ids, wf_deltas) w;
+    select * from unnest(st)
+    union all
+    select * from unnest(dep)
+    union all
+    select * from unnest(wf);
 end
 $$;

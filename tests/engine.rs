@@ -910,3 +910,94 @@ async fn the_claim_plan_uses_indexes_only() {
         .await
         .unwrap();
 }
+
+/// kind, status, attempt, actor, detail
+type EventRow = (
+    String,
+    Option<String>,
+    Option<i32>,
+    String,
+    serde_json::Value,
+);
+
+#[tokio::test]
+async fn events_record_each_change_with_its_detail() {
+    let t = db().await;
+    load(&t.store, "google.xml", GOOGLE_XML).await;
+    t.store
+        .workflow_start(&StartRequest::new(WF, &["obj:e"]))
+        .await
+        .unwrap();
+    let mut req = SetRequest::new("obj:e", WF, "descriptive-metadata", "error");
+    req.note = Some("looked at it".into());
+    req.error_message = Some("MODS missing".into());
+    t.store.step_set(&req).await.unwrap();
+    // A worker's deferral: its own detail, merged with what the change says.
+    let claimed = {
+        t.store
+            .step_set(&SetRequest::new(
+                "obj:e",
+                WF,
+                "descriptive-metadata",
+                "waiting",
+            ))
+            .await
+            .unwrap();
+        t.store
+            .step_claim(WF, "descriptive-metadata", None, 1, "w", LEASE)
+            .await
+            .unwrap()
+    };
+    let due = Utc::now() + chrono::Duration::hours(1);
+    let mut change = Change::new(claimed[0].id, Status::Scheduled, "deferred");
+    change.lease = Some(claimed[0].lease_token);
+    change.run_at = Some(due);
+    change.detail = serde_json::json!({ "worker": "w", "attempt": 1 });
+    t.store.steps_apply_leased(&[change], "w").await.unwrap();
+
+    let events: Vec<EventRow> = sqlx::query_as(
+        "select kind, status, attempt, actor, coalesce(detail, 'null') from workdo.events
+              where object_id = 'obj:e' and step = 'descriptive-metadata' order by id",
+    )
+    .fetch_all(t.pool())
+    .await
+    .unwrap();
+    let (kind, status, attempt, actor, detail) = &events[0];
+    assert_eq!(
+        (kind.as_str(), status.as_deref()),
+        ("status_set", Some("error"))
+    );
+    assert_eq!((*attempt, actor.as_str()), (Some(1), "workdo"));
+    assert_eq!(
+        detail,
+        &serde_json::json!({"from": "ready", "note": "looked at it", "message": "MODS missing"})
+    );
+    let (kind, status, _, actor, detail) = events.last().unwrap();
+    assert_eq!(
+        (kind.as_str(), status.as_deref()),
+        ("deferred", Some("scheduled"))
+    );
+    assert_eq!(actor, "w");
+    assert_eq!(detail["worker"], "w");
+    assert_eq!(detail["from"], "started");
+    let at: chrono::DateTime<Utc> = detail["run_at"].as_str().unwrap().parse().unwrap();
+    assert!((at - due).num_milliseconds().abs() < 1, "{at} vs {due}");
+    assert!(
+        detail.get("message").is_none(),
+        "no message, no key: {detail}"
+    );
+
+    // The dependants and the workflow are recorded too, after the step that moved them.
+    let skip = StepFilter {
+        object: Some("obj:e".into()),
+        ..Default::default()
+    };
+    t.store.steps_skip(&skip, "test").await.unwrap();
+    let tail: Vec<String> = sqlx::query_scalar(
+        "select kind from workdo.events where object_id = 'obj:e' order by id desc limit 1",
+    )
+    .fetch_all(t.pool())
+    .await
+    .unwrap();
+    assert_eq!(tail, vec!["workflow_completed"]);
+}

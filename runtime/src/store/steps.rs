@@ -1,7 +1,5 @@
 //! Step transitions: claim, apply status changes (and their consequences), sweeps.
 
-use std::collections::BTreeMap;
-
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
@@ -280,33 +278,16 @@ macro_rules! claim_sql {
 }
 
 /// A row of `workdo.apply`: a changed step, a dependant whose counter moved, or a workflow
-/// whose counter moved (`kind`).
+/// whose counter moved (`kind`); the columns the caller reports from.
 #[derive(sqlx::FromRow)]
 struct AppliedRow {
     kind: String,
     id: Option<i64>,
     workflow_id: i64,
-    object_id: String,
     template: String,
-    version: i32,
     name: Option<String>,
     old_status: String,
     status: String,
-    lifecycle: Option<String>,
-    attempts: Option<i32>,
-}
-
-struct ChangedRow {
-    id: i64,
-    workflow_id: i64,
-    object_id: String,
-    template: String,
-    version: i32,
-    name: String,
-    old_status: String,
-    status: String,
-    lifecycle: Option<String>,
-    attempts: i32,
 }
 
 impl Store {
@@ -344,8 +325,10 @@ impl Store {
         // steps themselves — a step put back to waiting is ready at once when nothing holds it,
         // or scheduled when not yet due — then the counters of their dependants (found by
         // (workflow_id, name ∈ prereqs)) and of their workflows (completion).
+        let kinds: Vec<&str> = changes.iter().map(|c| c.event).collect();
+        let details: Vec<&Value> = changes.iter().map(|c| &c.detail).collect();
         let all: Vec<AppliedRow> = sqlx::query_as(
-            "select * from workdo.apply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            "select * from workdo.apply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
         )
         .bind(&ids)
         .bind(&statuses)
@@ -358,108 +341,44 @@ impl Store {
         .bind(&add)
         .bind(&reset)
         .bind(&leases)
+        .bind(&kinds)
+        .bind(&details)
+        .bind(actor)
         .fetch_all(&mut *conn)
         .await?;
-        let mut rows = Vec::new();
-        let mut deps = Vec::new();
-        let mut done = Vec::new();
-        for r in all {
-            match (r.kind.as_str(), r.id, r.name, r.attempts) {
-                ("step", Some(id), Some(name), Some(attempts)) => rows.push(ChangedRow {
-                    id,
-                    workflow_id: r.workflow_id,
-                    object_id: r.object_id,
-                    template: r.template,
-                    version: r.version,
-                    name,
-                    old_status: r.old_status,
-                    status: r.status,
-                    lifecycle: r.lifecycle,
-                    attempts,
-                }),
-                ("dependant", _, Some(name), _) => deps.push((
-                    r.workflow_id,
-                    r.object_id,
-                    r.template,
-                    r.version,
-                    name,
-                    r.old_status,
-                    r.status,
-                )),
-                _ => done.push((
-                    r.workflow_id,
-                    r.object_id,
-                    r.template,
-                    r.version,
-                    r.old_status,
-                    r.status,
-                )),
-            }
-        }
-
-        let by_id: BTreeMap<i64, &Change> = changes.iter().map(|c| (c.id, c)).collect();
-        let mut events = EventBuf::default();
-        let mut ms = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        // The events and milestones were written by `workdo.apply`; what is left is to report.
         let mut notify = Vec::new();
-        for r in &rows {
-            if r.status == "completed"
-                && r.old_status != "completed"
-                && let Some(lc) = &r.lifecycle
+        let mut errored = Vec::new();
+        for r in &all {
+            let moved = r.old_status != r.status;
+            match (r.kind.as_str(), r.id, &r.name) {
+                ("step", Some(id), _) => {
+                    applied
+                        .changed
+                        .push((id, r.old_status.clone(), r.status.clone()));
+                    if moved && r.status == "error" {
+                        errored.push(id);
+                    }
+                }
+                ("workflow", Some(id), _) if moved && r.status == "completed" => {
+                    applied.completed_workflows.push(id);
+                }
+                _ => {}
+            }
+            if let ("step" | "dependant", Some(name)) = (r.kind.as_str(), &r.name)
+                && moved
+                && r.status == "ready"
             {
-                ms.0.push(r.object_id.clone());
-                ms.1.push(r.version);
-                ms.2.push(lc.clone());
-                ms.3.push(r.workflow_id);
+                applied.ready.push((r.workflow_id, name.clone()));
+                notify.push(format!("{}:{name}", r.template));
             }
-            if r.status == "ready" && r.old_status != "ready" {
-                applied.ready.push((r.workflow_id, r.name.clone()));
-                notify.push(format!("{}:{}", r.template, r.name));
-            }
-            let change = by_id.get(&r.id);
-            let mut detail = change.map(|c| c.detail.clone()).unwrap_or(Value::Null);
-            if let Some(c) = change {
-                let mut m = serde_json::Map::new();
-                if let Value::Object(existing) = detail {
-                    m = existing;
-                }
-                m.insert("from".into(), Value::String(r.old_status.clone()));
-                if let Some(msg) = &c.error_message {
-                    m.insert("message".into(), Value::String(msg.clone()));
-                }
-                if let Some(note) = &c.note {
-                    m.insert("note".into(), Value::String(note.clone()));
-                }
-                if let Some(at) = c.run_at {
-                    m.insert("run_at".into(), Value::String(at.to_rfc3339()));
-                }
-                detail = Value::Object(m);
-            }
-            events.push(
-                &r.object_id,
-                Some(r.workflow_id),
-                Some(&r.template),
-                Some(r.version),
-                Some(&r.name),
-                change.map_or("status_set", |c| c.event),
-                Some(&r.status),
-                Some(r.attempts),
-                actor,
-                detail,
-            );
-            applied
-                .changed
-                .push((r.id, r.old_status.clone(), r.status.clone()));
         }
-        let changed: std::collections::HashSet<i64> = rows.iter().map(|r| r.id).collect();
+        let changed: std::collections::HashSet<i64> =
+            applied.changed.iter().map(|(id, _, _)| *id).collect();
         applied.lost = ids.into_iter().filter(|id| !changed.contains(id)).collect();
 
         // Alert outbox: one row per step that just reached `error`, in this transaction, so no
         // alert is lost and none is written for a change that rolls back.
-        let errored: Vec<i64> = rows
-            .iter()
-            .filter(|r| r.status == "error" && r.old_status != "error")
-            .map(|r| r.id)
-            .collect();
         if !errored.is_empty() {
             sqlx::query(
                 "insert into workdo.alert_outbox (kind, template, step, object_id, workflow_id, recipients, payload)
@@ -489,65 +408,6 @@ impl Store {
             .await?;
         }
 
-        // Dependants whose status moved, and workflows that completed or reopened.
-        for (workflow_id, object_id, template, version, name, old_status, status) in
-            deps.iter().filter(|d| d.5 != d.6)
-        {
-            if status == "ready" {
-                applied.ready.push((*workflow_id, name.clone()));
-                notify.push(format!("{template}:{name}"));
-            }
-            events.push(
-                object_id,
-                Some(*workflow_id),
-                Some(template),
-                Some(*version),
-                Some(name),
-                "prerequisites",
-                Some(status),
-                None,
-                actor,
-                serde_json::json!({ "from": old_status }),
-            );
-        }
-        for (id, object, template, version, old, status) in done {
-            if status != old {
-                if status == "completed" {
-                    applied.completed_workflows.push(id);
-                }
-                events.push(
-                    &object,
-                    Some(id),
-                    Some(&template),
-                    Some(version),
-                    None,
-                    if status == "completed" {
-                        "workflow_completed"
-                    } else {
-                        "workflow_reopened"
-                    },
-                    Some(&status),
-                    None,
-                    actor,
-                    Value::Null,
-                );
-            }
-        }
-
-        // 4. Milestones of steps that completed.
-        if !ms.0.is_empty() {
-            sqlx::query(
-                "insert into workdo.milestones (object_id, version, name, workflow_id)
-                 select * from unnest($1::text[], $2::int[], $3::text[], $4::bigint[])",
-            )
-            .bind(&ms.0)
-            .bind(&ms.1)
-            .bind(&ms.2)
-            .bind(&ms.3)
-            .execute(&mut *conn)
-            .await?;
-        }
-        events.flush(&mut *conn).await?;
         notify.sort();
         notify.dedup();
         notify_ready(&mut *conn, &notify).await?;
