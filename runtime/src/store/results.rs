@@ -81,13 +81,7 @@ impl Store {
     /// nothing and is reported in [`Applied::lost`].
     pub async fn results_commit(&self, results: &[StepResult], actor: &str) -> Result<Applied> {
         let changes: Vec<Change> = results.iter().map(|r| r.change.clone()).collect();
-        if let Some(c) = changes.iter().find(|c| c.lease.is_none()) {
-            return Err(super::StoreError::Invalid {
-                field: "lease",
-                value: c.id.to_string(),
-                reason: "a worker's result must name the lease it holds",
-            });
-        }
+        super::steps::require_leases(&changes)?;
         // Templates for workflows to start, looked up before the transaction.
         let mut templates = HashMap::new();
         for r in results {

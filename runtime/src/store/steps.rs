@@ -419,13 +419,7 @@ impl Store {
     /// and swept, or the step was changed from outside) are dropped and listed in
     /// [`Applied::lost`].
     pub async fn steps_apply_leased(&self, changes: &[Change], actor: &str) -> Result<Applied> {
-        if let Some(c) = changes.iter().find(|c| c.lease.is_none()) {
-            return Err(StoreError::Invalid {
-                field: "lease",
-                value: c.id.to_string(),
-                reason: "a worker's result must name the lease it holds",
-            });
-        }
+        require_leases(changes)?;
         let mut tx = self.pool.begin().await?;
         let applied = Self::steps_apply(&mut tx, changes, actor).await?;
         tx.commit().await?;
@@ -442,13 +436,7 @@ impl Store {
         actor: &str,
         next: &ClaimRequest<'_>,
     ) -> Result<(Applied, Vec<Claimed>)> {
-        if let Some(c) = changes.iter().find(|c| c.lease.is_none()) {
-            return Err(StoreError::Invalid {
-                field: "lease",
-                value: c.id.to_string(),
-                reason: "a worker's result must name the lease it holds",
-            });
-        }
+        require_leases(changes)?;
         let mut tx = self.pool.begin().await?;
         let applied = Self::steps_apply(&mut tx, changes, actor).await?;
         let claimed = Self::step_claim_on(
@@ -766,6 +754,18 @@ impl Store {
             )
             .await?;
         Ok(n)
+    }
+}
+
+/// Workers' results must each name the lease they hold.
+pub(crate) fn require_leases(changes: &[Change]) -> Result<()> {
+    match changes.iter().find(|c| c.lease.is_none()) {
+        Some(c) => Err(StoreError::Invalid {
+            field: "lease",
+            value: c.id.to_string(),
+            reason: "a worker's result must name the lease it holds",
+        }),
+        None => Ok(()),
     }
 }
 
