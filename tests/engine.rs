@@ -1001,3 +1001,44 @@ async fn events_record_each_change_with_its_detail() {
     .unwrap();
     assert_eq!(tail, vec!["workflow_completed"]);
 }
+
+#[tokio::test]
+async fn two_changes_for_one_step_in_a_batch_apply_the_last_once() {
+    let t = db().await;
+    load(
+        &t.store,
+        "one.yaml",
+        "name: oneWF\nsteps:\n  - name: work\n",
+    )
+    .await;
+    t.store
+        .workflow_start(&StartRequest::new("oneWF", &["obj:d"]))
+        .await
+        .unwrap();
+    let c = t
+        .store
+        .step_claim("oneWF", "work", None, 1, "w", LEASE)
+        .await
+        .unwrap()
+        .remove(0);
+    let mut first = Change::new(c.id, Status::Error, "failed");
+    first.lease = Some(c.lease_token);
+    let mut last = Change::new(c.id, Status::Completed, "completed");
+    last.lease = Some(c.lease_token);
+    let applied = t
+        .store
+        .steps_apply_leased(&[first, last], "w")
+        .await
+        .unwrap();
+    assert_eq!(
+        applied.changed,
+        vec![(c.id, "started".into(), "completed".into())]
+    );
+    let kinds: Vec<String> = sqlx::query_scalar(
+        "select kind from workdo.events where object_id = 'obj:d' and step = 'work' order by id",
+    )
+    .fetch_all(t.pool())
+    .await
+    .unwrap();
+    assert_eq!(kinds, vec!["completed"]);
+}

@@ -305,6 +305,11 @@ impl Store {
         if changes.is_empty() {
             return Ok(applied);
         }
+        // One change per step: the last one given for it wins.
+        let mut seen = std::collections::HashSet::new();
+        let mut unique: Vec<&Change> = changes.iter().rev().filter(|c| seen.insert(c.id)).collect();
+        unique.reverse();
+        let changes = unique;
         let ids: Vec<i64> = changes.iter().map(|c| c.id).collect();
         let statuses: Vec<String> = changes
             .iter()
