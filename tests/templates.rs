@@ -248,3 +248,22 @@ async fn versions_are_kept_and_workflows_stay_locked_to_theirs() {
         "v2 does not"
     );
 }
+
+#[test]
+fn a_warm_pool_gets_four_calls_per_process_unless_the_step_says() {
+    let yaml = "name: w\nsteps:\n  - { name: a, function: { warm: fn, pool: 3 } }\n  - { name: b, function: { warm: fn, pool: 3, concurrency: 2 } }\n  - { name: c, function: { exec: fn } }\n";
+    let t = parse("w.yaml", Format::Yaml, yaml).unwrap_or_else(|e| panic!("{e}"));
+    let c: Vec<u32> = t
+        .template
+        .steps
+        .iter()
+        .map(|s| s.function.as_ref().map_or(0, |f| f.concurrency))
+        .collect();
+    assert_eq!(c, vec![12, 2, 1]);
+    let xml = r#"<workflow-def id="w" repository="dor"><process name="a"><function warm="fn" pool="2"/></process></workflow-def>"#;
+    let t = parse("w.xml", Format::Xml, xml).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        t.template.steps[0].function.as_ref().map(|f| f.concurrency),
+        Some(8)
+    );
+}

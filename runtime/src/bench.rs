@@ -463,12 +463,10 @@ pub async fn run(
     }
     let noop = format!("[{:?}, __noop-function]", exe.display().to_string());
     let q = opts.quick;
-    let (jobs1, jobs100, dag_n, dag_proc_n, exec_n, starts, wakes, small, large, claims) = if q {
-        (200, 2_000, 20, 10, 4, 100, 10, 2_000, 10_000, 50)
+    let (jobs1, jobs100, dag_n, exec_n, starts, wakes, small, large, claims) = if q {
+        (200, 2_000, 20, 4, 100, 10, 2_000, 10_000, 50)
     } else {
-        (
-            4_000, 40_000, 1_000, 300, 60, 2_000, 100, 10_000, 1_000_000, 200,
-        )
+        (4_000, 40_000, 1_000, 60, 2_000, 100, 10_000, 1_000_000, 200)
     };
     let runs = opts.runs.max(1);
     let mut rows = Vec::new();
@@ -509,8 +507,9 @@ pub async fn run(
             ),
             (
                 "warm",
-                format!("{{ warm: {noop}, pool: 2, concurrency: 2 }}"),
-                dag_proc_n,
+                // Calls queue per process (16 each), so a process never waits for a claim.
+                format!("{{ warm: {noop}, pool: 2, concurrency: 32 }}"),
+                dag_n,
             ),
             (
                 "exec",

@@ -362,17 +362,29 @@ impl WarmPool {
     }
 
     async fn invoke(&self, event: &Event, timeout: Duration) -> Result<Outcome, InvokeError> {
-        let _slot = self
-            .slots
-            .acquire()
-            .await
-            .map_err(|_| InvokeError::new("warm pool is shut down", String::new()))?;
+        let program = self.argv[0].clone();
+        // Waiting for a free process counts against the call's timeout: a call queued behind
+        // slow ones fails as timed out (and is retried) instead of running after its lease.
+        let began = std::time::Instant::now();
+        let _slot = match tokio::time::timeout(timeout, self.slots.acquire()).await {
+            Ok(Ok(slot)) => slot,
+            Ok(Err(_)) => return Err(InvokeError::new("warm pool is shut down", String::new())),
+            Err(_) => {
+                return Err(InvokeError::new(
+                    format!(
+                        "warm {program} timed out after {:.1}s waiting for a free process",
+                        timeout.as_secs_f64()
+                    ),
+                    String::new(),
+                ));
+            }
+        };
+        let timeout_left = timeout.saturating_sub(began.elapsed());
         let popped = self.idle.lock().await.pop();
         let mut proc = match popped {
             Some(p) => p,
             None => self.spawn()?,
         };
-        let program = self.argv[0].clone();
         let mut line = serde_json::to_vec(event).unwrap_or_default();
         line.push(b'\n');
         let exchange = async {
@@ -382,7 +394,7 @@ impl WarmPool {
             let n = proc.stdout.read_line(&mut answer).await?;
             Ok::<(usize, String), std::io::Error>((n, answer))
         };
-        let result = tokio::time::timeout(timeout, exchange).await;
+        let result = tokio::time::timeout(timeout_left, exchange).await;
         match result {
             Ok(Ok((n, answer))) if n > 0 => match parse_result(answer.as_bytes()) {
                 Ok(outcome) => {
@@ -450,4 +462,64 @@ pub fn builtin(name: &str) -> Option<fn(&Event) -> Outcome> {
         "skip" => |_| Outcome::skipped(),
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(object: &str) -> Event {
+        serde_json::from_value(serde_json::json!({
+            "protocol": PROTOCOL, "step_id": 1, "workflow_id": 1, "object": object,
+            "template": "t", "step": "s", "version": 1, "lane": "default", "attempt": 1,
+            "max_attempts": 3, "deadline": "2030-01-01T00:00:00Z"
+        }))
+        .expect("event")
+    }
+
+    /// A call queued behind a busy warm process gives up when its timeout passes, saying why,
+    /// rather than running after its lease has expired; the busy call is not disturbed.
+    #[tokio::test]
+    async fn waiting_for_a_warm_process_counts_against_the_timeout() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("slow.sh");
+        // Answers each line after the sibling file `go` appears: the test decides when.
+        let go = dir.path().join("go");
+        std::fs::write(
+            &path,
+            format!(
+                "#!/bin/sh\nwhile read line; do\n  while [ ! -e '{}' ]; do sleep 0.01; done\n  echo '{{\"status\":\"completed\"}}'\ndone\n",
+                go.display()
+            ),
+        )
+        .expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let pool = Arc::new(WarmPool::new(
+            vec![path.display().to_string()],
+            BTreeMap::new(),
+            1,
+        ));
+        let busy = {
+            let pool = Arc::clone(&pool);
+            tokio::spawn(async move { pool.invoke(&event("a"), Duration::from_secs(30)).await })
+        };
+        // The first call holds the only process before the second one asks.
+        while pool.slots.available_permits() > 0 {
+            tokio::task::yield_now().await;
+        }
+        let queued = pool
+            .invoke(&event("b"), Duration::from_millis(200))
+            .await
+            .expect_err("no process came free");
+        assert!(
+            queued.message.contains("waiting for a free process"),
+            "{}",
+            queued.message
+        );
+        std::fs::write(&go, "").expect("go");
+        let answered = busy.await.expect("join").expect("the busy call completes");
+        assert_eq!(answered.status, "completed");
+        pool.shutdown().await;
+    }
 }

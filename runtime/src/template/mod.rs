@@ -94,6 +94,18 @@ pub enum Runner {
     Builtin { name: String },
 }
 
+impl Runner {
+    /// Calls in flight per runtime process when the step does not say: one, except for a warm
+    /// pool, which gets four per process so that each process has its next call waiting while
+    /// it answers (a call waits for a free process within its timeout).
+    pub fn default_concurrency(&self) -> u32 {
+        match self {
+            Runner::Warm { pool, .. } => pool.saturating_mul(4).max(1),
+            _ => 1,
+        }
+    }
+}
+
 /// Where a template came from, for messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

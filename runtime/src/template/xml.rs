@@ -271,10 +271,11 @@ fn parse_function(
                 .collect()
         })
         .unwrap_or_default();
+    let concurrency = number("concurrency", runner.default_concurrency(), problem);
     Some(FunctionSpec {
         runner,
         timeout_secs,
-        concurrency: number("concurrency", 1, problem),
+        concurrency,
         env: Default::default(),
         documents,
     })

@@ -224,10 +224,11 @@ fn convert_function(f: RawFunction) -> Result<FunctionSpec, (&'static str, Strin
             )
         })?,
     };
+    let concurrency = f.concurrency.unwrap_or(runner.default_concurrency());
     Ok(FunctionSpec {
         runner,
         timeout_secs,
-        concurrency: f.concurrency.unwrap_or(1),
+        concurrency,
         env: f.env,
         documents: f.documents,
     })
