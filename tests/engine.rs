@@ -33,6 +33,11 @@ fn status_of<'a>(all: &'a [(String, String)], step: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no step {step}"))
 }
 
+/// `oneWF`: a single step, `work`.
+async fn load_one_step(store: &Store) {
+    load(store, "one.yaml", "name: oneWF\nsteps:\n  - name: work\n").await;
+}
+
 async fn complete(store: &Store, object: &str, step: &str) -> Vec<String> {
     store
         .step_set(&SetRequest::new(object, WF, step, "completed"))
@@ -162,12 +167,7 @@ async fn pending_counter_matches_prerequisites_after_reopening() {
 #[tokio::test]
 async fn claims_follow_priority_then_age_and_honour_lanes() {
     let t = db().await;
-    load(
-        &t.store,
-        "one.yaml",
-        "name: oneWF\nsteps:\n  - name: work\n",
-    )
-    .await;
+    load_one_step(&t.store).await;
     for (object, priority, lane) in [
         ("obj:low", 0, "default"),
         ("obj:high", 10, "default"),
@@ -201,12 +201,7 @@ async fn claims_follow_priority_then_age_and_honour_lanes() {
 #[tokio::test]
 async fn priority_injection_by_sql_changes_the_next_claim() {
     let t = db().await;
-    load(
-        &t.store,
-        "one.yaml",
-        "name: oneWF\nsteps:\n  - name: work\n",
-    )
-    .await;
+    load_one_step(&t.store).await;
     let objects: Vec<String> = (0..5).map(|i| format!("obj:{i}")).collect();
     let refs: Vec<&str> = objects.iter().map(String::as_str).collect();
     t.store
@@ -243,12 +238,7 @@ async fn priority_injection_by_sql_changes_the_next_claim() {
 #[tokio::test]
 async fn future_start_is_invisible_until_due() {
     let t = db().await;
-    load(
-        &t.store,
-        "one.yaml",
-        "name: oneWF\nsteps:\n  - name: work\n",
-    )
-    .await;
+    load_one_step(&t.store).await;
     let mut later = StartRequest::new("oneWF", &["obj:later"]);
     later.start_at = Some(Utc::now() + chrono::Duration::hours(1));
     t.store.workflow_start(&later).await.unwrap();
@@ -614,12 +604,7 @@ async fn expired_leases_return_to_the_queue_then_error_at_the_limit() {
 #[tokio::test]
 async fn many_concurrent_claimers_claim_each_step_exactly_once() {
     let t = db().await;
-    load(
-        &t.store,
-        "one.yaml",
-        "name: oneWF\nsteps:\n  - name: work\n",
-    )
-    .await;
+    load_one_step(&t.store).await;
     const N: usize = 10_000;
     let objects: Vec<String> = (0..N).map(|i| format!("obj:{i:05}")).collect();
     for chunk in objects.chunks(2_000) {
@@ -671,12 +656,7 @@ async fn unknown_template_and_bad_input_are_refused_whole() {
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::UnknownTemplate(_)), "{err}");
-    load(
-        &t.store,
-        "one.yaml",
-        "name: oneWF\nsteps:\n  - name: work\n",
-    )
-    .await;
+    load_one_step(&t.store).await;
     let err = t
         .store
         .workflow_start(&StartRequest::new("oneWF", &["obj:ok", "has space"]))
@@ -808,12 +788,7 @@ async fn deleting_a_workflow_or_its_object_deletes_its_steps() {
 #[tokio::test]
 async fn the_claim_plan_uses_indexes_only() {
     let t = db().await;
-    load(
-        &t.store,
-        "one.yaml",
-        "name: oneWF\nsteps:\n  - name: work\n",
-    )
-    .await;
+    load_one_step(&t.store).await;
     let objects: Vec<String> = (0..20_000).map(|i| format!("obj:{i:05}")).collect();
     let mut req = StartRequest::new("oneWF", &[]);
     req.objects = objects;
@@ -1005,12 +980,7 @@ async fn events_record_each_change_with_its_detail() {
 #[tokio::test]
 async fn two_changes_for_one_step_in_a_batch_apply_the_last_once() {
     let t = db().await;
-    load(
-        &t.store,
-        "one.yaml",
-        "name: oneWF\nsteps:\n  - name: work\n",
-    )
-    .await;
+    load_one_step(&t.store).await;
     t.store
         .workflow_start(&StartRequest::new("oneWF", &["obj:d"]))
         .await
