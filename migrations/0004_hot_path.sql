@@ -29,25 +29,32 @@ alter table workdo.steps set (fillfactor = 80);
 alter table workdo.workflows add constraint workflows_completed_when_finished
     check ((status = 'completed') = (unfinished = 0));
 
--- The claim, as a function so that its plan is made once per session. Called as a prepared
+-- The claim, as functions so that their plans are made once per session. Called as a prepared
 -- statement, the claim was planned afresh on every call (Postgres keeps custom plans when a
 -- small LIMIT makes them look cheaper than the generic one), and planning cost as much as
--- running it. Inside this function the plan is generic and cached; its shape does not depend on
--- the parameters (an index scan of steps_claim, then primary-key lookups), so nothing is lost.
-create function workdo.claim(
-    p_template text, p_step text, p_lane text, p_limit bigint, p_owner text, p_lease_secs float8
-) returns table (
+-- running it. Inside these functions the plans are generic and cached; their shape does not
+-- depend on the parameters (an index scan of steps_claim, then primary-key lookups).
+--
+-- workdo.lease: the steps `p_ids`, chosen and locked by the caller, become `started` under a
+-- fresh lease for `p_owner`, with an attempt counted, and come back in `p_ids`' order with what
+-- their function is given (object properties, workflow context, trace). The inputs are
+-- primary-key lookups per row: as joins, the generic plan could merge-join the whole objects
+-- table (measured: 98 ms at 1,000,000 objects). workdo.claim leases the head of a queue; task
+-- injection (`workdo run`) leases the steps of named objects.
+create type workdo.claimed as (
     id bigint, workflow_id bigint, object_id text, template text, name text, version integer,
     lane text, attempts integer, max_attempts integer, priority integer, lease_token uuid,
     lease_expires_at timestamptz, properties jsonb, context jsonb, trace_context text
-)
+);
+
+create function workdo.lease(p_ids bigint[], p_owner text, p_lease_secs float8)
+returns setof workdo.claimed
 language plpgsql
 set plan_cache_mode = force_generic_plan
 as $$
 begin
-    -- In claim order: highest priority first, then longest ready.
     return query
-    with claimed as (
+    with leased as (
         update workdo.steps s set
             status = 'started',
             attempts = s.attempts + 1,
@@ -56,176 +63,35 @@ begin
             lease_expires_at = now() + make_interval(secs => p_lease_secs),
             started_at = now(),
             updated_at = now()
-         where s.id = any(array(
-                  select c.id from workdo.steps c
-                   where c.template = p_template and c.name = p_step and c.status = 'ready' and c.active
-                     and (p_lane is null or c.lane = p_lane)
-                   order by c.priority desc, c.run_at, c.id
-                   limit p_limit
-                     for update skip locked))
-        -- Inputs by primary-key lookups per claimed row: as joins, the generic plan could
-        -- merge-join the whole objects table (measured: 98 ms at 1,000,000 objects).
+         where s.id = any(p_ids)
         returning s.id, s.workflow_id, s.object_id, s.template, s.name, s.version, s.lane,
                   s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at,
                   (select o.properties from workdo.objects o where o.id = s.object_id) as properties,
                   (select w.context from workdo.workflows w where w.id = s.workflow_id) as context,
                   (select w.trace_context from workdo.workflows w where w.id = s.workflow_id)
-                      as trace_context,
-                  s.run_at
+                      as trace_context
     )
-    select c.id, c.workflow_id, c.object_id, c.template, c.name, c.version, c.lane, c.attempts,
-           c.max_attempts, c.priority, c.lease_token, c.lease_expires_at, c.properties, c.context,
-           c.trace_context
-      from claimed c
-     order by c.priority desc, c.run_at, c.id;
+    select l.* from leased l order by array_position(p_ids, l.id);
 end
 $$;
 
--- The three statements of a status-change batch, run by workdo.apply below: the steps
--- themselves, their dependants, their workflows. Same reason as workdo.claim: as prepared
--- statements they were re-planned on every call (planning took 3–8x their run time for a batch
--- of one); as functions they are planned once per session. Their plans are joins on primary
--- keys and (workflow_id, name), whatever the parameters. Parameters are positional ($1…), as in
--- the statements they replace; `#variable_conflict use_column` lets the SQL keep its column names.
-create function workdo.apply_steps(
-    bigint[], text[], text[], text[], text[], text[], float8[], timestamptz[], int[], bool[], uuid[]
-) returns table (
-    id bigint, workflow_id bigint, object_id text, template text, version integer, name text,
-    old_status text, status text, lifecycle text, attempts integer
-)
+-- Up to p_limit ready steps of p_template:p_step (of one lane, if given), highest priority
+-- first, then longest ready, leased by workdo.lease.
+create function workdo.claim(
+    p_template text, p_step text, p_lane text, p_limit bigint, p_owner text, p_lease_secs float8
+) returns setof workdo.claimed
 language plpgsql
 set plan_cache_mode = force_generic_plan
 as $$
-#variable_conflict use_column
 begin
     return query
-    with input as (
-        select * from unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[],
-                             $6::text[], $7::float8[], $8::timestamptz[], $9::int[],
-                             $10::bool[], $11::uuid[])
-            as t(id, status, note, message, etext, lifecycle, elapsed, run_at, add_attempts,
-                 reset, lease)
-     ), calc as (
-        select s.id, s.status as old_status, i.note, i.message, i.etext, i.lifecycle,
-               i.elapsed, i.add_attempts, i.reset,
-               case
-                 when i.status in ('waiting', 'ready', 'scheduled') and s.pending > 0 then 'waiting'
-                 when i.status in ('waiting', 'ready', 'scheduled')
-                      and coalesce(i.run_at, w.start_at) > now() then 'scheduled'
-                 when i.status in ('waiting', 'ready', 'scheduled') then 'ready'
-                 else i.status
-               end as new_status,
-               coalesce(i.run_at, w.start_at) as due
-          from workdo.steps s
-          join input i on i.id = s.id
-          join workdo.workflows w on w.id = s.workflow_id
-         where i.lease is null or (s.status = 'started' and s.lease_token = i.lease)
-           for update of s
-     )
-     update workdo.steps s set
-        status = c.new_status,
-        run_at = case
-                   when c.new_status = 'ready' and c.old_status <> 'ready' then now()
-                   when c.new_status in ('scheduled', 'retrying') then c.due
-                   else s.run_at
-                 end,
-        note = coalesce(c.note, s.note),
-        error_message = case
-                          when c.new_status in ('error', 'retrying') then coalesce(c.message, s.error_message)
-                          when c.new_status in ('completed', 'skipped', 'waiting', 'ready', 'scheduled') then null
-                          else coalesce(c.message, s.error_message)
-                        end,
-        error_text = case
-                       when c.new_status in ('error', 'retrying') then coalesce(c.etext, s.error_text)
-                       when c.new_status in ('completed', 'skipped', 'waiting', 'ready', 'scheduled') then null
-                       else coalesce(c.etext, s.error_text)
-                     end,
-        lifecycle = coalesce(c.lifecycle, s.lifecycle),
-        elapsed = coalesce(c.elapsed,
-                           case when c.new_status in ('completed', 'skipped', 'error', 'retrying')
-                                     and s.started_at is not null and c.old_status = 'started'
-                                then extract(epoch from clock_timestamp() - s.started_at)::float8 end,
-                           s.elapsed),
-        attempts = greatest(0, case when c.reset then 0 else s.attempts end + c.add_attempts),
-        lease_owner = case when c.new_status = 'started' then s.lease_owner end,
-        lease_token = case when c.new_status = 'started' then s.lease_token end,
-        lease_expires_at = case when c.new_status = 'started' then s.lease_expires_at end,
-        started_at = case when c.new_status = 'started' and c.old_status <> 'started' then now()
-                          else s.started_at end,
-        finished_at = case
-                        when c.new_status in ('completed', 'skipped')
-                          then case when c.old_status in ('completed', 'skipped')
-                                    then s.finished_at else now() end
-                      end,
-        updated_at = now()
-       from calc c
-      where s.id = c.id
-     returning s.id, s.workflow_id, s.object_id, s.template, s.version, s.name,
-               c.old_status, s.status, s.lifecycle, s.attempts;
-end
-$$;
-
-create function workdo.apply_dependants(bigint[], text[], int[])
-returns table (
-    workflow_id bigint, object_id text, template text, version integer, name text,
-    old_status text, status text
-)
-language plpgsql
-set plan_cache_mode = force_generic_plan
-as $$
-#variable_conflict use_column
-begin
-    return query
-    with f as (
-            select * from unnest($1::bigint[], $2::text[], $3::int[]) as f(workflow_id, name, delta)
-         ), d as (
-            select s.id, sum(f.delta)::int as delta, s.status as old_status
-              from f join workdo.steps s
-                on s.workflow_id = f.workflow_id and f.name = any(s.prereqs)
-             group by s.id, s.status
-         )
-         update workdo.steps s set
-            pending = s.pending + d.delta,
-            status = case
-                       when s.status = 'waiting' and s.pending + d.delta = 0
-                         then case when w.start_at > now() then 'scheduled' else 'ready' end
-                       when s.status in ('ready', 'scheduled') and s.pending + d.delta > 0
-                         then 'waiting'
-                       else s.status
-                     end,
-            run_at = case
-                       when s.status = 'waiting' and s.pending + d.delta = 0
-                         then greatest(now(), w.start_at)
-                       else s.run_at
-                     end,
-            updated_at = now()
-           from d, workdo.workflows w
-          where s.id = d.id and w.id = s.workflow_id
-         returning s.workflow_id, s.object_id, s.template, s.version, s.name, d.old_status, s.status;
-end
-$$;
-
-create function workdo.apply_workflows(bigint[], int[])
-returns table (
-    id bigint, object_id text, template text, version integer, old_status text, status text
-)
-language plpgsql
-set plan_cache_mode = force_generic_plan
-as $$
-#variable_conflict use_column
-begin
-    return query
-    with d as (select * from unnest($1::bigint[], $2::int[]) as d(id, delta))
-         update workdo.workflows w set
-            unfinished = w.unfinished + d.delta,
-            status = case when w.unfinished + d.delta = 0 then 'completed' else 'active' end,
-            completed_at = case when w.unfinished + d.delta = 0 then coalesce(w.completed_at, now()) end
-           from d
-          where w.id = d.id
-         returning w.id, w.object_id, w.template, w.version,
-                   -- the status before: completed exactly when nothing was unfinished
-                   case when w.unfinished - d.delta = 0 then 'completed' else 'active' end,
-                   w.status;
+    select * from workdo.lease(array(
+        select c.id from workdo.steps c
+         where c.template = p_template and c.name = p_step and c.status = 'ready' and c.active
+           and (p_lane is null or c.lane = p_lane)
+         order by c.priority desc, c.run_at, c.id
+         limit p_limit
+           for update skip locked), p_owner, p_lease_secs);
 end
 $$;
 
@@ -251,9 +117,13 @@ create trigger workflows_delete_steps
 
 -- A status-change batch in one round trip: the steps, then — for the steps that became
 -- finished or unfinished — their dependants' counters and their workflows' counters, with the
--- events that record all three and the milestones of completed steps, written by the same
--- call. Rows come back tagged `step`, `dependant` or `workflow`, in the order of their events.
--- $1–$11 are the changes (as for workdo.apply_steps), $12 and $13 each change's event kind and
+-- events that record all three and the milestones of completed steps. Same reason as
+-- workdo.claim for being a function: as prepared statements these were re-planned on every call
+-- (planning took 3–8x their run time for a batch of one); here they are planned once per
+-- session, and their plans are joins on primary keys and (workflow_id, name) whatever the
+-- parameters. Rows come back tagged `step`, `dependant` or `workflow`, in the order of their
+-- events. $1–$11 are the changes (id, status, note, message, error text, lifecycle, elapsed,
+-- due time, attempts delta, reset attempts, lease), $12 and $13 each change's event kind and
 -- detail, $14 the actor.
 create type workdo.applied as (
     kind text, id bigint, workflow_id bigint, object_id text, template text, version integer,
@@ -269,50 +139,146 @@ set plan_cache_mode = force_generic_plan
 as $$
 declare
     st workdo.applied[];
-    dep workdo.applied[] := '{}';
-    wf workdo.applied[] := '{}';
-    wf_ids bigint[];
-    wf_deltas int[];
+    dep workdo.applied[];
+    wf workdo.applied[];
 begin
-    select coalesce(array_agg(row('step', a.id, a.workflow_id, a.object_id, a.template, a.version,
-                                  a.name, a.old_status, a.status, a.lifecycle, a.attempts)::workdo.applied
-                              order by a.n), '{}')
+    -- 1. The steps. `calc` decides each step's real new status: a step put back to waiting is
+    --    ready at once when nothing holds it, or scheduled when not yet due. A change that
+    --    names a lease applies only while the step is still started under it.
+    with input as (
+        select * from unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[],
+                             $6::text[], $7::float8[], $8::timestamptz[], $9::int[],
+                             $10::bool[], $11::uuid[])
+            as t(id, status, note, message, etext, lifecycle, elapsed, run_at, add_attempts,
+                 reset, lease)
+    ), calc as (
+        select s.id, s.status as old_status, i.note, i.message, i.etext, i.lifecycle,
+               i.elapsed, i.add_attempts, i.reset,
+               case
+                 when i.status in ('waiting', 'ready', 'scheduled') and s.pending > 0 then 'waiting'
+                 when i.status in ('waiting', 'ready', 'scheduled')
+                      and coalesce(i.run_at, w.start_at) > now() then 'scheduled'
+                 when i.status in ('waiting', 'ready', 'scheduled') then 'ready'
+                 else i.status
+               end as new_status,
+               coalesce(i.run_at, w.start_at) as due
+          from workdo.steps s
+          join input i on i.id = s.id
+          join workdo.workflows w on w.id = s.workflow_id
+         where i.lease is null or (s.status = 'started' and s.lease_token = i.lease)
+           for update of s
+    ), changed as (
+        update workdo.steps s set
+            status = c.new_status,
+            run_at = case
+                       when c.new_status = 'ready' and c.old_status <> 'ready' then now()
+                       when c.new_status in ('scheduled', 'retrying') then c.due
+                       else s.run_at
+                     end,
+            note = coalesce(c.note, s.note),
+            error_message = case
+                              when c.new_status in ('error', 'retrying') then coalesce(c.message, s.error_message)
+                              when c.new_status in ('completed', 'skipped', 'waiting', 'ready', 'scheduled') then null
+                              else coalesce(c.message, s.error_message)
+                            end,
+            error_text = case
+                           when c.new_status in ('error', 'retrying') then coalesce(c.etext, s.error_text)
+                           when c.new_status in ('completed', 'skipped', 'waiting', 'ready', 'scheduled') then null
+                           else coalesce(c.etext, s.error_text)
+                         end,
+            lifecycle = coalesce(c.lifecycle, s.lifecycle),
+            elapsed = coalesce(c.elapsed,
+                               case when c.new_status in ('completed', 'skipped', 'error', 'retrying')
+                                         and s.started_at is not null and c.old_status = 'started'
+                                    then extract(epoch from clock_timestamp() - s.started_at)::float8 end,
+                               s.elapsed),
+            attempts = greatest(0, case when c.reset then 0 else s.attempts end + c.add_attempts),
+            lease_owner = case when c.new_status = 'started' then s.lease_owner end,
+            lease_token = case when c.new_status = 'started' then s.lease_token end,
+            lease_expires_at = case when c.new_status = 'started' then s.lease_expires_at end,
+            started_at = case when c.new_status = 'started' and c.old_status <> 'started' then now()
+                              else s.started_at end,
+            finished_at = case
+                            when c.new_status in ('completed', 'skipped')
+                              then case when c.old_status in ('completed', 'skipped')
+                                        then s.finished_at else now() end
+                          end,
+            updated_at = now()
+          from calc c
+         where s.id = c.id
+        returning s.id, s.workflow_id, s.object_id, s.template, s.version, s.name,
+                  c.old_status, s.status, s.lifecycle, s.attempts
+    )
+    select coalesce(array_agg(row('step', u.id, u.workflow_id, u.object_id, u.template, u.version,
+                                  u.name, u.old_status, u.status, u.lifecycle, u.attempts)::workdo.applied
+                              order by array_position($1, u.id)), '{}')
       into st
-      from workdo.apply_steps($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-           with ordinality as a(id, workflow_id, object_id, template, version, name, old_status,
-                                status, lifecycle, attempts, n);
+      from changed u;
     if cardinality(st) = 0 then
         return;
     end if;
 
-    -- Steps that became finished (-1) or unfinished (+1) move their dependants and workflows.
-    select array_agg(f.wf order by f.wf), array_agg(f.delta order by f.wf)
-      into wf_ids, wf_deltas
-      from (select s.workflow_id as wf,
-                   sum(case when s.status in ('completed', 'skipped') then -1 else 1 end)::int as delta
-              from unnest(st) s
-             where (s.old_status in ('completed', 'skipped')) <> (s.status in ('completed', 'skipped'))
-             group by s.workflow_id) f;
-    if wf_ids is not null then
-        select coalesce(array_agg(row('dependant', null, d.workflow_id, d.object_id, d.template,
-                                      d.version, d.name, d.old_status, d.status, null, null)::workdo.applied), '{}')
-          into dep
-          from workdo.apply_dependants(
-                 array(select s.workflow_id from unnest(st) with ordinality s
-                        where (s.old_status in ('completed', 'skipped')) <> (s.status in ('completed', 'skipped'))
-                        order by s.ordinality),
-                 array(select s.name from unnest(st) with ordinality s
-                        where (s.old_status in ('completed', 'skipped')) <> (s.status in ('completed', 'skipped'))
-                        order by s.ordinality),
-                 array(select case when s.status in ('completed', 'skipped') then -1 else 1 end
-                         from unnest(st) with ordinality s
-                        where (s.old_status in ('completed', 'skipped')) <> (s.status in ('completed', 'skipped'))
-                        order by s.ordinality)) d;
-        select coalesce(array_agg(row('workflow', w.id, w.id, w.object_id, w.template, w.version,
-                                      null, w.old_status, w.status, null, null)::workdo.applied), '{}')
-          into wf
-          from workdo.apply_workflows(wf_ids, wf_deltas) w;
-    end if;
+    -- 2. Steps that became finished (-1) or unfinished (+1): their dependants, found by
+    --    (workflow_id, name ∈ prereqs), count down (or up) and become ready (or wait again).
+    with f as (
+        select s.workflow_id, s.name,
+               case when s.status in ('completed', 'skipped') then -1 else 1 end as delta
+          from unnest(st) s
+         where (s.old_status in ('completed', 'skipped')) <> (s.status in ('completed', 'skipped'))
+    ), d as (
+        select t.id, sum(f.delta)::int as delta, t.status as old_status
+          from f join workdo.steps t on t.workflow_id = f.workflow_id and f.name = any(t.prereqs)
+         group by t.id, t.status
+    ), moved as (
+        update workdo.steps s set
+            pending = s.pending + d.delta,
+            status = case
+                       when s.status = 'waiting' and s.pending + d.delta = 0
+                         then case when w.start_at > now() then 'scheduled' else 'ready' end
+                       when s.status in ('ready', 'scheduled') and s.pending + d.delta > 0
+                         then 'waiting'
+                       else s.status
+                     end,
+            run_at = case
+                       when s.status = 'waiting' and s.pending + d.delta = 0
+                         then greatest(now(), w.start_at)
+                       else s.run_at
+                     end,
+            updated_at = now()
+          from d, workdo.workflows w
+         where s.id = d.id and w.id = s.workflow_id
+        returning s.id, s.workflow_id, s.object_id, s.template, s.version, s.name, d.old_status, s.status
+    )
+    select coalesce(array_agg(row('dependant', null, u.workflow_id, u.object_id, u.template,
+                                  u.version, u.name, u.old_status, u.status, null, null)::workdo.applied
+                              order by u.id), '{}')
+      into dep
+      from moved u;
+
+    -- 3. Their workflows: the unfinished-steps counter decides completion. The status before
+    --    is derived: completed exactly when nothing was unfinished (CHECK above).
+    with d as (
+        select s.workflow_id as id,
+               sum(case when s.status in ('completed', 'skipped') then -1 else 1 end)::int as delta
+          from unnest(st) s
+         where (s.old_status in ('completed', 'skipped')) <> (s.status in ('completed', 'skipped'))
+         group by s.workflow_id
+    ), counted as (
+        update workdo.workflows w set
+            unfinished = w.unfinished + d.delta,
+            status = case when w.unfinished + d.delta = 0 then 'completed' else 'active' end,
+            completed_at = case when w.unfinished + d.delta = 0 then coalesce(w.completed_at, now()) end
+          from d
+         where w.id = d.id
+        returning w.id, w.object_id, w.template, w.version,
+                  case when w.unfinished - d.delta = 0 then 'completed' else 'active' end as old_status,
+                  w.status
+    )
+    select coalesce(array_agg(row('workflow', u.id, u.id, u.object_id, u.template, u.version,
+                                  null, u.old_status, u.status, null, null)::workdo.applied
+                              order by u.id), '{}')
+      into wf
+      from counted u;
 
     insert into workdo.milestones (object_id, version, name, workflow_id)
     select s.object_id, s.version, s.lifecycle, s.workflow_id

@@ -782,60 +782,53 @@ async fn deleting_a_workflow_or_its_object_deletes_its_steps() {
     assert_eq!(steps_of("obj:c").await, 9, "other objects keep theirs");
 }
 
-/// The claim's plan (the generic one its function caches) walks the ready index and looks
-/// rows up by primary key, whatever the table's size: no sequential scan, no hash or merge join,
-/// and the only sort is of the claimed rows (at most the limit) into claim order.
-#[tokio::test]
-async fn the_claim_plan_uses_indexes_only() {
-    let t = db().await;
-    load_one_step(&t.store).await;
-    let objects: Vec<String> = (0..20_000).map(|i| format!("obj:{i:05}")).collect();
-    let mut req = StartRequest::new("oneWF", &[]);
-    req.objects = objects;
-    t.store.workflow_start(&req).await.unwrap();
-    let mut conn = t.pool().acquire().await.unwrap();
-    sqlx::query("analyze workdo.steps, workdo.workflows, workdo.objects")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    // The statement the function runs, from its definition, with its parameters numbered.
+/// The generic plan (the one a workdo function caches) of `function`'s `return query`
+/// statement, its parameters numbered as `params` list them and typed as `types`, run with
+/// `args`. Nested loops are off: any join the plan relied on would turn into a hash or merge
+/// join, which is what the planner picks on its own at a million rows. Returns the plan's
+/// nodes as (depth, node type, index or relation).
+async fn generic_plan(
+    conn: &mut sqlx::PgConnection,
+    function: &str,
+    params: &[&str],
+    types: &str,
+    args: &str,
+) -> Vec<(usize, String, String)> {
     let src: String = sqlx::query_scalar(
-        "select prosrc from pg_proc where proname = 'claim' and pronamespace = 'workdo'::regnamespace",
+        "select prosrc from pg_proc where proname = $1 and pronamespace = 'workdo'::regnamespace",
     )
+    .bind(function)
     .fetch_one(&mut *conn)
     .await
     .unwrap();
     let start = src.find("return query").expect("return query") + "return query".len();
     let end = src.rfind(';').expect("end of the statement");
     let mut body = src[start..end].to_string();
-    for (name, n) in [
-        ("p_template", 1),
-        ("p_step", 2),
-        ("p_lane", 3),
-        ("p_limit", 4),
-        ("p_owner", 5),
-        ("p_lease_secs", 6),
-    ] {
-        body = body.replace(name, &format!("${n}"));
+    // Longest names first, so that no name is replaced inside a longer one.
+    let mut numbered: Vec<(usize, &str)> = params.iter().copied().enumerate().collect();
+    numbered.sort_by_key(|(_, p)| std::cmp::Reverse(p.len()));
+    for (n, name) in numbered {
+        body = body.replace(name, &format!("${}", n + 1));
     }
-    // The text is the function's own definition, read from the catalog just above. With nested
-    // loops off, any join the plan relies on turns into a hash or merge join — what the planner
-    // picks on its own at a million rows — so a plan that passes has no join to get wrong.
+    // The text is the function's own definition, read from the catalog just above.
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "set plan_cache_mode = force_generic_plan;
          set enable_nestloop = off;
-         prepare claim_plan(text, text, text, bigint, text, float8) as {body}"
+         prepare plan_check({types}) as {body}"
     )))
     .execute(&mut *conn)
     .await
     .unwrap();
-    let plan: serde_json::Value = sqlx::query_scalar(
-        "explain (format json) execute claim_plan('oneWF', 'work', null, 100, 'w', 60)",
-    )
+    let plan: serde_json::Value = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "explain (format json) execute plan_check({args})"
+    )))
     .fetch_one(&mut *conn)
     .await
     .unwrap();
-    let mut nodes = Vec::new();
+    sqlx::raw_sql("deallocate plan_check; reset plan_cache_mode; reset enable_nestloop")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
     fn walk(v: &serde_json::Value, depth: usize, out: &mut Vec<(usize, String, String)>) {
         if let Some(kind) = v.get("Node Type").and_then(|k| k.as_str()) {
             let rel = v
@@ -857,33 +850,73 @@ async fn the_claim_plan_uses_indexes_only() {
             walk(p, depth, out);
         }
     }
+    let mut nodes = Vec::new();
     walk(&plan[0], 0, &mut nodes);
+    nodes
+}
+
+/// No sequential scan, no hash or merge join, and a sort only at the top.
+fn assert_index_only(what: &str, nodes: &[(usize, String, String)]) {
     let text = format!("{nodes:#?}");
-    for (_, kind, _) in &nodes {
+    for (depth, kind, _) in nodes {
         assert!(
             !["Seq Scan", "Hash Join", "Merge Join"].contains(&kind.as_str()),
-            "{kind} in the claim plan: {text}"
+            "{kind} in the plan of {what}: {text}"
+        );
+        assert!(
+            kind != "Sort" || *depth == 0,
+            "a sort below the top of {what}: {text}"
         );
     }
-    assert!(
-        nodes
-            .iter()
-            .any(|(_, kind, index)| kind == "Index Scan" && index == "steps_claim"),
-        "the claim reads the ready index: {text}"
-    );
-    let sorts: Vec<usize> = nodes
-        .iter()
-        .filter(|(_, k, _)| k == "Sort")
-        .map(|(d, _, _)| *d)
-        .collect();
-    assert!(
-        sorts.iter().all(|d| *d == 0),
-        "a sort below the top: {text}"
-    );
-    sqlx::raw_sql("deallocate claim_plan; reset plan_cache_mode; reset enable_nestloop")
+}
+
+/// The claim's plans (the generic ones its functions cache) walk the ready index and look rows
+/// up by primary key, whatever the table's size: no sequential scan, no hash or merge join, and
+/// the only sort is of the leased rows (at most the limit) into claim order.
+#[tokio::test]
+async fn the_claim_plan_uses_indexes_only() {
+    let t = db().await;
+    load_one_step(&t.store).await;
+    let objects: Vec<String> = (0..20_000).map(|i| format!("obj:{i:05}")).collect();
+    let mut req = StartRequest::new("oneWF", &[]);
+    req.objects = objects;
+    t.store.workflow_start(&req).await.unwrap();
+    let mut conn = t.pool().acquire().await.unwrap();
+    sqlx::query("analyze workdo.steps, workdo.workflows, workdo.objects")
         .execute(&mut *conn)
         .await
         .unwrap();
+    let claim = generic_plan(
+        &mut conn,
+        "claim",
+        &[
+            "p_template",
+            "p_step",
+            "p_lane",
+            "p_limit",
+            "p_owner",
+            "p_lease_secs",
+        ],
+        "text, text, text, bigint, text, float8",
+        "'oneWF', 'work', null, 100, 'w', 60",
+    )
+    .await;
+    assert_index_only("workdo.claim", &claim);
+    assert!(
+        claim
+            .iter()
+            .any(|(_, kind, index)| kind == "Index Scan" && index == "steps_claim"),
+        "the claim reads the ready index: {claim:#?}"
+    );
+    let lease = generic_plan(
+        &mut conn,
+        "lease",
+        &["p_ids", "p_owner", "p_lease_secs"],
+        "bigint[], text, float8",
+        "array[1, 2, 3]::bigint[], 'w', 60",
+    )
+    .await;
+    assert_index_only("workdo.lease", &lease);
 }
 
 /// kind, status, attempt, actor, detail

@@ -251,32 +251,6 @@ pub(crate) async fn notify_ready(conn: &mut PgConnection, keys: &[String]) -> Re
     Ok(())
 }
 
-/// The claim statement around a CTE `c` selecting the ids to claim: each gets an attempt and a
-/// lease for owner `$5` lasting `$6` seconds. `$1`–`$4` belong to the CTE. What the function
-/// will be given (object properties, workflow context, trace) comes back in the same round trip.
-macro_rules! claim_sql {
-    ($candidates:literal) => {
-        concat!(
-            "with c as (",
-            $candidates,
-            ")
-             update workdo.steps s set
-                status = 'started',
-                attempts = s.attempts + 1,
-                lease_owner = $5,
-                lease_token = gen_random_uuid(),
-                lease_expires_at = now() + make_interval(secs => $6),
-                started_at = now(),
-                updated_at = now()
-               from c, workdo.workflows w, workdo.objects o
-              where s.id = c.id and w.id = s.workflow_id and o.id = s.object_id
-             returning s.id, s.workflow_id, s.object_id, s.template, s.name, s.version, s.lane,
-                       s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at,
-                       o.properties, w.context, w.trace_context"
-        )
-    };
-}
-
 /// A row of `workdo.apply`: a changed step, a dependant whose counter moved, or a workflow
 /// whose counter moved (`kind`); the columns the caller reports from.
 #[derive(sqlx::FromRow)]
@@ -579,13 +553,15 @@ impl Store {
         owner: &str,
         lease: std::time::Duration,
     ) -> Result<Vec<Claimed>> {
-        let claimed: Vec<Claimed> = sqlx::query_as(claim_sql!(
-            "select s.id from workdo.steps s join workdo.workflows w on w.id = s.workflow_id
-              where w.template = $1 and s.name = $2 and w.object_id = any($3) and s.active
-                and s.status in ('ready', 'scheduled', 'retrying', 'error')
-              limit $4
-                for update of s skip locked"
-        ))
+        // workdo.lease (migrations/0004) leases them, as workdo.claim does the queue's head.
+        let claimed: Vec<Claimed> = sqlx::query_as(
+            "select * from workdo.lease(array(
+                select s.id from workdo.steps s join workdo.workflows w on w.id = s.workflow_id
+                 where w.template = $1 and s.name = $2 and w.object_id = any($3) and s.active
+                   and s.status in ('ready', 'scheduled', 'retrying', 'error')
+                 limit $4
+                   for update of s skip locked), $5, $6)",
+        )
         .bind(template)
         .bind(step)
         .bind(objects)
