@@ -1246,7 +1246,7 @@ async fn run_now(
     let invoker = crate::function::Invoker::new(&binding.function, &config.env)
         .map_err(anyhow::Error::msg)?;
     let timeout = std::time::Duration::from_secs_f64(binding.function.timeout_secs);
-    let claimed = store
+    let mut claimed = store
         .step_claim_objects(
             &binding.template,
             &binding.step,
@@ -1256,7 +1256,7 @@ async fn run_now(
         )
         .await?;
     let mut inputs = store
-        .step_inputs(&claimed, &binding.function.documents)
+        .step_inputs(&mut claimed, &binding.function.documents)
         .await?;
     let mut results = Vec::new();
     for c in &claimed {

@@ -301,7 +301,7 @@ async fn work(
                 .instrument(claim_span)
                 .await
         };
-        let claimed = match claim {
+        let mut claimed = match claim {
             Ok(c) => c,
             Err(e) => {
                 warn!(step = %binding.key(), error = %e, "claim failed; retrying");
@@ -331,7 +331,7 @@ async fn work(
         debug!(step = %binding.key(), n = claimed.len(), "claimed");
         let mut inputs = match shared
             .store
-            .step_inputs(&claimed, &binding.function.documents)
+            .step_inputs(&mut claimed, &binding.function.documents)
             .await
         {
             Ok(i) => i,

@@ -33,11 +33,12 @@ pub struct StepResult {
 }
 
 impl Store {
-    /// What the functions of claimed steps get: properties, context and trace come with the
-    /// claim; the requested documents are read here (one query, only when some are requested).
+    /// What the functions of claimed steps get: properties, context and trace came with the
+    /// claim and are moved out of `claimed` (which keeps what a release needs); the requested
+    /// documents are read here (one query, only when some are requested).
     pub async fn step_inputs(
         &self,
-        claimed: &[Claimed],
+        claimed: &mut [Claimed],
         documents: &[String],
     ) -> Result<HashMap<i64, StepInputs>> {
         let mut docs: HashMap<String, BTreeMap<String, String>> = HashMap::new();
@@ -55,18 +56,18 @@ impl Store {
                 docs.entry(object).or_default().insert(name, content);
             }
         }
-        let as_map = |v: &Value| match v {
-            Value::Object(m) => m.clone(),
+        let as_map = |v: &mut Value| match v.take() {
+            Value::Object(m) => m,
             _ => Map::new(),
         };
         Ok(claimed
-            .iter()
+            .iter_mut()
             .map(|c| {
                 (
                     c.id,
                     StepInputs {
-                        properties: as_map(&c.properties),
-                        context: as_map(&c.context),
+                        properties: as_map(&mut c.properties),
+                        context: as_map(&mut c.context),
                         documents: docs.get(&c.object_id).cloned().unwrap_or_default(),
                         trace_context: c.trace_context.clone(),
                     },

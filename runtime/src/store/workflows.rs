@@ -228,6 +228,22 @@ pub(crate) async fn documents_put(
     Ok(())
 }
 
+/// The event recording that an object (version) was registered.
+fn object_registered(events: &mut EventBuf, id: &str, version: i32, actor: &str) {
+    events.push(
+        id,
+        None,
+        None,
+        Some(version),
+        None,
+        "object_registered",
+        None,
+        None,
+        actor,
+        Value::Null,
+    );
+}
+
 async fn registered(tx: &mut Transaction<'_, Postgres>, id: &str, version: i32) -> Result<()> {
     sqlx::query(
         "insert into workdo.milestones (object_id, version, name) values ($1, $2, 'registered')",
@@ -266,18 +282,7 @@ pub(crate) async fn start_one(
                 .execute(&mut **tx)
                 .await?;
             registered(tx, object, version).await?;
-            events.push(
-                object,
-                None,
-                None,
-                Some(version),
-                None,
-                "object_registered",
-                None,
-                None,
-                &req.actor,
-                Value::Null,
-            );
+            object_registered(events, object, version, &req.actor);
         }
         Some(o) if version > o.version => {
             sqlx::query("update workdo.objects set version = $2, updated_at = now() where id = $1")
@@ -490,18 +495,7 @@ async fn insert_workflows(
         .execute(&mut **tx)
         .await?;
         for (id, v) in &new {
-            events.push(
-                id,
-                None,
-                None,
-                Some(*v),
-                None,
-                "object_registered",
-                None,
-                None,
-                &req.actor,
-                Value::Null,
-            );
+            object_registered(events, id, *v, &req.actor);
         }
     }
     let traces: Vec<Option<String>> = fresh
