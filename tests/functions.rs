@@ -22,6 +22,15 @@ fn script(dir: &Path, name: &str, body: &str) -> String {
     path.display().to_string()
 }
 
+/// An exec function that completes every step.
+fn completes(dir: &Path) -> String {
+    script(
+        dir,
+        "ok.sh",
+        "#!/bin/sh\ncat >/dev/null\necho '{\"status\":\"completed\"}'\n",
+    )
+}
+
 fn config() -> Config {
     Config {
         poll_interval: Duration::from_millis(200),
@@ -527,11 +536,7 @@ async fn warm_pool_replaces_a_process_that_dies() {
 async fn human_steps_wait_for_a_person() {
     let t = db().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let f = script(
-        dir.path(),
-        "ok.sh",
-        "#!/bin/sh\ncat >/dev/null\necho '{\"status\":\"completed\"}'\n",
-    );
+    let f = completes(dir.path());
     load(
         &t.store,
         "h.yaml",
@@ -683,11 +688,7 @@ async fn kill_9_mid_flight_then_restart_completes_every_step_exactly_once() {
 async fn notify_wakes_dependants_without_polling() {
     let t = db().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let f = script(
-        dir.path(),
-        "ok.sh",
-        "#!/bin/sh\ncat >/dev/null\necho '{\"status\":\"completed\"}'\n",
-    );
+    let f = completes(dir.path());
     load(
         &t.store,
         "n.yaml",
