@@ -233,6 +233,9 @@ pub struct RuntimeArgs {
     /// Database connections this process may use.
     #[arg(long, default_value_t = 16)]
     pub max_connections: u32,
+    /// Transactions committing results in parallel (each holds a connection while it commits).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub completers: u32,
     /// A file of KEY=VALUE lines (WORKDO_SMTP_URL, WORKDO_ALERT_FROM, WORKDO_ALERT_TO,
     /// WORKDO_ALERT_INTERVAL, WORKDO_STUCK_STARTED, WORKDO_STUCK_READY, WORKDO_API_URL);
     /// the environment overrides it.
@@ -693,6 +696,7 @@ fn runtime_config(args: &RuntimeArgs, demo: bool) -> Result<worker::Config> {
         lease_margin: args.lease_margin,
         grace: args.grace,
         env: worker::parse_env(&args.env).map_err(anyhow::Error::msg)?,
+        completers: args.completers as usize,
         ..Default::default()
     };
     config.backoff.base = args.retry_base.unwrap_or(if demo {

@@ -2,8 +2,10 @@
 //!
 //! One worker loop per bound template step claims up to `batch-limit` ready steps (never more
 //! than it has free concurrency for), calls the function for each, and hands the result to the
-//! **completer**, which commits the results of all workers in batches: one transaction for many
-//! results (group commit). A worker sleeps until a NOTIFY says its step has ready work, or the
+//! **completers**, which commit the results of all workers in batches: one transaction for many
+//! results (group commit). Results are sharded over the completers by object, so completers
+//! commit in parallel without ever contending for the same rows: everything a result changes
+//! (its steps, their dependants, its workflow, its object) belongs to one object. A worker sleeps until a NOTIFY says its step has ready work, or the
 //! polling interval passes (the fallback if a notification is lost). A **maintenance** loop
 //! promotes due `scheduled`/`retrying` steps and returns expired leases to the queue. Every loop
 //! is safe to run in many processes at once: claims and sweeps use `SKIP LOCKED`.
@@ -48,6 +50,9 @@ pub struct Config {
     pub maintenance_interval: Duration,
     /// Most results committed in one transaction.
     pub commit_batch: usize,
+    /// Completers committing results in parallel, each on its own connection (results are
+    /// sharded by object, so they never wait for each other's row locks).
+    pub completers: usize,
     /// Alert mail; `None` leaves alerts in the outbox.
     pub alerts: Option<crate::alerts::AlertConfig>,
     /// Fire cron schedules.
@@ -68,6 +73,7 @@ impl Default for Config {
             default_batch: 100,
             maintenance_interval: Duration::from_millis(200),
             commit_batch: 500,
+            completers: 2,
             alerts: None,
             schedules: true,
             stuck_check_interval: Duration::from_secs(30),
@@ -163,7 +169,30 @@ struct Completion {
 struct Shared {
     store: Store,
     config: Config,
-    done: mpsc::Sender<Completion>,
+    /// One channel per completer; a result goes to its object's.
+    done: Vec<mpsc::Sender<Completion>>,
+}
+
+impl Shared {
+    /// Hand a result to the completer that owns its object.
+    async fn finish(&self, result: StepResult) {
+        let i = shard(&result.object_id, self.done.len());
+        if let Some(tx) = self.done.get(i) {
+            let _ = tx.send(Completion { result }).await;
+        }
+    }
+}
+
+/// The completer (of `n`) that commits an object's results: stable for the life of the
+/// process, so one object's results are always committed in the order they were handed over.
+fn shard(object_id: &str, n: usize) -> usize {
+    use std::hash::{Hash, Hasher};
+    if n <= 1 {
+        return 0;
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    object_id.hash(&mut h);
+    (h.finish() % n as u64) as usize
 }
 
 /// Run workers for `bindings` until `shutdown` is cancelled; returns once every claimed step has
@@ -184,13 +213,18 @@ pub async fn run(
             .map_err(|e| WorkerError::Function(b.key(), e))?;
         invokers.push(Arc::new(inv));
     }
-    let (tx, rx) = mpsc::channel::<Completion>(4096);
-    let completer = tokio::spawn(complete(
-        store.clone(),
-        rx,
-        config.commit_batch,
-        config.owner.clone(),
-    ));
+    let mut done = Vec::new();
+    let mut completers = Vec::new();
+    for _ in 0..config.completers.max(1) {
+        let (tx, rx) = mpsc::channel::<Completion>(4096);
+        done.push(tx);
+        completers.push(tokio::spawn(complete(
+            store.clone(),
+            rx,
+            config.commit_batch,
+            config.owner.clone(),
+        )));
+    }
     let notifies: HashMap<String, Arc<Notify>> = bindings
         .iter()
         .map(|b| (b.key(), Arc::new(Notify::new())))
@@ -222,7 +256,7 @@ pub async fn run(
     let shared = Arc::new(Shared {
         store,
         config,
-        done: tx,
+        done,
     });
     let mut workers = JoinSet::new();
     for (b, inv) in bindings.into_iter().zip(invokers) {
@@ -234,8 +268,10 @@ pub async fn run(
     // With no steps to work on, this process still promotes, sweeps, fires schedules and sends
     // alerts until it is told to stop.
     shutdown.cancelled().await;
-    drop(shared); // closes the completer's channel once every worker is done
-    let _ = completer.await;
+    drop(shared); // closes the completers' channels once every worker is done
+    for c in completers {
+        let _ = c.await;
+    }
     background.cancel();
     let _ = listener.await;
     let _ = maintenance.await;
@@ -351,7 +387,7 @@ async fn work(
             let inflight = Arc::clone(&inflight);
             calls.spawn(async move {
                 let result = execute(&invoker, &binding, &shared.config, &c, input, timeout).await;
-                let _ = shared.done.send(Completion { result }).await;
+                shared.finish(result).await;
                 if let Ok(mut f) = inflight.lock() {
                     f.remove(&c.id);
                 }
@@ -389,7 +425,7 @@ async fn work(
             context: None,
             start: Vec::new(),
         };
-        let _ = shared.done.send(Completion { result }).await;
+        shared.finish(result).await;
     }
     invoker.shutdown().await;
 }
@@ -688,5 +724,24 @@ async fn send_alerts(
     // Do not leave mail behind: send what is pending, digests included (bounded wait).
     if let Err(e) = sender.flush(Duration::from_secs(30)).await {
         warn!(error = %e, "flushing alerts on shutdown failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shard;
+
+    #[test]
+    fn an_objects_results_always_go_to_the_same_completer() {
+        let objects: Vec<String> = (0..200).map(|i| format!("druid:bb{i:03}")).collect();
+        let first: Vec<usize> = objects.iter().map(|o| shard(o, 4)).collect();
+        let again: Vec<usize> = objects.iter().map(|o| shard(o, 4)).collect();
+        assert_eq!(first, again);
+        assert!(first.iter().all(|&i| i < 4));
+        // Spread over every completer, so they share the work.
+        for i in 0..4 {
+            assert!(first.contains(&i), "no object went to completer {i}");
+        }
+        assert!(objects.iter().all(|o| shard(o, 1) == 0));
     }
 }
