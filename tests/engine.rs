@@ -1045,3 +1045,50 @@ async fn two_changes_for_one_step_in_a_batch_apply_the_last_once() {
     .unwrap();
     assert_eq!(kinds, vec!["completed"]);
 }
+
+/// A saved template's `edges` (which steps each step's completion counts down) are its
+/// prerequisites turned around, for every version saved, and are what dependants are found by.
+#[tokio::test]
+async fn saved_templates_record_each_steps_dependants() {
+    let t = db().await;
+    load(&t.store, "google.xml", GOOGLE_XML).await;
+    let template = t.store.template_current(WF).await.unwrap();
+    let mut expected: Vec<(String, String)> = template
+        .spec
+        .steps
+        .iter()
+        .flat_map(|s| s.prereqs.iter().map(|p| (p.clone(), s.name.clone())))
+        .collect();
+    expected.sort();
+    assert!(expected.len() >= 9, "the DAG has fan-out and fan-in");
+    let edges: Vec<(String, String)> = sqlx::query_as(
+        "select step, dependant from workdo.edges where template_id = $1 order by 1, 2",
+    )
+    .bind(template.id)
+    .fetch_all(t.pool())
+    .await
+    .unwrap();
+    assert_eq!(edges, expected);
+
+    // A second version gets its own edges; the first keeps its.
+    let v2 = GOOGLE_XML.replace(
+        "<prereq>google-download</prereq>",
+        "<prereq>google-download</prereq><prereq>descriptive-metadata</prereq>",
+    );
+    assert_ne!(v2, GOOGLE_XML);
+    load(&t.store, "google-v2.xml", &v2).await;
+    let current = t.store.template_current(WF).await.unwrap();
+    assert_ne!(current.id, template.id);
+    let count = |id: i64| {
+        let pool = t.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("select count(*) from workdo.edges where template_id = $1")
+                .bind(id)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(count(template.id).await, expected.len() as i64);
+    assert_eq!(count(current.id).await, expected.len() as i64 + 1);
+}

@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::{PgConnection, Postgres, Transaction};
+use sqlx::{FromRow, PgConnection, Postgres, Row, Transaction};
 use uuid::Uuid;
 
 use super::{Result, StepRow, Store, StoreError};
@@ -258,15 +258,123 @@ struct AppliedRow {
     kind: String,
     id: Option<i64>,
     workflow_id: i64,
-    template: String,
     name: Option<String>,
     old_status: String,
     status: String,
 }
 
+/// The statement arguments $1–$14 of `workdo.apply` (and `workdo.apply_and_claim`): one array
+/// element per change, one change per step (the last one given for a step wins), then the actor.
+fn bind_changes<'q>(
+    query: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+    changes: &[&Change],
+    actor: &str,
+) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+    let col = |f: &dyn Fn(&Change) -> Option<String>| -> Vec<Option<String>> {
+        changes.iter().map(|c| f(c)).collect()
+    };
+    query
+        .bind(changes.iter().map(|c| c.id).collect::<Vec<i64>>())
+        .bind(
+            changes
+                .iter()
+                .map(|c| c.status.as_str().to_string())
+                .collect::<Vec<String>>(),
+        )
+        .bind(col(&|c| c.note.clone()))
+        .bind(col(&|c| c.error_message.clone()))
+        .bind(col(&|c| c.error_text.clone()))
+        .bind(col(&|c| c.lifecycle.clone()))
+        .bind(
+            changes
+                .iter()
+                .map(|c| c.elapsed)
+                .collect::<Vec<Option<f64>>>(),
+        )
+        .bind(
+            changes
+                .iter()
+                .map(|c| c.run_at)
+                .collect::<Vec<Option<DateTime<Utc>>>>(),
+        )
+        .bind(
+            changes
+                .iter()
+                .map(|c| c.attempts_delta)
+                .collect::<Vec<i32>>(),
+        )
+        .bind(
+            changes
+                .iter()
+                .map(|c| c.reset_attempts)
+                .collect::<Vec<bool>>(),
+        )
+        .bind(
+            changes
+                .iter()
+                .map(|c| c.lease)
+                .collect::<Vec<Option<Uuid>>>(),
+        )
+        .bind(
+            changes
+                .iter()
+                .map(|c| c.event.to_string())
+                .collect::<Vec<String>>(),
+        )
+        .bind(
+            changes
+                .iter()
+                .map(|c| c.detail.clone())
+                .collect::<Vec<Value>>(),
+        )
+        .bind(actor.to_string())
+}
+
+/// One change per step: the last one given for it wins.
+fn unique_changes(changes: &[Change]) -> Vec<&Change> {
+    let mut seen = std::collections::HashSet::new();
+    let mut unique: Vec<&Change> = changes.iter().rev().filter(|c| seen.insert(c.id)).collect();
+    unique.reverse();
+    unique
+}
+
+/// What the rows of `workdo.apply` say about a batch of `changes`.
+fn report(changes: &[&Change], rows: &[AppliedRow]) -> Applied {
+    let mut applied = Applied::default();
+    for r in rows {
+        let moved = r.old_status != r.status;
+        match (r.kind.as_str(), r.id) {
+            ("step", Some(id)) => {
+                applied
+                    .changed
+                    .push((id, r.old_status.clone(), r.status.clone()))
+            }
+            ("workflow", Some(id)) if moved && r.status == "completed" => {
+                applied.completed_workflows.push(id);
+            }
+            _ => {}
+        }
+        if let ("step" | "dependant", Some(name)) = (r.kind.as_str(), &r.name)
+            && moved
+            && r.status == "ready"
+        {
+            applied.ready.push((r.workflow_id, name.clone()));
+        }
+    }
+    let changed: std::collections::HashSet<i64> =
+        applied.changed.iter().map(|(id, _, _)| *id).collect();
+    applied.lost = changes
+        .iter()
+        .map(|c| c.id)
+        .filter(|id| !changed.contains(id))
+        .collect();
+    applied
+}
+
 impl Store {
-    /// Apply status changes in one transaction of the caller's, with every consequence:
-    /// dependants' readiness, workflow completion, milestones, events, NOTIFY.
+    /// Apply status changes, with every consequence — dependants' readiness, workflow
+    /// completion, milestones, events, alert outbox, NOTIFY — in one statement (`workdo.apply`,
+    /// migrations/0005), on a connection or in a transaction of the caller's.
     ///
     /// Changes carrying a lease apply only while the step is still `started` under it; the
     /// others are reported in [`Applied::lost`] and change nothing.
@@ -275,140 +383,37 @@ impl Store {
         changes: &[Change],
         actor: &str,
     ) -> Result<Applied> {
-        let mut applied = Applied::default();
         if changes.is_empty() {
-            return Ok(applied);
+            return Ok(Applied::default());
         }
-        // One change per step: the last one given for it wins.
-        let mut seen = std::collections::HashSet::new();
-        let mut unique: Vec<&Change> = changes.iter().rev().filter(|c| seen.insert(c.id)).collect();
-        unique.reverse();
-        let changes = unique;
-        let ids: Vec<i64> = changes.iter().map(|c| c.id).collect();
-        let statuses: Vec<String> = changes
-            .iter()
-            .map(|c| c.status.as_str().to_string())
-            .collect();
-        let notes: Vec<Option<String>> = changes.iter().map(|c| c.note.clone()).collect();
-        let messages: Vec<Option<String>> =
-            changes.iter().map(|c| c.error_message.clone()).collect();
-        let texts: Vec<Option<String>> = changes.iter().map(|c| c.error_text.clone()).collect();
-        let lifecycles: Vec<Option<String>> = changes.iter().map(|c| c.lifecycle.clone()).collect();
-        let elapsed: Vec<Option<f64>> = changes.iter().map(|c| c.elapsed).collect();
-        let run_at: Vec<Option<DateTime<Utc>>> = changes.iter().map(|c| c.run_at).collect();
-        let add: Vec<i32> = changes.iter().map(|c| c.attempts_delta).collect();
-        let reset: Vec<bool> = changes.iter().map(|c| c.reset_attempts).collect();
-        let leases: Vec<Option<Uuid>> = changes.iter().map(|c| c.lease).collect();
-
-        // One round trip (`workdo.apply`, migrations/0004, planned once per session): the
-        // steps themselves — a step put back to waiting is ready at once when nothing holds it,
-        // or scheduled when not yet due — then the counters of their dependants (found by
-        // (workflow_id, name ∈ prereqs)) and of their workflows (completion).
-        let kinds: Vec<&str> = changes.iter().map(|c| c.event).collect();
-        let details: Vec<&Value> = changes.iter().map(|c| &c.detail).collect();
-        let all: Vec<AppliedRow> = sqlx::query_as(
+        let changes = unique_changes(changes);
+        let query = sqlx::query(
             "select * from workdo.apply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
-        )
-        .bind(&ids)
-        .bind(&statuses)
-        .bind(&notes)
-        .bind(&messages)
-        .bind(&texts)
-        .bind(&lifecycles)
-        .bind(&elapsed)
-        .bind(&run_at)
-        .bind(&add)
-        .bind(&reset)
-        .bind(&leases)
-        .bind(&kinds)
-        .bind(&details)
-        .bind(actor)
-        .fetch_all(&mut *conn)
-        .await?;
-        // The events and milestones were written by `workdo.apply`; what is left is to report.
-        let mut notify = Vec::new();
-        let mut errored = Vec::new();
-        for r in &all {
-            let moved = r.old_status != r.status;
-            match (r.kind.as_str(), r.id, &r.name) {
-                ("step", Some(id), _) => {
-                    applied
-                        .changed
-                        .push((id, r.old_status.clone(), r.status.clone()));
-                    if moved && r.status == "error" {
-                        errored.push(id);
-                    }
-                }
-                ("workflow", Some(id), _) if moved && r.status == "completed" => {
-                    applied.completed_workflows.push(id);
-                }
-                _ => {}
-            }
-            if let ("step" | "dependant", Some(name)) = (r.kind.as_str(), &r.name)
-                && moved
-                && r.status == "ready"
-            {
-                applied.ready.push((r.workflow_id, name.clone()));
-                notify.push(format!("{}:{name}", r.template));
-            }
-        }
-        let changed: std::collections::HashSet<i64> =
-            applied.changed.iter().map(|(id, _, _)| *id).collect();
-        applied.lost = ids.into_iter().filter(|id| !changed.contains(id)).collect();
-
-        // Alert outbox: one row per step that just reached `error`, in this transaction, so no
-        // alert is lost and none is written for a change that rolls back.
-        if !errored.is_empty() {
-            sqlx::query(
-                "insert into workdo.alert_outbox (kind, template, step, object_id, workflow_id, recipients, payload)
-                 select 'step_error', s.template, s.name, s.object_id, s.workflow_id,
-                        array(select jsonb_array_elements_text(coalesce(t.spec -> 'alert_to', '[]'::jsonb))),
-                        jsonb_build_object(
-                          'object', s.object_id, 'template', s.template, 'step', s.name,
-                          'version', s.version, 'attempts', s.attempts, 'max_attempts', s.max_attempts,
-                          'message', s.error_message, 'text', left(s.error_text, 4000),
-                          'first_failed_at', coalesce((
-                              select min(e.at) from workdo.events e
-                               where e.object_id = s.object_id and e.workflow_id = s.workflow_id
-                                 and e.step = s.name
-                                 and e.status in ('retrying', 'error')
-                                 and e.id > coalesce((select max(r.id) from workdo.events r
-                                                       where r.object_id = s.object_id
-                                                         and r.workflow_id = s.workflow_id and r.step = s.name
-                                                         and r.kind = 'retried'), 0)), now()),
-                          'last_failed_at', now())
-                   from workdo.steps s
-                   join workdo.workflows w on w.id = s.workflow_id
-                   join workdo.templates t on t.id = w.template_id
-                  where s.id = any($1)",
-            )
-            .bind(&errored)
-            .execute(&mut *conn)
+        );
+        let rows = bind_changes(query, &changes, actor)
+            .fetch_all(&mut *conn)
             .await?;
-        }
-
-        notify.sort();
-        notify.dedup();
-        notify_ready(&mut *conn, &notify).await?;
-        Ok(applied)
+        let rows = rows
+            .iter()
+            .map(AppliedRow::from_row)
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(report(&changes, &rows))
     }
 
-    /// Record workers' results for steps they hold, in one transaction (group commit). Each
-    /// change must carry the lease it was claimed under; results whose lease was lost (expired
-    /// and swept, or the step was changed from outside) are dropped and listed in
-    /// [`Applied::lost`].
+    /// Record workers' results for steps they hold, atomically (group commit: one statement,
+    /// one commit). Each change must carry the lease it was claimed under; results whose lease
+    /// was lost (expired and swept, or the step was changed from outside) are dropped and
+    /// listed in [`Applied::lost`].
     pub async fn steps_apply_leased(&self, changes: &[Change], actor: &str) -> Result<Applied> {
         require_leases(changes)?;
-        let mut tx = self.pool.begin().await?;
-        let applied = Self::steps_apply(&mut tx, changes, actor).await?;
-        tx.commit().await?;
-        Ok(applied)
+        let mut conn = self.pool.acquire().await?;
+        Self::steps_apply(&mut conn, changes, actor).await
     }
 
     /// Record results for steps held (as [`Store::steps_apply_leased`]) and claim the next
-    /// batch in the same transaction: one commit per batch instead of two. A worker that
-    /// drains a queue calls this in a loop, with no changes the first time; once it claims
-    /// nothing, its last results are committed and it is done.
+    /// batch, atomically, in one round trip (`workdo.apply_and_claim`): one commit per batch
+    /// instead of two. A worker that drains a queue calls this in a loop, with no changes the
+    /// first time; once it claims nothing, its last results are committed and it is done.
     pub async fn steps_apply_and_claim(
         &self,
         changes: &[Change],
@@ -416,20 +421,31 @@ impl Store {
         next: &ClaimRequest<'_>,
     ) -> Result<(Applied, Vec<Claimed>)> {
         require_leases(changes)?;
-        let mut tx = self.pool.begin().await?;
-        let applied = Self::steps_apply(&mut tx, changes, actor).await?;
-        let claimed = Self::step_claim_on(
-            &mut tx,
-            next.template,
-            next.step,
-            next.lane,
-            next.limit,
-            next.owner,
-            next.lease,
-        )
-        .await?;
-        tx.commit().await?;
-        Ok((applied, claimed))
+        let changes = unique_changes(changes);
+        let query = sqlx::query(
+            "select * from workdo.apply_and_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+                                                  $12, $13, $14, $15, $16, $17, $18, $19, $20)",
+        );
+        let rows = bind_changes(query, &changes, actor)
+            .bind(next.template)
+            .bind(next.step)
+            .bind(next.lane)
+            .bind(next.limit)
+            .bind(next.owner)
+            .bind(next.lease.as_secs_f64())
+            .fetch_all(&self.pool)
+            .await?;
+        let mut applied = Vec::new();
+        let mut claimed = Vec::new();
+        for row in &rows {
+            let kind: &str = row.try_get("kind")?;
+            if kind == "claimed" {
+                claimed.push(Claimed::from_row(row)?);
+            } else {
+                applied.push(AppliedRow::from_row(row)?);
+            }
+        }
+        Ok((report(&changes, &applied), claimed))
     }
 
     /// Set one step's status: the WorkDo update call. Honours a `current_status` precondition
