@@ -58,8 +58,13 @@ set plan_cache_mode = force_generic_plan
 as $$
 declare
     st workdo.applied[];
-    dep workdo.applied[];
-    wf workdo.applied[];
+    dep workdo.applied[] := '{}';
+    wf workdo.applied[] := '{}';
+    ch workdo.applied;
+    finishing boolean := false;
+    milestone boolean := false;
+    erring boolean := false;
+    readying boolean := false;
 begin
     -- 1. The steps. `calc` decides each step's real new status: a step put back to waiting is
     --    ready at once when nothing holds it, or scheduled when not yet due. A change that
@@ -136,83 +141,97 @@ begin
     if cardinality(st) = 0 then
         return;
     end if;
+    -- What else there is to do: each statement below that has nothing to do is skipped (at
+    -- batch size 1 every statement's start-up costs about as much as its work).
+    foreach ch in array st loop
+        finishing := finishing
+            or (ch.old_status in ('completed', 'skipped')) <> (ch.status in ('completed', 'skipped'));
+        milestone := milestone
+            or (ch.status = 'completed' and ch.old_status <> 'completed' and ch.lifecycle is not null);
+        erring := erring or (ch.status = 'error' and ch.old_status <> 'error');
+        readying := readying or (ch.status = 'ready' and ch.old_status <> 'ready');
+    end loop;
 
-    -- 2. Steps that became finished (-1) or unfinished (+1): their dependants, named by the
-    --    template's edges and found by (workflow_id, name), count down (or up) and become
-    --    ready (or wait again).
-    with f as (
-        select s.workflow_id, s.name,
-               case when s.status in ('completed', 'skipped') then -1 else 1 end as delta
-          from unnest(st) s
-         where (s.old_status in ('completed', 'skipped')) <> (s.status in ('completed', 'skipped'))
-    ), d as (
-        select t.id, sum(f.delta)::int as delta, t.status as old_status
-          from f
-          join workdo.workflows w on w.id = f.workflow_id
-          join workdo.edges e on e.template_id = w.template_id and e.step = f.name
-          -- A subquery the planner keeps (offset 0), so that both columns are the index
-          -- condition; as a plain join it reads every step of the workflow and filters.
-         cross join lateral (
-               select t.id, t.status from workdo.steps t
-                where t.workflow_id = f.workflow_id and t.name = e.dependant
-               offset 0) t
-         group by t.id, t.status
-    ), moved as (
-        update workdo.steps s set
-            pending = s.pending + d.delta,
-            status = case
-                       when s.status = 'waiting' and s.pending + d.delta = 0
-                         then case when w.start_at > now() then 'scheduled' else 'ready' end
-                       when s.status in ('ready', 'scheduled') and s.pending + d.delta > 0
-                         then 'waiting'
-                       else s.status
-                     end,
-            run_at = case
-                       when s.status = 'waiting' and s.pending + d.delta = 0
-                         then greatest(now(), w.start_at)
-                       else s.run_at
-                     end,
-            updated_at = now()
-          from d, workdo.workflows w
-         where s.id = d.id and w.id = s.workflow_id
-        returning s.id, s.workflow_id, s.object_id, s.template, s.version, s.name, d.old_status, s.status
-    )
-    select coalesce(array_agg(row('dependant', null, u.workflow_id, u.object_id, u.template,
-                                  u.version, u.name, u.old_status, u.status, null, null)::workdo.applied
-                              order by u.id), '{}')
-      into dep
-      from moved u;
+    if finishing then
+        -- 2. Steps that became finished (-1) or unfinished (+1): their dependants, named by the
+        --    template's edges and found by (workflow_id, name), count down (or up) and become
+        --    ready (or wait again).
+        with f as (
+            select s.workflow_id, s.name,
+                   case when s.status in ('completed', 'skipped') then -1 else 1 end as delta
+              from unnest(st) s
+             where (s.old_status in ('completed', 'skipped')) <> (s.status in ('completed', 'skipped'))
+        ), d as (
+            select t.id, sum(f.delta)::int as delta, t.status as old_status
+              from f
+              join workdo.workflows w on w.id = f.workflow_id
+              join workdo.edges e on e.template_id = w.template_id and e.step = f.name
+              -- A subquery the planner keeps (offset 0), so that both columns are the index
+              -- condition; as a plain join it reads every step of the workflow and filters.
+             cross join lateral (
+                   select t.id, t.status from workdo.steps t
+                    where t.workflow_id = f.workflow_id and t.name = e.dependant
+                   offset 0) t
+             group by t.id, t.status
+        ), moved as (
+            update workdo.steps s set
+                pending = s.pending + d.delta,
+                status = case
+                           when s.status = 'waiting' and s.pending + d.delta = 0
+                             then case when w.start_at > now() then 'scheduled' else 'ready' end
+                           when s.status in ('ready', 'scheduled') and s.pending + d.delta > 0
+                             then 'waiting'
+                           else s.status
+                         end,
+                run_at = case
+                           when s.status = 'waiting' and s.pending + d.delta = 0
+                             then greatest(now(), w.start_at)
+                           else s.run_at
+                         end,
+                updated_at = now()
+              from d, workdo.workflows w
+             where s.id = d.id and w.id = s.workflow_id
+            returning s.id, s.workflow_id, s.object_id, s.template, s.version, s.name, d.old_status, s.status
+        )
+        select coalesce(array_agg(row('dependant', null, u.workflow_id, u.object_id, u.template,
+                                      u.version, u.name, u.old_status, u.status, null, null)::workdo.applied
+                                  order by u.id), '{}')
+          into dep
+          from moved u;
 
-    -- 3. Their workflows: the unfinished-steps counter decides completion. The status before
-    --    is derived: completed exactly when nothing was unfinished (CHECK above).
-    with d as (
-        select s.workflow_id as id,
-               sum(case when s.status in ('completed', 'skipped') then -1 else 1 end)::int as delta
-          from unnest(st) s
-         where (s.old_status in ('completed', 'skipped')) <> (s.status in ('completed', 'skipped'))
-         group by s.workflow_id
-    ), counted as (
-        update workdo.workflows w set
-            unfinished = w.unfinished + d.delta,
-            status = case when w.unfinished + d.delta = 0 then 'completed' else 'active' end,
-            completed_at = case when w.unfinished + d.delta = 0 then coalesce(w.completed_at, now()) end
-          from d
-         where w.id = d.id
-        returning w.id, w.object_id, w.template, w.version,
-                  case when w.unfinished - d.delta = 0 then 'completed' else 'active' end as old_status,
-                  w.status
-    )
-    select coalesce(array_agg(row('workflow', u.id, u.id, u.object_id, u.template, u.version,
-                                  null, u.old_status, u.status, null, null)::workdo.applied
-                              order by u.id), '{}')
-      into wf
-      from counted u;
+        -- 3. Their workflows: the unfinished-steps counter decides completion. The status before
+        --    is derived: completed exactly when nothing was unfinished (CHECK above).
+        with d as (
+            select s.workflow_id as id,
+                   sum(case when s.status in ('completed', 'skipped') then -1 else 1 end)::int as delta
+              from unnest(st) s
+             where (s.old_status in ('completed', 'skipped')) <> (s.status in ('completed', 'skipped'))
+             group by s.workflow_id
+        ), counted as (
+            update workdo.workflows w set
+                unfinished = w.unfinished + d.delta,
+                status = case when w.unfinished + d.delta = 0 then 'completed' else 'active' end,
+                completed_at = case when w.unfinished + d.delta = 0 then coalesce(w.completed_at, now()) end
+              from d
+             where w.id = d.id
+            returning w.id, w.object_id, w.template, w.version,
+                      case when w.unfinished - d.delta = 0 then 'completed' else 'active' end as old_status,
+                      w.status
+        )
+        select coalesce(array_agg(row('workflow', u.id, u.id, u.object_id, u.template, u.version,
+                                      null, u.old_status, u.status, null, null)::workdo.applied
+                                  order by u.id), '{}')
+          into wf
+          from counted u;
+    end if;
 
-    insert into workdo.milestones (object_id, version, name, workflow_id)
-    select s.object_id, s.version, s.lifecycle, s.workflow_id
-      from unnest(st) with ordinality s
-     where s.status = 'completed' and s.old_status <> 'completed' and s.lifecycle is not null
-     order by s.ordinality;
+    if milestone then
+        insert into workdo.milestones (object_id, version, name, workflow_id)
+        select s.object_id, s.version, s.lifecycle, s.workflow_id
+          from unnest(st) with ordinality s
+         where s.status = 'completed' and s.old_status <> 'completed' and s.lifecycle is not null
+         order by s.ordinality;
+    end if;
 
     insert into workdo.events
         (object_id, workflow_id, template, version, step, kind, status, attempt, actor, detail)
@@ -245,36 +264,43 @@ begin
     -- Alert outbox: one row per step that just reached `error`, in this transaction, so no
     -- alert is lost and none is written for a change that rolls back. After the events: the
     -- first failure is read from them.
-    insert into workdo.alert_outbox (kind, template, step, object_id, workflow_id, recipients, payload)
-    select 'step_error', s.template, s.name, s.object_id, s.workflow_id,
-           array(select jsonb_array_elements_text(coalesce(t.spec -> 'alert_to', '[]'::jsonb))),
-           jsonb_build_object(
-             'object', s.object_id, 'template', s.template, 'step', s.name,
-             'version', s.version, 'attempts', s.attempts, 'max_attempts', s.max_attempts,
-             'message', s.error_message, 'text', left(s.error_text, 4000),
-             'first_failed_at', coalesce((
-                 select min(e.at) from workdo.events e
-                  where e.object_id = s.object_id and e.workflow_id = s.workflow_id
-                    and e.step = s.name
-                    and e.status in ('retrying', 'error')
-                    and e.id > coalesce((select max(r.id) from workdo.events r
-                                          where r.object_id = s.object_id
-                                            and r.workflow_id = s.workflow_id and r.step = s.name
-                                            and r.kind = 'retried'), 0)), now()),
-             'last_failed_at', now())
-      from unnest(st) with ordinality x
-      join workdo.steps s on s.id = x.id
-      join workdo.workflows w on w.id = s.workflow_id
-      join workdo.templates t on t.id = w.template_id
-     where x.status = 'error' and x.old_status <> 'error'
-     order by x.ordinality;
+    if erring then
+        insert into workdo.alert_outbox (kind, template, step, object_id, workflow_id, recipients, payload)
+        select 'step_error', s.template, s.name, s.object_id, s.workflow_id,
+               array(select jsonb_array_elements_text(coalesce(t.spec -> 'alert_to', '[]'::jsonb))),
+               jsonb_build_object(
+                 'object', s.object_id, 'template', s.template, 'step', s.name,
+                 'version', s.version, 'attempts', s.attempts, 'max_attempts', s.max_attempts,
+                 'message', s.error_message, 'text', left(s.error_text, 4000),
+                 'first_failed_at', coalesce((
+                     select min(e.at) from workdo.events e
+                      where e.object_id = s.object_id and e.workflow_id = s.workflow_id
+                        and e.step = s.name
+                        and e.status in ('retrying', 'error')
+                        and e.id > coalesce((select max(r.id) from workdo.events r
+                                              where r.object_id = s.object_id
+                                                and r.workflow_id = s.workflow_id and r.step = s.name
+                                                and r.kind = 'retried'), 0)), now()),
+                 'last_failed_at', now())
+          from unnest(st) with ordinality x
+          join workdo.steps s on s.id = x.id
+          join workdo.workflows w on w.id = s.workflow_id
+          join workdo.templates t on t.id = w.template_id
+         where x.status = 'error' and x.old_status <> 'error'
+         order by x.ordinality;
+    end if;
 
     -- One NOTIFY per template:step with newly ready steps, delivered when the transaction
     -- commits (workers LISTEN on workdo_ready).
-    perform pg_notify('workdo_ready', k)
-       from (select distinct r.template || ':' || r.name as k
-               from (select * from unnest(st) union all select * from unnest(dep)) r
-              where r.status = 'ready' and r.old_status <> 'ready') n;
+    foreach ch in array dep loop
+        readying := readying or (ch.status = 'ready' and ch.old_status <> 'ready');
+    end loop;
+    if readying then
+        perform pg_notify('workdo_ready', k)
+           from (select distinct r.template || ':' || r.name as k
+                   from (select * from unnest(st) union all select * from unnest(dep)) r
+                  where r.status = 'ready' and r.old_status <> 'ready') n;
+    end if;
 
     return query
     select * from unnest(st)
