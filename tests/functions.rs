@@ -797,3 +797,67 @@ async fn worker_bindings_name_what_is_wrong() {
         "{err}"
     );
 }
+
+/// A function is never called without the documents it asked for: while they cannot be read,
+/// claimed steps go back to the queue with their attempt, and run once they can.
+#[tokio::test]
+async fn steps_whose_inputs_cannot_be_read_are_given_back_not_run() {
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = script(
+        dir.path(),
+        "needs-mods.sh",
+        "#!/bin/sh\ninput=$(cat)\ncase \"$input\" in\n  *'<mods/>'*) echo '{\"status\":\"completed\",\"note\":\"saw the MODS\"}' ;;\n  *) echo '{\"status\":\"error\",\"message\":\"called without the MODS\"}' ;;\nesac\n",
+    );
+    load(
+        &t.store,
+        "docs.yaml",
+        &format!(
+            "name: docsWF\nsteps:\n  - name: read\n    function: {{ exec: {f}, documents: [descMetadata] }}\n"
+        ),
+    )
+    .await;
+    let mut docs = std::collections::BTreeMap::new();
+    docs.insert("descMetadata".to_string(), "<mods/>".to_string());
+    t.store
+        .object_put("obj:d", &Default::default(), &docs, "test")
+        .await
+        .expect("object");
+    // Documents cannot be read while their table is away.
+    sqlx::query("alter table workdo.documents rename to documents_away")
+        .execute(t.pool())
+        .await
+        .expect("rename");
+    t.store
+        .workflow_start(&StartRequest::new("docsWF", &["obj:d"]))
+        .await
+        .expect("start");
+    let rt = start(&t.store, config()).await;
+    wait_until(
+        &t.store,
+        "select count(*) >= 2 from workdo.events where object_id = 'obj:d' and kind = 'released'
+            and detail ->> 'reason' like 'reading inputs failed:%'",
+        30,
+    )
+    .await;
+    sqlx::query("alter table workdo.documents_away rename to documents")
+        .execute(t.pool())
+        .await
+        .expect("rename back");
+    wait_until(
+        &t.store,
+        "select count(*) = 1 from workdo.steps where object_id = 'obj:d' and status = 'completed'",
+        30,
+    )
+    .await;
+    rt.stop().await;
+    let s = step(&t.store, "obj:d", "read").await;
+    assert_eq!(s.note.as_deref(), Some("saw the MODS"));
+    assert_eq!(s.attempts, 1, "every release gave its attempt back");
+    let k = kinds(&t.store, "obj:d", "read").await;
+    assert!(
+        !k.iter().any(|k| k.starts_with("failed")),
+        "the function never ran without its input: {k:?}"
+    );
+    assert_eq!(k.last().map(String::as_str), Some("completed"), "{k:?}");
+}

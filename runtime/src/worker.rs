@@ -372,8 +372,18 @@ async fn work(
         {
             Ok(i) => i,
             Err(e) => {
-                warn!(step = %binding.key(), error = %e, "reading step inputs failed");
-                HashMap::new()
+                // Never call a function without what it asked for: give the steps back (their
+                // attempts too) and try again after the poll interval.
+                warn!(step = %binding.key(), error = %e, "reading step inputs failed; giving the steps back");
+                let reason = format!("reading inputs failed: {e}");
+                for c in claimed {
+                    shared.finish(released(c, &cfg.owner, &reason)).await;
+                }
+                drop(permits);
+                tokio::select! {
+                    () = tokio::time::sleep(cfg.poll_interval) => continue,
+                    () = shutdown.cancelled() => break,
+                }
             }
         };
         if let Ok(mut f) = inflight.lock() {
@@ -426,21 +436,25 @@ async fn work(
         .map(|mut f| f.drain().map(|(_, c)| c).collect())
         .unwrap_or_default();
     for c in left {
-        let mut change = Change::new(c.id, Status::Waiting, "released");
-        change.attempts_delta = -1;
-        change.lease = Some(c.lease_token);
-        change.detail = serde_json::json!({ "worker": cfg.owner, "reason": "shutdown" });
-        let result = StepResult {
-            change,
-            object_id: c.object_id,
-            workflow_id: c.workflow_id,
-            object: None,
-            context: None,
-            start: Vec::new(),
-        };
-        shared.finish(result).await;
+        shared.finish(released(c, &cfg.owner, "shutdown")).await;
     }
     invoker.shutdown().await;
+}
+
+/// A claimed step given back to the queue uncalled, with its attempt.
+fn released(c: Claimed, owner: &str, reason: &str) -> StepResult {
+    let mut change = Change::new(c.id, Status::Waiting, "released");
+    change.attempts_delta = -1;
+    change.lease = Some(c.lease_token);
+    change.detail = serde_json::json!({ "worker": owner, "reason": reason });
+    StepResult {
+        change,
+        object_id: c.object_id,
+        workflow_id: c.workflow_id,
+        object: None,
+        context: None,
+        start: Vec::new(),
+    }
 }
 
 /// Commit results in batches: whatever has arrived while the last commit ran goes in the next.
