@@ -40,6 +40,7 @@ async fn quick_bench_runs_every_scenario_and_checks_itself() {
         "DAG (9 steps), exec functions: steps",
         "start: in one call (9-step workflows)",
         "wake latency, low load: p99",
+        "wake latency, under the in-process DAG load: p99",
         "claim latency with 10000 waiting steps (p50)",
     ] {
         assert!(
