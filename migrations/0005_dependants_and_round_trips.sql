@@ -17,18 +17,24 @@ create table workdo.edges (
     primary key (template_id, step, dependant)
 );
 
+-- A template spec's edges: (prerequisite, the step that lists it).
+create function workdo.template_edges_of(p_spec jsonb) returns table (step text, dependant text)
+language sql immutable as $$
+    select distinct p.prereq, s ->> 'name'
+      from jsonb_array_elements(
+               case when jsonb_typeof(p_spec -> 'steps') = 'array' then p_spec -> 'steps'
+                    else '[]'::jsonb end) s
+     cross join lateral jsonb_array_elements_text(
+               case when jsonb_typeof(s -> 'prereqs') = 'array' then s -> 'prereqs'
+                    else '[]'::jsonb end) p(prereq)
+$$;
+
 create function workdo.template_edges() returns trigger
 language plpgsql as $$
 begin
     insert into workdo.edges (template_id, step, dependant)
-    select distinct t.id, p.prereq, s ->> 'name'
-      from new_templates t
-     cross join lateral jsonb_array_elements(
-               case when jsonb_typeof(t.spec -> 'steps') = 'array' then t.spec -> 'steps'
-                    else '[]'::jsonb end) s
-     cross join lateral jsonb_array_elements_text(
-               case when jsonb_typeof(s -> 'prereqs') = 'array' then s -> 'prereqs'
-                    else '[]'::jsonb end) p(prereq);
+    select t.id, e.step, e.dependant
+      from new_templates t cross join lateral workdo.template_edges_of(t.spec) e;
     return null;
 end
 $$;
@@ -39,14 +45,8 @@ create trigger templates_edges
     for each statement execute function workdo.template_edges();
 
 insert into workdo.edges (template_id, step, dependant)
-select distinct t.id, p.prereq, s ->> 'name'
-  from workdo.templates t
- cross join lateral jsonb_array_elements(
-           case when jsonb_typeof(t.spec -> 'steps') = 'array' then t.spec -> 'steps'
-                else '[]'::jsonb end) s
- cross join lateral jsonb_array_elements_text(
-           case when jsonb_typeof(s -> 'prereqs') = 'array' then s -> 'prereqs'
-                else '[]'::jsonb end) p(prereq);
+select t.id, e.step, e.dependant
+  from workdo.templates t cross join lateral workdo.template_edges_of(t.spec) e;
 
 -- workdo.apply as in 0004, but for step 2 (dependants) and the alert outbox and NOTIFY at its end.
 create or replace function workdo.apply(

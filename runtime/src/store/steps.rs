@@ -270,63 +270,23 @@ fn bind_changes<'q>(
     changes: &[&Change],
     actor: &str,
 ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
-    let col = |f: &dyn Fn(&Change) -> Option<String>| -> Vec<Option<String>> {
+    fn each<T>(changes: &[&Change], f: impl Fn(&Change) -> T) -> Vec<T> {
         changes.iter().map(|c| f(c)).collect()
-    };
+    }
     query
-        .bind(changes.iter().map(|c| c.id).collect::<Vec<i64>>())
-        .bind(
-            changes
-                .iter()
-                .map(|c| c.status.as_str().to_string())
-                .collect::<Vec<String>>(),
-        )
-        .bind(col(&|c| c.note.clone()))
-        .bind(col(&|c| c.error_message.clone()))
-        .bind(col(&|c| c.error_text.clone()))
-        .bind(col(&|c| c.lifecycle.clone()))
-        .bind(
-            changes
-                .iter()
-                .map(|c| c.elapsed)
-                .collect::<Vec<Option<f64>>>(),
-        )
-        .bind(
-            changes
-                .iter()
-                .map(|c| c.run_at)
-                .collect::<Vec<Option<DateTime<Utc>>>>(),
-        )
-        .bind(
-            changes
-                .iter()
-                .map(|c| c.attempts_delta)
-                .collect::<Vec<i32>>(),
-        )
-        .bind(
-            changes
-                .iter()
-                .map(|c| c.reset_attempts)
-                .collect::<Vec<bool>>(),
-        )
-        .bind(
-            changes
-                .iter()
-                .map(|c| c.lease)
-                .collect::<Vec<Option<Uuid>>>(),
-        )
-        .bind(
-            changes
-                .iter()
-                .map(|c| c.event.to_string())
-                .collect::<Vec<String>>(),
-        )
-        .bind(
-            changes
-                .iter()
-                .map(|c| c.detail.clone())
-                .collect::<Vec<Value>>(),
-        )
+        .bind(each(changes, |c| c.id))
+        .bind(each(changes, |c| c.status.as_str().to_string()))
+        .bind(each(changes, |c| c.note.clone()))
+        .bind(each(changes, |c| c.error_message.clone()))
+        .bind(each(changes, |c| c.error_text.clone()))
+        .bind(each(changes, |c| c.lifecycle.clone()))
+        .bind(each(changes, |c| c.elapsed))
+        .bind(each(changes, |c| c.run_at))
+        .bind(each(changes, |c| c.attempts_delta))
+        .bind(each(changes, |c| c.reset_attempts))
+        .bind(each(changes, |c| c.lease))
+        .bind(each(changes, |c| c.event.to_string()))
+        .bind(each(changes, |c| c.detail.clone()))
         .bind(actor.to_string())
 }
 
