@@ -14,7 +14,7 @@
 //!   runtime with in-process, warm and exec no-op functions.
 //! - **start rate**: workflows started one by one and in one call.
 //! - **wake latency**: from a prerequisite's completion to its dependant's claim, one workflow at
-//!   a time (LISTEN/NOTIFY), and for every dependant of the in-process DAG run (under load).
+//!   a time (LISTEN/NOTIFY), at low load and while the in-process DAG load runs.
 //! - **scale**: latency of claiming one step with 10,000 and with 1,000,000 waiting steps.
 
 use std::io::Write;
@@ -246,32 +246,57 @@ async fn claim_complete(store: &Store, steps: usize, batch: i64, conns: usize) -
 struct DagRun {
     steps_per_sec: f64,
     workflows_per_sec: f64,
-    /// Wake latency under this load: from the completion of a step's last prerequisite to the
-    /// step's claim, ms, for every step whose prerequisites all ran (not the bootstrap step).
+    /// With `probe`: wake latencies (ms) of chain workflows run one at a time, 20 ms apart,
+    /// by the same runtime while the DAG load runs.
     wake_ms: Vec<f64>,
 }
 
-async fn dag(store: &Store, function: &str, workflows: usize) -> Result<DagRun> {
+async fn dag(store: &Store, function: &str, workflows: usize, probe: bool) -> Result<DagRun> {
     reset(store.pool()).await?;
     load(store, "bench-dag.yaml", &DAG.replace("FN", function)).await?;
+    load(store, "bench-chain.yaml", CHAIN).await?;
     start_bulk(store, "benchDagWF", &objects("dag", workflows)).await?;
     let bindings = worker::bindings(store, &[]).await?;
     let bindings: Vec<_> = bindings
         .into_iter()
-        .filter(|b| b.template == "benchDagWF")
+        .filter(|b| b.template == "benchDagWF" || (probe && b.template == "benchChainWF"))
         .collect();
     let token = CancellationToken::new();
+    // With no polling to speak of, only NOTIFY wakes the probes' second steps.
     let config = worker::Config {
         schedules: false,
+        poll_interval: if probe {
+            Duration::from_secs(5)
+        } else {
+            worker::Config::default().poll_interval
+        },
         ..worker::Config::default()
     };
     let began = Instant::now();
     let runtime = tokio::spawn(worker::run(store.clone(), config, bindings, token.clone()));
+    let loaded = CancellationToken::new();
+    let prober = probe.then(|| {
+        let (store, loaded) = (store.clone(), loaded.clone());
+        tokio::spawn(async move {
+            // At least one probe, however short the run.
+            let mut n = 0usize;
+            loop {
+                run_chain(&store, &format!("probe:{n:05}")).await?;
+                n += 1;
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(20)) => {}
+                    () = loaded.cancelled() => break,
+                }
+            }
+            Ok::<usize, anyhow::Error>(n)
+        })
+    });
     loop {
-        let done: i64 =
-            sqlx::query_scalar("select count(*) from workdo.workflows where status = 'completed'")
-                .fetch_one(store.pool())
-                .await?;
+        let done: i64 = sqlx::query_scalar(
+            "select count(*) from workdo.workflows where template = 'benchDagWF' and status = 'completed'",
+        )
+        .fetch_one(store.pool())
+        .await?;
         if done as usize == workflows {
             break;
         }
@@ -281,29 +306,21 @@ async fn dag(store: &Store, function: &str, workflows: usize) -> Result<DagRun> 
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let secs = began.elapsed().as_secs_f64();
+    loaded.cancel();
+    let probes = match prober {
+        Some(p) => p.await??,
+        None => 0,
+    };
     token.cancel();
     runtime.await??;
     // 8 steps per workflow run; the bootstrap step starts completed and has no completion event.
     let ran = 8 * workflows as i64;
-    check_exactly_once(store.pool(), ran).await?;
-    // Both times are their transactions' (`now()`): the completion's is when its group commit
-    // began, so the figure includes that commit's own duration.
-    let wake_ms: Vec<f64> = sqlx::query_scalar(
-        "select extract(epoch from s.started_at - p.done)::float8 * 1000
-           from workdo.steps s
-          cross join lateral (
-                select max(a.finished_at) as done, bool_and(a.started_at is not null) as ran
-                  from workdo.steps a
-                 where a.workflow_id = s.workflow_id and a.name = any(s.prereqs)) p
-          where s.template = 'benchDagWF' and cardinality(s.prereqs) > 0 and p.ran",
-    )
-    .fetch_all(store.pool())
-    .await?;
-    if wake_ms.len() != 7 * workflows {
+    check_exactly_once(store.pool(), ran + 2 * probes as i64).await?;
+    let wake_ms = chain_wake_ms(store).await?;
+    if wake_ms.len() != probes {
         bail!(
-            "bench check failed: {} of {} dependants have a wake latency",
-            wake_ms.len(),
-            7 * workflows
+            "bench check failed: {} of {probes} probes have a wake latency",
+            wake_ms.len()
         );
     }
     Ok(DagRun {
@@ -331,14 +348,47 @@ async fn start_rate(store: &Store, n: usize, bulk: bool) -> Result<f64> {
     Ok(n as f64 / began.elapsed().as_secs_f64())
 }
 
+/// Two-step workflows whose second step's wake-up is measured.
+const CHAIN: &str = "name: benchChainWF\nsteps:\n  - { name: a, function: { builtin: noop } }\n  - { name: b, prereqs: [a], function: { builtin: noop } }\n";
+
+/// Start one chain workflow for `id` and wait until it completes.
+async fn run_chain(store: &Store, id: &str) -> Result<()> {
+    store
+        .workflow_start(&StartRequest::new("benchChainWF", &[id]))
+        .await?;
+    let began = Instant::now();
+    loop {
+        let done: bool = sqlx::query_scalar(
+            "select status = 'completed' from workdo.workflows where object_id = $1",
+        )
+        .bind(id)
+        .fetch_one(store.pool())
+        .await?;
+        if done {
+            return Ok(());
+        }
+        if began.elapsed() > Duration::from_secs(30) {
+            bail!("wake latency: {id} did not finish");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Wake latencies of the chain workflows run, ms: from the first step's completion (its
+/// transaction's time) to the second step's claim.
+async fn chain_wake_ms(store: &Store) -> Result<Vec<f64>> {
+    Ok(sqlx::query_scalar(
+        "select extract(epoch from b.started_at - a.finished_at)::float8 * 1000
+           from workdo.steps a join workdo.steps b on b.workflow_id = a.workflow_id
+          where a.template = 'benchChainWF' and a.name = 'a' and b.name = 'b'",
+    )
+    .fetch_all(store.pool())
+    .await?)
+}
+
 async fn wake_latency(store: &Store, n: usize) -> Result<(f64, f64)> {
     reset(store.pool()).await?;
-    load(
-        store,
-        "bench-chain.yaml",
-        "name: benchChainWF\nsteps:\n  - { name: a, function: { builtin: noop } }\n  - { name: b, prereqs: [a], function: { builtin: noop } }\n",
-    )
-    .await?;
+    load(store, "bench-chain.yaml", CHAIN).await?;
     let bindings: Vec<_> = worker::bindings(store, &[])
         .await?
         .into_iter()
@@ -352,36 +402,11 @@ async fn wake_latency(store: &Store, n: usize) -> Result<(f64, f64)> {
     };
     let runtime = tokio::spawn(worker::run(store.clone(), config, bindings, token.clone()));
     for id in objects("wake", n) {
-        store
-            .workflow_start(&StartRequest::new("benchChainWF", &[&id]))
-            .await?;
-        let began = Instant::now();
-        loop {
-            let done: bool = sqlx::query_scalar(
-                "select status = 'completed' from workdo.workflows where object_id = $1",
-            )
-            .bind(&id)
-            .fetch_one(store.pool())
-            .await?;
-            if done {
-                break;
-            }
-            if began.elapsed() > Duration::from_secs(30) {
-                bail!("wake latency: {id} did not finish");
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        run_chain(store, &id).await?;
     }
     token.cancel();
     runtime.await??;
-    // From the prerequisite's completion (its transaction's time) to the dependant's claim.
-    let mut ms: Vec<f64> = sqlx::query_scalar(
-        "select extract(epoch from b.started_at - a.finished_at)::float8 * 1000
-           from workdo.steps a join workdo.steps b on b.workflow_id = a.workflow_id
-          where a.name = 'a' and b.name = 'b'",
-    )
-    .fetch_all(store.pool())
-    .await?;
+    let mut ms = chain_wake_ms(store).await?;
     Ok((percentile(&mut ms, 0.5), percentile(&mut ms, 0.99)))
 }
 
@@ -557,7 +582,7 @@ pub async fn run(
     for (label, function, n) in dags {
         let (mut s, mut w) = (Vec::new(), Vec::new());
         for _ in 0..runs {
-            let mut run = dag(&store, &function, n).await?;
+            let mut run = dag(&store, &function, n, label == "in-process").await?;
             s.push(run.steps_per_sec);
             w.push(run.workflows_per_sec);
             if label == "in-process" {
