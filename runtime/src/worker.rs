@@ -5,10 +5,11 @@
 //! **completers**, which commit the results of all workers in batches: one transaction for many
 //! results (group commit). Results are sharded over the completers by object, so completers
 //! commit in parallel without ever contending for the same rows: everything a result changes
-//! (its steps, their dependants, its workflow, its object) belongs to one object. A worker sleeps until a NOTIFY says its step has ready work, or the
-//! polling interval passes (the fallback if a notification is lost). A **maintenance** loop
-//! promotes due `scheduled`/`retrying` steps and returns expired leases to the queue. Every loop
-//! is safe to run in many processes at once: claims and sweeps use `SKIP LOCKED`.
+//! (its steps, their dependants, its workflow, its object) belongs to one object. A worker sleeps
+//! until a NOTIFY says its step has ready work, or the polling interval passes (the fallback if a
+//! notification is lost). A **maintenance** loop promotes due `scheduled`/`retrying` steps and
+//! returns expired leases to the queue. Every loop is safe to run in many processes at once:
+//! claims and sweeps use `SKIP LOCKED`.
 //!
 //! Shutdown: stop claiming, give calls in flight `grace` to finish, then abort the rest and
 //! release their steps (back to the queue, attempt given back), commit, and return.
