@@ -162,3 +162,19 @@ fn missing_server_binaries_get_an_install_hint() {
     assert!(err.contains("no PostgreSQL server binaries"), "{err}");
     assert!(err.contains("apt-get install postgresql"), "{err}");
 }
+
+/// Runtime tuning flags out of range are refused before anything starts, naming the flag.
+#[test]
+fn runtime_tuning_out_of_range_is_refused() {
+    let d = DataDir::new();
+    for (flag, value) in [("--completers", "0"), ("--commit-batch", "0")] {
+        let out = d.run(&["worker", flag, value]);
+        assert!(!out.status.success(), "{flag} {value} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(flag) && err.contains(value), "{err}");
+    }
+    assert!(
+        !d.path().join("pgdata").exists(),
+        "no cluster was started for a command refused at parsing"
+    );
+}
