@@ -311,6 +311,37 @@ begin
 end
 $$;
 
+-- workdo.lease as in 0004, but each leased row's workflow is looked up once, not once for its
+-- context and again for its trace: the subquery returns the whole workflow row.
+create or replace function workdo.lease(p_ids bigint[], p_owner text, p_lease_secs float8)
+returns setof workdo.claimed
+language plpgsql
+set plan_cache_mode = force_generic_plan
+as $$
+begin
+    return query
+    with leased as (
+        update workdo.steps s set
+            status = 'started',
+            attempts = s.attempts + 1,
+            lease_owner = p_owner,
+            lease_token = gen_random_uuid(),
+            lease_expires_at = now() + make_interval(secs => p_lease_secs),
+            started_at = now(),
+            updated_at = now()
+         where s.id = any(p_ids)
+        returning s.id, s.workflow_id, s.object_id, s.template, s.name, s.version, s.lane,
+                  s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at,
+                  (select o.properties from workdo.objects o where o.id = s.object_id) as properties,
+                  (select w from workdo.workflows w where w.id = s.workflow_id) as wf
+    )
+    select l.id, l.workflow_id, l.object_id, l.template, l.name, l.version, l.lane, l.attempts,
+           l.max_attempts, l.priority, l.lease_token, l.lease_expires_at, l.properties,
+           (l.wf).context, (l.wf).trace_context
+      from leased l order by array_position(p_ids, l.id);
+end
+$$;
+
 -- A worker draining a queue commits its last results and claims its next steps in one call
 -- (and so one round trip and one commit): the rows of workdo.apply, then the claimed steps
 -- (kind `claimed`) with the columns of workdo.claimed.

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::Utc;
-use support::{GOOGLE_XML, db, load};
+use support::{GOOGLE_XML, db, event_kinds, load};
 use workdo::status::Status;
 use workdo::store::{
     Change, ClaimRequest, SetRequest, StartRequest, StepFilter, Store, StoreError,
@@ -1037,13 +1037,10 @@ async fn two_changes_for_one_step_in_a_batch_apply_the_last_once() {
         applied.changed,
         vec![(c.id, "started".into(), "completed".into())]
     );
-    let kinds: Vec<String> = sqlx::query_scalar(
-        "select kind from workdo.events where object_id = 'obj:d' and step = 'work' order by id",
-    )
-    .fetch_all(t.pool())
-    .await
-    .unwrap();
-    assert_eq!(kinds, vec!["completed"]);
+    assert_eq!(
+        event_kinds(&t.store, "obj:d", "work").await,
+        vec!["completed"]
+    );
 }
 
 /// A saved template's `edges` (which steps each step's completion counts down) are its

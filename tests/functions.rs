@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{TestDb, db, load};
+use support::{TestDb, db, event_kinds, load};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use workdo::retry::Backoff;
@@ -89,17 +89,6 @@ async fn step(store: &Store, object: &str, name: &str) -> workdo::store::StepRow
         .fetch_one(store.pool())
         .await
         .expect("step row")
-}
-
-async fn kinds(store: &Store, object: &str, name: &str) -> Vec<String> {
-    sqlx::query_scalar(
-        "select kind from workdo.events where object_id = $1 and step = $2 order by id",
-    )
-    .bind(object)
-    .bind(name)
-    .fetch_all(store.pool())
-    .await
-    .expect("events")
 }
 
 const HTTP_SERVER: &str = r#"
@@ -306,7 +295,7 @@ async fn retries_back_off_up_to_the_attempt_limit_and_retry_puts_it_back() {
     assert_eq!((s.attempts, s.max_attempts), (3, 3));
     assert_eq!(s.error_message.as_deref(), Some("catalogue down"));
     assert_eq!(
-        kinds(&t.store, "obj:r", "run").await,
+        event_kinds(&t.store, "obj:r", "run").await,
         vec!["failed_retrying", "due", "failed_retrying", "due", "failed"]
     );
     // Each retry waited at least its back-off: 200 ms, then 400 ms (no jitter here). Event times
@@ -390,7 +379,7 @@ async fn defer_reschedules_without_using_an_attempt() {
     .await;
     rt.stop().await;
     assert_eq!(
-        kinds(&t.store, "obj:d", "run").await,
+        event_kinds(&t.store, "obj:d", "run").await,
         vec!["deferred", "due", "completed"]
     );
     assert_eq!(
@@ -854,7 +843,7 @@ async fn steps_whose_inputs_cannot_be_read_are_given_back_not_run() {
     let s = step(&t.store, "obj:d", "read").await;
     assert_eq!(s.note.as_deref(), Some("saw the MODS"));
     assert_eq!(s.attempts, 1, "every release gave its attempt back");
-    let k = kinds(&t.store, "obj:d", "read").await;
+    let k = event_kinds(&t.store, "obj:d", "read").await;
     assert!(
         !k.iter().any(|k| k.starts_with("failed")),
         "the function never ran without its input: {k:?}"

@@ -166,6 +166,18 @@ pub async fn load(store: &Store, origin: &str, source: &str) {
         .expect("save template");
 }
 
+/// The kinds of an object's events for one step, oldest first.
+pub async fn event_kinds(store: &Store, object: &str, step: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "select kind from workdo.events where object_id = $1 and step = $2 order by id",
+    )
+    .bind(object)
+    .bind(step)
+    .fetch_all(store.pool())
+    .await
+    .expect("events")
+}
+
 /// The repository's `workflows/` folder.
 pub fn workflows_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../workflows")

@@ -81,8 +81,7 @@ impl Store {
     /// context updates and the workflows they start. A result whose lease was lost changes
     /// nothing and is reported in [`Applied::lost`].
     pub async fn results_commit(&self, results: &[StepResult], actor: &str) -> Result<Applied> {
-        let changes: Vec<Change> = results.iter().map(|r| r.change.clone()).collect();
-        super::steps::require_leases(&changes)?;
+        super::steps::require_leases(results.iter().map(|r| &r.change))?;
         // Templates for workflows to start, looked up before the transaction.
         let mut templates = HashMap::new();
         for r in results {
@@ -94,7 +93,7 @@ impl Store {
             }
         }
         let mut tx = self.pool.begin().await?;
-        let applied = Self::steps_apply(&mut tx, &changes, actor).await?;
+        let applied = Self::steps_apply(&mut tx, results.iter().map(|r| &r.change), actor).await?;
         let lost: HashSet<i64> = applied.lost.iter().copied().collect();
         let mut events = EventBuf::default();
         let mut notify = Vec::new();

@@ -9,7 +9,8 @@ use uuid::Uuid;
 use super::{Result, StepRow, Store, StoreError};
 use crate::status::Status;
 
-/// NOTIFY channel carrying `template:step` of steps that became ready.
+/// NOTIFY channel carrying `template:step` of steps that became ready. `workdo.apply`
+/// (migrations/0005) notifies on the same name.
 pub const READY_CHANNEL: &str = "workdo_ready";
 
 /// A status change for one step, applied by [`Store::steps_apply`].
@@ -291,9 +292,14 @@ fn bind_changes<'q>(
 }
 
 /// One change per step: the last one given for it wins.
-fn unique_changes(changes: &[Change]) -> Vec<&Change> {
+fn unique_changes<'a>(changes: impl IntoIterator<Item = &'a Change>) -> Vec<&'a Change> {
+    let all: Vec<&Change> = changes.into_iter().collect();
     let mut seen = std::collections::HashSet::new();
-    let mut unique: Vec<&Change> = changes.iter().rev().filter(|c| seen.insert(c.id)).collect();
+    let mut unique: Vec<&Change> = all
+        .into_iter()
+        .rev()
+        .filter(|c| seen.insert(c.id))
+        .collect();
     unique.reverse();
     unique
 }
@@ -338,15 +344,15 @@ impl Store {
     ///
     /// Changes carrying a lease apply only while the step is still `started` under it; the
     /// others are reported in [`Applied::lost`] and change nothing.
-    pub(crate) async fn steps_apply(
+    pub(crate) async fn steps_apply<'a>(
         conn: &mut PgConnection,
-        changes: &[Change],
+        changes: impl IntoIterator<Item = &'a Change>,
         actor: &str,
     ) -> Result<Applied> {
+        let changes = unique_changes(changes);
         if changes.is_empty() {
             return Ok(Applied::default());
         }
-        let changes = unique_changes(changes);
         let query = sqlx::query(
             "select * from workdo.apply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
         );
@@ -715,8 +721,8 @@ impl Store {
 }
 
 /// Workers' results must each name the lease they hold.
-pub(crate) fn require_leases(changes: &[Change]) -> Result<()> {
-    match changes.iter().find(|c| c.lease.is_none()) {
+pub(crate) fn require_leases<'a>(changes: impl IntoIterator<Item = &'a Change>) -> Result<()> {
+    match changes.into_iter().find(|c| c.lease.is_none()) {
         Some(c) => Err(StoreError::Invalid {
             field: "lease",
             value: c.id.to_string(),
