@@ -810,10 +810,23 @@ async fn generic_plan(
     for (n, name) in numbered {
         body = body.replace(name, &format!("${}", n + 1));
     }
-    // The text is the function's own definition, read from the catalog just above.
+    plan_of(conn, &body, types, args, false).await
+}
+
+/// The generic plan of `body` (a statement of a workdo function, its parameters `$n` typed as
+/// `types`) run with `args`, nested loops allowed or not, as (depth, node type, index or
+/// relation).
+async fn plan_of(
+    conn: &mut sqlx::PgConnection,
+    body: &str,
+    types: &str,
+    args: &str,
+    nestloop: bool,
+) -> Vec<(usize, String, String)> {
+    // The text is a function's own definition, read from the catalog by the caller.
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "set plan_cache_mode = force_generic_plan;
-         set enable_nestloop = off;
+         set enable_nestloop = {nestloop};
          prepare plan_check({types}) as {body}"
     )))
     .execute(&mut *conn)
@@ -917,6 +930,67 @@ async fn the_claim_plan_uses_indexes_only() {
     )
     .await;
     assert_index_only("workdo.lease", &lease);
+}
+
+/// A batch of worker completions finds each step by its primary key. The statement's first
+/// plan read every leased step through `steps_leased` for each completion (the planner, with
+/// statistics taken while nothing was started, expected one leased step): a batch got slower
+/// the more steps were out on lease.
+#[tokio::test]
+async fn completions_under_lease_find_steps_by_primary_key() {
+    let t = db().await;
+    load_one_step(&t.store).await;
+    let objects: Vec<String> = (0..5_000).map(|i| format!("obj:{i:05}")).collect();
+    let mut req = StartRequest::new("oneWF", &[]);
+    req.objects = objects;
+    t.store.workflow_start(&req).await.unwrap();
+    let mut conn = t.pool().acquire().await.unwrap();
+    sqlx::query("analyze workdo.steps, workdo.workflows, workdo.objects")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let leased = t
+        .store
+        .step_claim("oneWF", "work", None, 1_000, "w", LEASE)
+        .await
+        .unwrap();
+    assert_eq!(leased.len(), 1_000);
+    let src: String = sqlx::query_scalar(
+        "select prosrc from pg_proc where proname = 'apply' and pronamespace = 'workdo'::regnamespace",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    // The completions' statement: the first one of the function, without its `into`.
+    let start = src
+        .find("with input as")
+        .expect("the completions' statement");
+    let end =
+        start + src[start..].find("from changed u;").expect("its end") + "from changed u".len();
+    let body = src[start..end].replace("into st", "");
+    assert!(body.contains("status = 'completed'"), "{body}");
+    let types = "bigint[], text[], text[], text[], text[], text[], float8[], timestamptz[], \
+                 int[], bool[], uuid[], text[], jsonb[], text";
+    let args = format!(
+        "array[{id}]::bigint[], array['completed'], array[null]::text[], array[null]::text[], \
+         array[null]::text[], array[null]::text[], array[null]::float8[], \
+         array[null]::timestamptz[], array[0], array[false], array['{lease}']::uuid[], \
+         array['completed'], array[null]::jsonb[], 'w'",
+        id = leased[0].id,
+        lease = leased[0].lease_token
+    );
+    let plan = plan_of(&mut conn, &body, types, &args, true).await;
+    assert!(
+        plan.iter()
+            .any(|(_, kind, index)| kind == "Index Scan" && index == "steps_pkey"),
+        "steps found by primary key: {plan:#?}"
+    );
+    assert!(
+        !plan
+            .iter()
+            .any(|(_, kind, rel)| rel == "steps_leased" || kind == "Seq Scan"),
+        "no scan of the leased steps: {plan:#?}"
+    );
 }
 
 /// kind, status, attempt, actor, detail
