@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
-use sqlx::PgPool;
+use sqlx::{ConnectOptions, Connection, PgPool};
 use tokio_util::sync::CancellationToken;
 
 use crate::db::{self, with_database};
@@ -417,7 +417,17 @@ async fn scale(store: &Store, waiting: i64, claims: usize) -> Result<f64> {
     )
     .fetch_one(store.pool())
     .await?;
-    // Waiting steps (and the ready ones to claim), written directly: one workflow each.
+    // Waiting steps (and the ready ones to claim), written directly: one workflow each. A
+    // million rows take tens of seconds by design: on a connection of its own that does not
+    // warn about slow statements.
+    let mut setup = store
+        .pool()
+        .connect_options()
+        .as_ref()
+        .clone()
+        .disable_statement_logging()
+        .connect()
+        .await?;
     sqlx::query(
         "with o as (insert into workdo.objects (id) select 'scale:' || g from generate_series(1, $1 + $2) g returning id),
               w as (insert into workdo.workflows (object_id, template, template_id, version, unfinished)
@@ -431,8 +441,9 @@ async fn scale(store: &Store, waiting: i64, claims: usize) -> Result<f64> {
     .bind(waiting)
     .bind(claims as i64 * 2)
     .bind(tid)
-    .execute(store.pool())
+    .execute(&mut setup)
     .await?;
+    setup.close().await?;
     sqlx::query("analyze workdo.steps")
         .execute(store.pool())
         .await?;
