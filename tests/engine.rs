@@ -883,22 +883,31 @@ fn assert_index_only(what: &str, nodes: &[(usize, String, String)]) {
     }
 }
 
-/// The claim's plans (the generic ones its functions cache) walk the ready index and look rows
-/// up by primary key, whatever the table's size: no sequential scan, no hash or merge join, and
-/// the only sort is of the leased rows (at most the limit) into claim order.
-#[tokio::test]
-async fn the_claim_plan_uses_indexes_only() {
-    let t = db().await;
+/// `n` ready one-step workflows, the tables analyzed as they are now, and a connection to
+/// plan on.
+async fn analyzed_queue(
+    t: &support::TestDb,
+    n: usize,
+) -> sqlx::pool::PoolConnection<sqlx::Postgres> {
     load_one_step(&t.store).await;
-    let objects: Vec<String> = (0..20_000).map(|i| format!("obj:{i:05}")).collect();
     let mut req = StartRequest::new("oneWF", &[]);
-    req.objects = objects;
+    req.objects = (0..n).map(|i| format!("obj:{i:05}")).collect();
     t.store.workflow_start(&req).await.unwrap();
     let mut conn = t.pool().acquire().await.unwrap();
     sqlx::query("analyze workdo.steps, workdo.workflows, workdo.objects")
         .execute(&mut *conn)
         .await
         .unwrap();
+    conn
+}
+
+/// The claim's plans (the generic ones its functions cache) walk the ready index and look rows
+/// up by primary key, whatever the table's size: no sequential scan, no hash or merge join, and
+/// the only sort is of the leased rows (at most the limit) into claim order.
+#[tokio::test]
+async fn the_claim_plan_uses_indexes_only() {
+    let t = db().await;
+    let mut conn = analyzed_queue(&t, 20_000).await;
     let claim = generic_plan(
         &mut conn,
         "claim",
@@ -939,16 +948,7 @@ async fn the_claim_plan_uses_indexes_only() {
 #[tokio::test]
 async fn completions_under_lease_find_steps_by_primary_key() {
     let t = db().await;
-    load_one_step(&t.store).await;
-    let objects: Vec<String> = (0..5_000).map(|i| format!("obj:{i:05}")).collect();
-    let mut req = StartRequest::new("oneWF", &[]);
-    req.objects = objects;
-    t.store.workflow_start(&req).await.unwrap();
-    let mut conn = t.pool().acquire().await.unwrap();
-    sqlx::query("analyze workdo.steps, workdo.workflows, workdo.objects")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
+    let mut conn = analyzed_queue(&t, 5_000).await;
     let leased = t
         .store
         .step_claim("oneWF", "work", None, 1_000, "w", LEASE)
