@@ -32,6 +32,18 @@ pub struct StepResult {
     pub start: Vec<StartWorkflow>,
 }
 
+impl StepResult {
+    /// Whether committing it changes more than its step: the object's properties or documents,
+    /// the workflow's context, or workflows to start.
+    fn has_side_effects(&self) -> bool {
+        self.object
+            .as_ref()
+            .is_some_and(|u| !u.properties.is_empty() || !u.documents.is_empty())
+            || self.context.as_ref().is_some_and(|c| !c.is_empty())
+            || !self.start.is_empty()
+    }
+}
+
 impl Store {
     /// What the functions of claimed steps get: properties, context and trace came with the
     /// claim and are moved out of `claimed` (which keeps what a release needs); the requested
@@ -82,6 +94,12 @@ impl Store {
     /// nothing and is reported in [`Applied::lost`].
     pub async fn results_commit(&self, results: &[StepResult], actor: &str) -> Result<Applied> {
         super::steps::require_leases(results.iter().map(|r| &r.change))?;
+        if !results.iter().any(StepResult::has_side_effects) {
+            // Status changes only (most batches): `workdo.apply` is one statement, atomic on its
+            // own, so no transaction around it — BEGIN and COMMIT were two more round trips.
+            let mut conn = self.pool.acquire().await?;
+            return Self::steps_apply(&mut conn, results.iter().map(|r| &r.change), actor).await;
+        }
         // Templates for workflows to start, looked up before the transaction.
         let mut templates = HashMap::new();
         for r in results {
