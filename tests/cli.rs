@@ -111,6 +111,20 @@ fn embedded_cluster_runs_the_readme_walkthrough_and_is_reused() {
     );
     let show = d.ok(&["show", "druid:bb123cd4567"]);
     assert!(show.contains("inprocess"), "{show}");
+
+    // The server settings the private cluster is started with (pg.rs).
+    let url = url_before.trim().to_string();
+    let settings: (String, String) = tokio::runtime::Runtime::new()
+        .expect("tokio runtime")
+        .block_on(async {
+            use sqlx::Connection;
+            let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect");
+            sqlx::query_as("select current_setting('jit'), current_setting('wal_buffers')")
+                .fetch_one(&mut conn)
+                .await
+                .expect("settings")
+        });
+    assert_eq!(settings, ("off".to_string(), "64MB".to_string()));
 }
 
 #[test]
