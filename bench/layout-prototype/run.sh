@@ -7,8 +7,11 @@
 set -euo pipefail
 export PGOPTIONS="-c client_min_messages=warning"
 cd "$(dirname "$0")"
-PGBIN="${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)}"
+PGBIN="${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)}"
 PATH="$PGBIN:$PATH"
+for tool in psql pgbench; do
+    command -v "$tool" >/dev/null || { echo "run.sh: $tool not found: install PostgreSQL (apt-get install postgresql) or set PGBIN" >&2; exit 1; }
+done
 ROUNDS="${ROUNDS:-2}"
 db=workdo_layout_prototype
 psql -qX -d postgres -c "drop database if exists $db" -c "create database $db"
