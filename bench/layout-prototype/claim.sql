@@ -1,4 +1,6 @@
--- As p.sql, the queue alone: lease, read the inputs, delete. No step row, workflow or events.
+-- The narrow-queue layout's claim: lease 100 rows of the narrow queue table and read the inputs a
+-- function is given (object properties, workflow context). Every variant starts with it; run.sh
+-- appends the variant's completion, assembled from the complete-*.sql fragments.
 with c as (select step_id from q where template = 'bench1' and name = 'noop' and lease_token is null
             order by priority desc, run_at, step_id limit 100 for update skip locked),
 u as (update q set lease_token = gen_random_uuid(), lease_owner = 'w', lease_expires_at = now() + interval '300 s',
@@ -7,6 +9,3 @@ u as (update q set lease_token = gen_random_uuid(), lease_owner = 'w', lease_exp
 x as (select u.step_id, u.lease_token, (select o.properties from objects o where o.id = u.object_id) p,
              (select w.context from workflows w where w.id = u.workflow_id) ctx from u)
 select array_agg(step_id)::text as ids, array_agg(lease_token)::text as leases from x \gset
-with i as (select * from unnest(':ids'::bigint[], ':leases'::uuid[]) as i(id, lease)),
-d as (delete from q using i where q.step_id = i.id and q.lease_token = i.lease returning q.step_id)
-select count(*) from d;
