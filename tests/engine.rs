@@ -9,7 +9,7 @@ use chrono::Utc;
 use support::{GOOGLE_XML, db, event_kinds, load};
 use workdo::status::Status;
 use workdo::store::{
-    Change, ClaimRequest, SetRequest, StartRequest, StepFilter, Store, StoreError,
+    Applied, Change, ClaimRequest, SetRequest, StartRequest, StepFilter, Store, StoreError,
 };
 
 const WF: &str = "googleScannedBookWF";
@@ -956,7 +956,7 @@ async fn completions_under_lease_find_steps_by_primary_key() {
         .unwrap();
     assert_eq!(leased.len(), 1_000);
     let src: String = sqlx::query_scalar(
-        "select prosrc from pg_proc where proname = 'apply' and pronamespace = 'workdo'::regnamespace",
+        "select prosrc from pg_proc where proname = 'apply_batch' and pronamespace = 'workdo'::regnamespace",
     )
     .fetch_one(&mut *conn)
     .await
@@ -990,6 +990,184 @@ async fn completions_under_lease_find_steps_by_primary_key() {
             .iter()
             .any(|(_, kind, rel)| rel == "steps_leased" || kind == "Seq Scan"),
         "no scan of the leased steps: {plan:#?}"
+    );
+}
+
+/// What one path reported for one step: old and new status, the steps made ready, and whether
+/// the workflow completed.
+type Report = (String, String, Vec<String>, bool);
+
+fn report_of(applied: &Applied, step: i64, workflow: i64) -> Report {
+    let (old, new) = applied
+        .changed
+        .iter()
+        .find(|(id, _, _)| *id == step)
+        .map(|(_, old, new)| (old.clone(), new.clone()))
+        .unwrap_or_else(|| panic!("step {step} not changed: {applied:?}"));
+    let mut ready: Vec<String> = applied
+        .ready
+        .iter()
+        .filter(|(w, _)| *w == workflow)
+        .map(|(_, name)| name.clone())
+        .collect();
+    ready.sort();
+    (
+        old,
+        new,
+        ready,
+        applied.completed_workflows.contains(&workflow),
+    )
+}
+
+/// Everything an object's run left behind, but timestamps and ids.
+async fn recorded(pool: &sqlx::PgPool, object: &str) -> String {
+    let steps: Vec<(
+        String,
+        String,
+        i32,
+        i32,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        bool,
+        bool,
+        bool,
+    )> = sqlx::query_as(
+        "select name, status, pending, attempts, lifecycle, note, error_message,
+                    lease_token is null and lease_owner is null and lease_expires_at is null,
+                    finished_at is not null, elapsed is not null
+               from workdo.steps where object_id = $1 order by name",
+    )
+    .bind(object)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let workflow: (String, i32, bool) = sqlx::query_as(
+        "select status, unfinished, completed_at is not null from workdo.workflows where object_id = $1",
+    )
+    .bind(object)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    let events: Vec<(
+        String,
+        Option<String>,
+        Option<String>,
+        Option<i32>,
+        Option<String>,
+        Option<serde_json::Value>,
+    )> = sqlx::query_as(
+        "select kind, step, status, attempt, actor, detail from workdo.events
+              where object_id = $1 order by id",
+    )
+    .bind(object)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let milestones: Vec<String> =
+        sqlx::query_scalar("select name from workdo.milestones where object_id = $1 order by id")
+            .bind(object)
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    format!("{steps:#?}\n{workflow:?}\n{events:#?}\n{milestones:?}")
+}
+
+/// A single completion under lease goes through `workdo.complete_one`, a batch through
+/// `workdo.apply_batch` (migrations/0007). The same DAG run both ways must leave the same
+/// steps, workflow, events and milestones, and report the same.
+#[tokio::test]
+async fn one_completion_and_a_batch_record_the_same() {
+    let t = db().await;
+    load(&t.store, "google.xml", GOOGLE_XML).await;
+    // Count PL/pgSQL calls (on connections opened from now on), to know which path ran.
+    let name: String = sqlx::query_scalar("select current_database()")
+        .fetch_one(t.pool())
+        .await
+        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "alter database \"{name}\" set track_functions = 'pl'"
+    )))
+    .execute(t.pool())
+    .await
+    .unwrap();
+    // Results go through `store`, on one connection of its own; everything else through t.store.
+    let pool = workdo::db::connect(&t.url, 1).await.unwrap();
+    let store = Store::new(pool.clone());
+    t.store
+        .workflow_start(&StartRequest::new(WF, &["one:1", "batch:1", "batch:2"]))
+        .await
+        .unwrap();
+
+    let mut singles = Vec::new();
+    let mut batched = Vec::new();
+    loop {
+        let names: Vec<String> = sqlx::query_scalar(
+            "select distinct name from workdo.steps where status = 'ready' order by name",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        if names.is_empty() {
+            break;
+        }
+        for name in names {
+            let claimed = t
+                .store
+                .step_claim(WF, &name, None, 10, "w", LEASE)
+                .await
+                .unwrap();
+            assert_eq!(claimed.len(), 3, "{name} is ready for all three objects");
+            let change = |c: &workdo::store::Claimed| {
+                let mut ch = Change::new(c.id, Status::Completed, "completed");
+                ch.lease = Some(c.lease_token);
+                ch.note = Some(format!("did {name}"));
+                ch.detail = serde_json::json!({ "output": name });
+                ch
+            };
+            let (one, two): (Vec<_>, Vec<_>) = claimed.iter().partition(|c| c.object_id == "one:1");
+            let a = store
+                .steps_apply_leased(&[change(one[0])], "w")
+                .await
+                .unwrap();
+            let b = store
+                .steps_apply_leased(&two.iter().map(|c| change(c)).collect::<Vec<_>>(), "w")
+                .await
+                .unwrap();
+            assert!(a.lost.is_empty() && b.lost.is_empty());
+            singles.push(report_of(&a, one[0].id, one[0].workflow_id));
+            let b1 = two.iter().find(|c| c.object_id == "batch:1").unwrap();
+            batched.push(report_of(&b, b1.id, b1.workflow_id));
+        }
+    }
+    assert_eq!(singles.len(), 8, "every step but the bootstrap ran");
+    assert_eq!(singles, batched);
+    assert!(
+        singles.last().is_some_and(|(_, _, _, done)| *done),
+        "the last completion completes the workflow"
+    );
+    assert_eq!(
+        recorded(&pool, "one:1").await,
+        recorded(&pool, "batch:1").await
+    );
+
+    sqlx::query("select pg_stat_force_next_flush()")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let calls: Vec<(String, i64)> = sqlx::query_as(
+        "select funcname::text, calls from pg_stat_user_functions
+          where schemaname = 'workdo' and funcname in ('complete_one', 'apply_batch') order by 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        calls,
+        vec![
+            ("apply_batch".to_string(), 8),
+            ("complete_one".to_string(), 8)
+        ]
     );
 }
 
