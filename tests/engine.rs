@@ -1019,58 +1019,31 @@ fn report_of(applied: &Applied, step: i64, workflow: i64) -> Report {
     )
 }
 
-/// Everything an object's run left behind, but timestamps and ids.
-async fn recorded(pool: &sqlx::PgPool, object: &str) -> String {
-    let steps: Vec<(
-        String,
-        String,
-        i32,
-        i32,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        bool,
-        bool,
-        bool,
-    )> = sqlx::query_as(
-        "select name, status, pending, attempts, lifecycle, note, error_message,
-                    lease_token is null and lease_owner is null and lease_expires_at is null,
-                    finished_at is not null, elapsed is not null
-               from workdo.steps where object_id = $1 order by name",
+/// Everything an object's run left behind, but timestamps and ids: its steps, workflow, events
+/// and milestones, a row of text each.
+async fn recorded(pool: &sqlx::PgPool, object: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "select r from (
+           select 1 as t, name as k, (name, status, pending, attempts, lifecycle, note,
+                  error_message, error_text, lease_token is null and lease_owner is null
+                  and lease_expires_at is null, finished_at is not null,
+                  elapsed is not null)::text as r
+             from workdo.steps where object_id = $1
+           union all
+           select 2, '', (status, unfinished, completed_at is not null)::text
+             from workdo.workflows where object_id = $1
+           union all
+           select 3, lpad(id::text, 20, '0'), (kind, step, status, attempt, actor,
+                  detail - 'start_at')::text
+             from workdo.events where object_id = $1
+           union all
+           select 4, lpad(id::text, 20, '0'), name from workdo.milestones where object_id = $1
+         ) x order by t, k",
     )
     .bind(object)
     .fetch_all(pool)
     .await
-    .unwrap();
-    let workflow: (String, i32, bool) = sqlx::query_as(
-        "select status, unfinished, completed_at is not null from workdo.workflows where object_id = $1",
-    )
-    .bind(object)
-    .fetch_one(pool)
-    .await
-    .unwrap();
-    let events: Vec<(
-        String,
-        Option<String>,
-        Option<String>,
-        Option<i32>,
-        Option<String>,
-        Option<serde_json::Value>,
-    )> = sqlx::query_as(
-        "select kind, step, status, attempt, actor, detail from workdo.events
-              where object_id = $1 order by id",
-    )
-    .bind(object)
-    .fetch_all(pool)
-    .await
-    .unwrap();
-    let milestones: Vec<String> =
-        sqlx::query_scalar("select name from workdo.milestones where object_id = $1 order by id")
-            .bind(object)
-            .fetch_all(pool)
-            .await
-            .unwrap();
-    format!("{steps:#?}\n{workflow:?}\n{events:#?}\n{milestones:?}")
+    .unwrap()
 }
 
 /// A single completion under lease goes through `workdo.complete_one`, a batch through
