@@ -6,7 +6,10 @@
 # PGBIN or /usr/lib/postgresql/*/bin) and a workdo binary:
 #   bench/callgrind/run.sh [target/release/workdo]        # STEPS=1500 by default
 # Prints instructions per step for the claim alone and for claim + completion, each over
-# STEPS single-step workflows, one statement (and one commit) per step.
+# STEPS single-step workflows, one statement (and one commit) per step. To count a variant:
+# SETUP=file.sql is run in the bench database before counting (e.g. a changed function), and
+# CLAIM='select count(*) from … c' replaces the claim (its rows named c, with id and
+# lease_token, feed the completion).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 workdo="$(realpath "${1:-$here/../../target/release/workdo}")"
@@ -28,9 +31,12 @@ trap '"$workdo" --data-dir "$work/cluster" db stop >/dev/null 2>&1 || true; rm -
 "$workdo" --data-dir "$work/cluster" bench --only queue --quick --runs 1 >/dev/null
 url="$("$workdo" --data-dir "$work/cluster" db url)"
 PGOPTIONS="-c client_min_messages=warning" psql -qX -v ON_ERROR_STOP=1 "${url%/*}/workdo_bench" -v n="$((steps * 2))" -f "$here/fill.sql" >/dev/null
+if [ -n "${SETUP:-}" ]; then
+    PGOPTIONS="-c client_min_messages=warning" psql -qX -v ON_ERROR_STOP=1 "${url%/*}/workdo_bench" -f "$SETUP" >/dev/null
+fi
 "$workdo" --data-dir "$work/cluster" db stop >/dev/null
 
-claim="select count(*) from workdo.claim('benchOneWF', 'work', null, 1, 'cg', 300) c"
+claim="${CLAIM:-select count(*) from workdo.claim('benchOneWF', 'work', null, 1, 'cg', 300) c}"
 complete="$claim, lateral workdo.apply(array[c.id], array['completed'], array[null]::text[], array[null]::text[], array[null]::text[], array[null]::text[], array[null]::float8[], array[null]::timestamptz[], array[0], array[false], array[c.lease_token], array['completed'], array[null]::jsonb[], 'cg') a"
 for variant in claim complete; do
     cp -a "$work/cluster/pgdata" "$work/$variant"
