@@ -67,7 +67,7 @@ begin
 
     if has_dependants then
         with d as (
-            select t.id, t.status as old_status
+            select t.id, t.status as old_status, w.start_at
               from workdo.workflows w
               join workdo.edges e on e.template_id = w.template_id and e.step = st.name
              cross join lateral (
@@ -76,23 +76,23 @@ begin
                    offset 0) t
              where w.id = st.workflow_id
         ), moved as (
+            -- A prerequisite finished: the count only goes down, so (ready and scheduled steps
+            -- having none pending) only a waiting step can change status.
             update workdo.steps s set
                 pending = s.pending - 1,
                 status = case
-                           when s.status = 'waiting' and s.pending - 1 = 0
-                             then case when w.start_at > now() then 'scheduled' else 'ready' end
-                           when s.status in ('ready', 'scheduled') and s.pending - 1 > 0
-                             then 'waiting'
+                           when s.status = 'waiting' and s.pending = 1
+                             then case when d.start_at > now() then 'scheduled' else 'ready' end
                            else s.status
                          end,
                 run_at = case
-                           when s.status = 'waiting' and s.pending - 1 = 0
-                             then greatest(now(), w.start_at)
+                           when s.status = 'waiting' and s.pending = 1
+                             then greatest(now(), d.start_at)
                            else s.run_at
                          end,
                 updated_at = now()
-              from d, workdo.workflows w
-             where s.id = d.id and w.id = s.workflow_id
+              from d
+             where s.id = d.id
             returning s.id, s.name, d.old_status, s.status
         )
         select coalesce(array_agg(row('dependant', null, st.workflow_id, st.object_id, st.template,
@@ -132,11 +132,9 @@ begin
           from unnest(dep) with ordinality d
          where d.old_status <> d.status
          order by d.ordinality;
-        if exists (select from unnest(dep) d where d.status = 'ready' and d.old_status <> 'ready') then
-            perform pg_notify('workdo_ready', st.template || ':' || n.name)
-               from (select distinct d.name from unnest(dep) d
-                      where d.status = 'ready' and d.old_status <> 'ready') n;
-        end if;
+        perform pg_notify('workdo_ready', st.template || ':' || n.name)
+           from (select distinct d.name from unnest(dep) d
+                  where d.status = 'ready' and d.old_status <> 'ready') n;
     end if;
     if wf.status = 'completed' then
         insert into workdo.events
