@@ -123,7 +123,8 @@ fn xml_bootstrap_step_and_workflow_service_attributes() {
         f.runner,
         Runner::Warm {
             argv: vec!["python3".into(), "fn.py".into()],
-            pool: 2
+            pool: 2,
+            pipeline: 1,
         }
     );
     assert_eq!(t.sha256, workdo::template::sha256_hex(src));
@@ -180,6 +181,11 @@ fn yaml_errors_name_line_and_field() {
         func,
         "f.yaml:4: function: needs exactly one of exec, warm, http or builtin"
     );
+    let pipe = one(
+        "p.yaml",
+        "name: pWF\nsteps:\n  - name: a\n    function:\n      warm: x\n      pipeline: 0\n",
+    );
+    assert_eq!(pipe, "p.yaml:6: pipeline: must be at least 1");
 }
 
 #[test]
@@ -251,7 +257,7 @@ async fn versions_are_kept_and_workflows_stay_locked_to_theirs() {
 
 #[test]
 fn a_warm_pool_gets_four_calls_per_process_unless_the_step_says() {
-    let yaml = "name: w\nsteps:\n  - { name: a, function: { warm: fn, pool: 3 } }\n  - { name: b, function: { warm: fn, pool: 3, concurrency: 2 } }\n  - { name: c, function: { exec: fn } }\n";
+    let yaml = "name: w\nsteps:\n  - { name: a, function: { warm: fn, pool: 3 } }\n  - { name: b, function: { warm: fn, pool: 3, concurrency: 2 } }\n  - { name: c, function: { exec: fn } }\n  - { name: d, function: { warm: fn, pool: 2, pipeline: 8 } }\n";
     let t = parse("w.yaml", Format::Yaml, yaml).unwrap_or_else(|e| panic!("{e}"));
     let c: Vec<u32> = t
         .template
@@ -259,11 +265,25 @@ fn a_warm_pool_gets_four_calls_per_process_unless_the_step_says() {
         .iter()
         .map(|s| s.function.as_ref().map_or(0, |f| f.concurrency))
         .collect();
-    assert_eq!(c, vec![12, 2, 1]);
-    let xml = r#"<workflow-def id="w" repository="dor"><process name="a"><function warm="fn" pool="2"/></process></workflow-def>"#;
-    let t = parse("w.xml", Format::Xml, xml).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
-        t.template.steps[0].function.as_ref().map(|f| f.concurrency),
-        Some(8)
+        c,
+        vec![12, 2, 1, 16],
+        "a deeper pipeline fills every process's"
     );
+    let xml = r#"<workflow-def id="w" repository="dor"><process name="a"><function warm="fn" pool="2"/></process><process name="b"><function warm="fn" pool="2" pipeline="6"/></process></workflow-def>"#;
+    let t = parse("w.xml", Format::Xml, xml).unwrap_or_else(|e| panic!("{e}"));
+    let f: Vec<(u32, Option<u32>)> = t
+        .template
+        .steps
+        .iter()
+        .filter_map(|s| s.function.as_ref())
+        .map(|f| {
+            let pipeline = match f.runner {
+                Runner::Warm { pipeline, .. } => Some(pipeline),
+                _ => None,
+            };
+            (f.concurrency, pipeline)
+        })
+        .collect();
+    assert_eq!(f, vec![(8, Some(1)), (12, Some(6))]);
 }

@@ -16,6 +16,8 @@
 //! - **wake latency**: from a prerequisite's completion to its dependant's claim, one workflow at
 //!   a time (LISTEN/NOTIFY), at low load and while the in-process DAG load runs.
 //! - **scale**: latency of claiming one step with 10,000 and with 1,000,000 waiting steps.
+//! - **calls**: what calling a no-op function costs without the database: warm processes one call
+//!   at a time, warm processes with calls pipelined, and a process per call.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -50,6 +52,8 @@ pub enum Scenario {
     Start,
     Wake,
     Scale,
+    /// Function calls alone, no database: warm (one at a time and pipelined) and exec.
+    Calls,
 }
 
 impl Options {
@@ -330,6 +334,56 @@ async fn dag(store: &Store, function: &str, workflows: usize, probe: bool) -> Re
     })
 }
 
+/// Calls per second of `spec`'s no-op function, `n` calls with `spec.concurrency` in flight;
+/// every call must complete.
+async fn call_rate(spec: &template::FunctionSpec, n: usize) -> Result<f64> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let invoker = Arc::new(
+        crate::function::Invoker::new(spec, &Default::default())
+            .map_err(|e| anyhow::anyhow!("bench function: {e}"))?,
+    );
+    let event: crate::function::Event = serde_json::from_value(serde_json::json!({
+        "protocol": crate::function::PROTOCOL, "step_id": 1, "workflow_id": 1,
+        "object": "bench:calls", "template": "benchCallsWF", "step": "work", "version": 1,
+        "lane": "default", "attempt": 1, "max_attempts": 3, "deadline": "2030-01-01T00:00:00Z"
+    }))?;
+    let event = Arc::new(event);
+    let next = Arc::new(AtomicUsize::new(0));
+    let timeout = Duration::from_secs_f64(spec.timeout_secs);
+    // One call to start the processes, outside the timing.
+    invoker.invoke(&event, timeout).await?;
+    let began = Instant::now();
+    let mut callers = tokio::task::JoinSet::new();
+    for _ in 0..spec.concurrency.max(1) {
+        let (invoker, event, next) = (Arc::clone(&invoker), Arc::clone(&event), Arc::clone(&next));
+        callers.spawn(async move {
+            let mut done = 0usize;
+            while next.fetch_add(1, Ordering::Relaxed) < n {
+                let outcome = invoker.invoke(&event, timeout).await?;
+                if outcome.status != "completed" {
+                    bail!(
+                        "bench check failed: a no-op call answered {}",
+                        outcome.status
+                    );
+                }
+                done += 1;
+            }
+            Ok::<usize, anyhow::Error>(done)
+        });
+    }
+    let mut done = 0;
+    while let Some(r) = callers.join_next().await {
+        done += r??;
+    }
+    let secs = began.elapsed().as_secs_f64();
+    invoker.shutdown().await;
+    if done != n {
+        bail!("bench check failed: {done} of {n} calls completed");
+    }
+    Ok(n as f64 / secs)
+}
+
 async fn start_rate(store: &Store, n: usize, bulk: bool) -> Result<f64> {
     reset(store.pool()).await?;
     let ids = objects(if bulk { "bulk" } else { "single" }, n);
@@ -577,7 +631,7 @@ pub async fn run(
             (
                 "warm",
                 // Calls queue per process (16 each), so a process never waits for a claim.
-                format!("{{ warm: {noop}, pool: 2, concurrency: 32 }}"),
+                format!("{{ warm: {noop}, pool: 2, pipeline: 16, concurrency: 32 }}"),
                 dag_n,
             ),
             (
@@ -688,6 +742,47 @@ pub async fn run(
         let last = rows.len() - 1;
         rows[last].ratio = Some(b / a.max(1e-9));
     }
+    if opts.runs(Scenario::Calls) {
+        let argv = vec![exe.display().to_string(), "__noop-function".to_string()];
+        let warm = |pipeline: u32, concurrency: u32| template::FunctionSpec {
+            runner: template::Runner::Warm {
+                argv: argv.clone(),
+                pool: 2,
+                pipeline,
+            },
+            timeout_secs: 60.0,
+            concurrency,
+            env: Default::default(),
+            documents: Vec::new(),
+        };
+        let exec = template::FunctionSpec {
+            runner: template::Runner::Exec { argv: argv.clone() },
+            concurrency: 2,
+            ..warm(1, 2)
+        };
+        let (n_warm, n_exec) = if q { (200, 20) } else { (20_000, 400) };
+        let mut base = None;
+        for (label, spec, n) in [
+            ("warm, pool 2, one call at a time each", warm(1, 8), n_warm),
+            (
+                "warm, pool 2, 16 calls pipelined each",
+                warm(16, 32),
+                n_warm,
+            ),
+            ("exec, 2 at a time", exec, n_exec),
+        ] {
+            let mut v = Vec::new();
+            for _ in 0..runs {
+                v.push(call_rate(&spec, n).await?);
+            }
+            let mut r = row(format!("function calls, {label}"), "calls/s", v);
+            match base {
+                None => base = Some(r.median),
+                Some(b) => r.ratio = Some(r.median / f64::max(b, 1e-9)),
+            }
+            rows.push(r);
+        }
+    }
     pool.close().await;
     if json {
         serde_json::to_writer_pretty(&mut *out, &rows)?;
@@ -716,7 +811,7 @@ pub async fn run(
         )?;
         writeln!(
             out,
-            "\nmedians of {runs} run(s){}; ratios: ours ÷ the yardstick with the same batch and connections, and the deepest ÷ the shallowest queue",
+            "\nmedians of {runs} run(s){}; ratios: ours ÷ the yardstick with the same batch and connections, the deepest ÷ the shallowest queue, and each function call figure ÷ the first",
             if q { ", quick sizes" } else { "" }
         )?;
     }

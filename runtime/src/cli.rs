@@ -114,7 +114,7 @@ pub enum Command {
         #[arg(long)]
         quick: bool,
         /// Only these scenarios (repeatable): queue (yardstick and claim+complete), dag, start,
-        /// wake, scale. Default: all.
+        /// wake, scale, calls. Default: all.
         #[arg(long, value_enum)]
         only: Vec<crate::bench::Scenario>,
         /// The workdo executable used as the warm/exec no-op function (default: this one).

@@ -65,10 +65,15 @@ impl Invoker {
                 argv: resolve(argv),
                 env: full_env,
             },
-            Runner::Warm { argv, pool } => Invoker::Warm(Arc::new(WarmPool::new(
+            Runner::Warm {
+                argv,
+                pool,
+                pipeline,
+            } => Invoker::Warm(Arc::new(WarmPool::new(
                 resolve(argv),
                 full_env,
                 *pool as usize,
+                *pipeline as usize,
             ))),
             Runner::Http { url } => Invoker::Http {
                 url: url.clone(),
@@ -270,40 +275,111 @@ async fn http(
     parse_result(&body).map_err(|m| InvokeError::new(format!("{url} {m}"), String::new()))
 }
 
-/// Long-lived processes answering one JSON event per line with one result per line.
+/// Long-lived processes answering one JSON event per line with one result per line, in order.
+///
+/// Each process may have up to `pipeline` calls in flight: their lines are written without
+/// waiting for earlier answers, and a reader task hands each answer line to the oldest call still
+/// waiting. With `pipeline: 1` a process has one call at a time. A call's timeout covers its wait
+/// for room in the pool and in its process's queue; a call that runs past it kills its process,
+/// and the other calls in flight on that process fail with an error saying so (each is retried
+/// like any other error), as do the calls in flight on a process that crashes or prints a line
+/// that is not a result.
 pub struct WarmPool {
     argv: Vec<String>,
     env: BTreeMap<String, String>,
+    size: usize,
+    pipeline: usize,
+    /// Calls in flight in the whole pool: `size × pipeline`.
     slots: Semaphore,
-    idle: Mutex<Vec<WarmProcess>>,
+    procs: StdMutex<Vec<Arc<WarmProcess>>>,
     spawned: std::sync::atomic::AtomicU64,
 }
 
+/// One process: its stdin (one writer at a time, so lines and waiting calls stay in the same
+/// order), how many calls are in flight on it, and what it shares with its reader task. The
+/// reader holds only the shared part: dropping the process closes its stdin, and a function that
+/// sees its input end exits, which ends the reader.
 struct WarmProcess {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
+    stdin: Mutex<Option<ChildStdin>>,
+    inflight: std::sync::atomic::AtomicUsize,
+    shared: Arc<Shared>,
+    reader: StdMutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+struct Shared {
+    program: String,
+    waiting: StdMutex<Waiting>,
+    /// Set as soon as the process is known to be ending: it takes no new calls.
+    closing: std::sync::atomic::AtomicBool,
+    kill: tokio::sync::Notify,
     stderr: Arc<StdMutex<VecDeque<u8>>>,
 }
 
-impl WarmProcess {
-    fn stderr_tail(&self) -> String {
-        let buf = self
-            .stderr
-            .lock()
-            .map(|b| b.iter().copied().collect::<Vec<u8>>());
-        buf.map(|b| String::from_utf8_lossy(&b).into_owned())
-            .unwrap_or_default()
+type Reply = tokio::sync::oneshot::Sender<Result<Outcome, InvokeError>>;
+
+#[derive(Default)]
+struct Waiting {
+    /// Calls whose lines were written, oldest first.
+    replies: VecDeque<Reply>,
+    /// Why the process is gone or going; set once, after which no call is queued on it.
+    ended: Option<String>,
+}
+
+fn stderr_tail(buf: &StdMutex<VecDeque<u8>>) -> String {
+    buf.lock()
+        .map(|b| String::from_utf8_lossy(&b.iter().copied().collect::<Vec<u8>>()).into_owned())
+        .unwrap_or_default()
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
+        // A panic while holding this lock cannot leave it inconsistent (a deque and an option).
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn is_closing(&self) -> bool {
+        self.closing.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Kill the process, `why` being what the calls still in flight on it are told.
+    fn kill(&self, why: String) {
+        self.closing
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut w = self.lock();
+        if w.ended.is_none() {
+            w.ended = Some(why);
+        }
+        drop(w);
+        self.kill.notify_one();
+    }
+}
+
+/// Counts a call in its process's queue while it lives.
+struct InFlight<'a>(&'a WarmProcess);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0
+            .inflight
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
 impl WarmPool {
-    pub fn new(argv: Vec<String>, env: BTreeMap<String, String>, size: usize) -> Self {
+    pub fn new(
+        argv: Vec<String>,
+        env: BTreeMap<String, String>,
+        size: usize,
+        pipeline: usize,
+    ) -> Self {
+        let (size, pipeline) = (size.max(1), pipeline.max(1));
         WarmPool {
             argv,
             env,
-            slots: Semaphore::new(size.max(1)),
-            idle: Mutex::new(Vec::new()),
+            size,
+            pipeline,
+            slots: Semaphore::new(size.saturating_mul(pipeline)),
+            procs: StdMutex::new(Vec::new()),
             spawned: std::sync::atomic::AtomicU64::new(0),
         }
     }
@@ -313,7 +389,7 @@ impl WarmPool {
         self.spawned.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    fn spawn(&self) -> Result<WarmProcess, InvokeError> {
+    fn spawn(&self) -> Result<Arc<WarmProcess>, InvokeError> {
         let program = &self.argv[0];
         let mut child = Command::new(program)
             .args(&self.argv[1..])
@@ -351,20 +427,65 @@ impl WarmPool {
                 }
             }
         });
+        let shared = Arc::new(Shared {
+            program: program.clone(),
+            waiting: StdMutex::new(Waiting::default()),
+            closing: std::sync::atomic::AtomicBool::new(false),
+            kill: tokio::sync::Notify::new(),
+            stderr: buf,
+        });
+        let reader = tokio::spawn(read_answers(
+            Arc::clone(&shared),
+            child,
+            BufReader::new(stdout),
+        ));
+        let proc = Arc::new(WarmProcess {
+            stdin: Mutex::new(Some(stdin)),
+            inflight: std::sync::atomic::AtomicUsize::new(0),
+            shared,
+            reader: StdMutex::new(Some(reader)),
+        });
         self.spawned
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(WarmProcess {
-            child,
-            stdin,
-            stdout: BufReader::new(stdout),
-            stderr: buf,
-        })
+        Ok(proc)
+    }
+
+    /// The live process with the fewest calls in flight and room for one more, or a new one
+    /// while the pool has fewer than `size` live processes. Ended processes leave the pool.
+    fn pick(&self) -> Result<Arc<WarmProcess>, InvokeError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut procs = self.procs.lock().unwrap_or_else(|p| p.into_inner());
+        procs.retain(|p| !p.shared.is_closing());
+        let least = procs
+            .iter()
+            .filter(|p| p.inflight.load(Relaxed) < self.pipeline)
+            .min_by_key(|p| p.inflight.load(Relaxed))
+            .cloned();
+        let proc = match least {
+            // An idle process is used before a new one is started; a busy one only when the
+            // pool is full.
+            Some(p) if p.inflight.load(Relaxed) == 0 || procs.len() >= self.size => p,
+            _ if procs.len() < self.size => {
+                let p = self.spawn()?;
+                procs.push(Arc::clone(&p));
+                p
+            }
+            Some(p) => p,
+            None => {
+                return Err(InvokeError::new(
+                    format!("warm {}: no process has room", self.argv[0]),
+                    String::new(),
+                ));
+            }
+        };
+        proc.inflight.fetch_add(1, Relaxed);
+        Ok(proc)
     }
 
     async fn invoke(&self, event: &Event, timeout: Duration) -> Result<Outcome, InvokeError> {
         let program = self.argv[0].clone();
-        // Waiting for a free process counts against the call's timeout: a call queued behind
-        // slow ones fails as timed out (and is retried) instead of running after its lease.
+        // Waiting for room counts against the call's timeout: a call queued behind slow ones
+        // fails as timed out (and is retried) instead of running after its lease.
         let began = std::time::Instant::now();
         let _slot = match tokio::time::timeout(timeout, self.slots.acquire()).await {
             Ok(Ok(slot)) => slot,
@@ -380,77 +501,154 @@ impl WarmPool {
             }
         };
         let timeout_left = timeout.saturating_sub(began.elapsed());
-        let popped = self.idle.lock().await.pop();
-        let mut proc = match popped {
-            Some(p) => p,
-            None => self.spawn()?,
-        };
+        let proc = self.pick()?;
+        let _counted = InFlight(&proc);
         let mut line = serde_json::to_vec(event).unwrap_or_default();
         line.push(b'\n');
+        let (reply, answer) = tokio::sync::oneshot::channel();
         let exchange = async {
-            proc.stdin.write_all(&line).await?;
-            proc.stdin.flush().await?;
-            let mut answer = String::new();
-            let n = proc.stdout.read_line(&mut answer).await?;
-            Ok::<(usize, String), std::io::Error>((n, answer))
-        };
-        let result = tokio::time::timeout(timeout_left, exchange).await;
-        match result {
-            Ok(Ok((n, answer))) if n > 0 => match parse_result(answer.as_bytes()) {
-                Ok(outcome) => {
-                    self.idle.lock().await.push(proc);
-                    Ok(outcome)
+            {
+                let mut stdin = proc.stdin.lock().await;
+                {
+                    let mut w = proc.shared.lock();
+                    if let Some(how) = &w.ended {
+                        return Err(InvokeError::new(
+                            format!("warm {program} {how}"),
+                            stderr_tail(&proc.shared.stderr),
+                        ));
+                    }
+                    w.replies.push_back(reply);
                 }
-                // A process that printed garbage is out of step with us: replace it.
-                Err(m) => Err(InvokeError::new(
-                    format!("warm {program} {m}"),
-                    proc.stderr_tail(),
-                )),
-            },
-            Ok(Ok(_)) | Ok(Err(_)) => {
-                // End of output or a broken pipe: the process died. Say how, and replace it.
-                let status = tokio::time::timeout(Duration::from_secs(2), proc.child.wait()).await;
-                let how = match status {
-                    Ok(Ok(s)) => describe_exit(s),
-                    _ => "closed its output".into(),
-                };
-                tokio::time::sleep(Duration::from_millis(10)).await; // let stderr drain
+                // A failed write means the process is gone: its reader answers this call.
+                if let Some(stdin) = stdin.as_mut()
+                    && stdin.write_all(&line).await.is_ok()
+                {
+                    let _ = stdin.flush().await;
+                }
+            }
+            answer.await.unwrap_or_else(|_| {
                 Err(InvokeError::new(
-                    format!("warm {program} {how}"),
-                    proc.stderr_tail(),
+                    format!("warm {program} ended without answering"),
+                    stderr_tail(&proc.shared.stderr),
+                ))
+            })
+        };
+        match tokio::time::timeout(timeout_left, exchange).await {
+            Ok(result) => result,
+            Err(_) => {
+                proc.shared.kill(format!(
+                    "was killed: a call before this one timed out after {:.1}s",
+                    timeout.as_secs_f64()
+                ));
+                Err(InvokeError::new(
+                    format!(
+                        "warm {program} timed out after {:.1}s and was killed",
+                        timeout.as_secs_f64()
+                    ),
+                    stderr_tail(&proc.shared.stderr),
                 ))
             }
-            Err(_) => Err(InvokeError::new(
-                format!(
-                    "warm {program} timed out after {:.1}s and was killed",
-                    timeout.as_secs_f64()
-                ),
-                proc.stderr_tail(),
-            )),
         }
-        // Any `proc` not returned to `idle` is dropped here, which kills it.
     }
 
     async fn shutdown(&self) {
         self.slots.close();
-        let procs: Vec<WarmProcess> = std::mem::take(&mut *self.idle.lock().await);
-        // Closing stdin is the polite stop; whoever has not exited after 2 s is killed.
+        let procs: Vec<Arc<WarmProcess>> =
+            std::mem::take(&mut *self.procs.lock().unwrap_or_else(|p| p.into_inner()));
+        // Closing stdin is the polite stop; whoever has not exited after 2 s is killed (by its
+        // reader task, which also waits for the exit).
         let mut exits = tokio::task::JoinSet::new();
         for p in procs {
-            let WarmProcess {
-                mut child, stdin, ..
-            } = p;
-            drop(stdin);
             exits.spawn(async move {
-                if tokio::time::timeout(Duration::from_secs(2), child.wait())
-                    .await
-                    .is_err()
+                p.stdin.lock().await.take();
+                let reader = p.reader.lock().map(|mut r| r.take()).ok().flatten();
+                if let Some(mut reader) = reader
+                    && tokio::time::timeout(Duration::from_secs(2), &mut reader)
+                        .await
+                        .is_err()
                 {
-                    let _ = child.kill().await;
+                    p.shared.kill("was stopped".into());
+                    let _ = reader.await;
                 }
             });
         }
         while exits.join_next().await.is_some() {}
+    }
+}
+
+/// A warm process's reader: hands each answer line to the oldest waiting call. When the process
+/// ends (end of output, a line that is not a result, an answer nobody asked for, or a kill), every
+/// call still waiting gets an error saying how, and no call is queued on it again.
+async fn read_answers(proc: Arc<Shared>, mut child: Child, mut stdout: BufReader<ChildStdout>) {
+    let program = proc.program.clone();
+    let mut killed = false;
+    loop {
+        let mut line = String::new();
+        let read = tokio::select! {
+            read = stdout.read_line(&mut line) => read,
+            () = proc.kill.notified() => {
+                killed = true;
+                break;
+            }
+        };
+        match read {
+            Ok(n) if n > 0 => {
+                let reply = proc.lock().replies.pop_front();
+                let Some(reply) = reply else {
+                    proc.kill(format!(
+                        "was killed: it printed a line nobody asked for: {}",
+                        line.trim().chars().take(200).collect::<String>()
+                    ));
+                    killed = true;
+                    break;
+                };
+                match parse_result(line.as_bytes()) {
+                    Ok(outcome) => {
+                        let _ = reply.send(Ok(outcome));
+                    }
+                    // A process that printed garbage is out of step with us: replace it.
+                    Err(m) => {
+                        let _ = reply.send(Err(InvokeError::new(
+                            format!("warm {program} {m}"),
+                            stderr_tail(&proc.stderr),
+                        )));
+                        proc.kill(
+                            "was killed: a call before this one printed something that is not a result"
+                                .into(),
+                        );
+                        killed = true;
+                        break;
+                    }
+                }
+            }
+            // End of output or a read error: the process died (or closed its output).
+            _ => break,
+        }
+    }
+    proc.closing
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    if killed {
+        let _ = child.start_kill();
+    }
+    let status = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+    let how = match status {
+        Ok(Ok(s)) if !killed => describe_exit(s),
+        _ => "closed its output".into(),
+    };
+    if !killed {
+        tokio::time::sleep(Duration::from_millis(10)).await; // let stderr drain
+    }
+    let (why, replies) = {
+        let mut w = proc.lock();
+        let why = w.ended.get_or_insert(how).clone();
+        (why, std::mem::take(&mut w.replies))
+    };
+    let text = stderr_tail(&proc.stderr);
+    for reply in replies {
+        let _ = reply.send(Err(InvokeError::new(
+            format!("warm {program} {why}"),
+            text.clone(),
+        )));
     }
 }
 
@@ -499,6 +697,7 @@ mod tests {
             vec![path.display().to_string()],
             BTreeMap::new(),
             1,
+            1,
         ));
         let busy = {
             let pool = Arc::clone(&pool);
@@ -520,6 +719,113 @@ mod tests {
         std::fs::write(&go, "").expect("go");
         let answered = busy.await.expect("join").expect("the busy call completes");
         assert_eq!(answered.status, "completed");
+        pool.shutdown().await;
+    }
+
+    fn script(dir: &std::path::Path, body: &str) -> String {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join("f.py");
+        std::fs::write(
+            &path,
+            format!("#!/usr/bin/env python3\nimport json, sys, time\n{body}"),
+        )
+        .expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        path.display().to_string()
+    }
+
+    /// Calls in flight on one process, answered in order: each answer reaches its own call.
+    /// The function answers only after it has read four lines, so this completes only when four
+    /// lines are written before the first answer comes back.
+    #[tokio::test]
+    async fn a_warm_process_takes_pipelined_calls_and_answers_each_its_own() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = script(
+            dir.path(),
+            "seen = []\nfor line in sys.stdin:\n    seen.append(json.loads(line)['object'])\n    if len(seen) == 4:\n        for o in seen:\n            print(json.dumps({'status': 'completed', 'note': o}), flush=True)\n        seen = []\n",
+        );
+        let pool = Arc::new(WarmPool::new(vec![f], BTreeMap::new(), 1, 4));
+        let mut calls = tokio::task::JoinSet::new();
+        for o in ["a", "b", "c", "d"] {
+            let pool = Arc::clone(&pool);
+            calls.spawn(async move {
+                let r = pool.invoke(&event(o), Duration::from_secs(30)).await;
+                (o, r)
+            });
+        }
+        while let Some(done) = calls.join_next().await {
+            let (o, r) = done.expect("join");
+            let outcome = r.unwrap_or_else(|e| panic!("{o}: {e}"));
+            assert_eq!(outcome.note.as_deref(), Some(o));
+        }
+        assert_eq!(pool.spawned(), 1, "one process took all four calls");
+        pool.shutdown().await;
+    }
+
+    /// A call that runs past its timeout kills its process; the call written behind it on the
+    /// same process fails saying why, and the next call gets a new process.
+    #[tokio::test]
+    async fn a_timed_out_call_kills_its_process_and_fails_the_calls_behind_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = script(
+            dir.path(),
+            "for line in sys.stdin:\n    if json.loads(line)['object'] == 'hang':\n        time.sleep(3600)\n    print(json.dumps({'status': 'completed'}), flush=True)\n",
+        );
+        let pool = Arc::new(WarmPool::new(vec![f], BTreeMap::new(), 1, 2));
+        let hang = {
+            let pool = Arc::clone(&pool);
+            tokio::spawn(async move { pool.invoke(&event("hang"), Duration::from_secs(2)).await })
+        };
+        let behind = {
+            let pool = Arc::clone(&pool);
+            tokio::spawn(async move { pool.invoke(&event("b"), Duration::from_secs(60)).await })
+        };
+        let hung = hang.await.expect("join").expect_err("it hangs");
+        assert!(
+            hung.message
+                .ends_with("timed out after 2.0s and was killed"),
+            "{}",
+            hung.message
+        );
+        let behind = behind
+            .await
+            .expect("join")
+            .expect_err("its process was killed");
+        assert!(
+            behind
+                .message
+                .ends_with("was killed: a call before this one timed out after 2.0s"),
+            "{}",
+            behind.message
+        );
+        let next = pool
+            .invoke(&event("c"), Duration::from_secs(30))
+            .await
+            .expect("a new process");
+        assert_eq!(next.status, "completed");
+        assert_eq!(pool.spawned(), 2);
+        pool.shutdown().await;
+    }
+
+    /// A process that dies with calls in flight fails every one of them with its exit status.
+    #[tokio::test]
+    async fn a_crash_fails_every_call_in_flight_on_the_process() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = script(
+            dir.path(),
+            "n = 0\nfor line in sys.stdin:\n    n += 1\n    if n == 3:\n        sys.stderr.write('three is too many\\n'); sys.stderr.flush(); sys.exit(7)\n",
+        );
+        let pool = Arc::new(WarmPool::new(vec![f], BTreeMap::new(), 1, 3));
+        let mut calls = tokio::task::JoinSet::new();
+        for o in ["a", "b", "c"] {
+            let pool = Arc::clone(&pool);
+            calls.spawn(async move { pool.invoke(&event(o), Duration::from_secs(30)).await });
+        }
+        while let Some(done) = calls.join_next().await {
+            let e = done.expect("join").expect_err("the process died");
+            assert!(e.message.ends_with("exited with status 7"), "{}", e.message);
+            assert_eq!(e.text.as_deref().map(str::trim), Some("three is too many"));
+        }
         pool.shutdown().await;
     }
 }

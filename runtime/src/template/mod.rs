@@ -86,21 +86,32 @@ pub struct FunctionSpec {
 pub enum Runner {
     /// A process per call: the event on stdin, the result on stdout.
     Exec { argv: Vec<String> },
-    /// A pool of long-lived processes answering newline-delimited JSON.
-    Warm { argv: Vec<String>, pool: u32 },
+    /// A pool of long-lived processes answering newline-delimited JSON, each with up to
+    /// `pipeline` calls in flight (their lines written before the earlier ones are answered).
+    Warm {
+        argv: Vec<String>,
+        pool: u32,
+        #[serde(default = "one")]
+        pipeline: u32,
+    },
     /// POST the event to a URL.
     Http { url: String },
     /// A handler compiled into the runtime (benchmarks and tests).
     Builtin { name: String },
 }
 
+fn one() -> u32 {
+    1
+}
+
 impl Runner {
     /// Calls in flight per runtime process when the step does not say: one, except for a warm
     /// pool, which gets four per process so that each process has its next call waiting while
-    /// it answers (a call waits for a free process within its timeout).
+    /// it answers (a call waits for a free process within its timeout), or its pipeline's depth
+    /// per process when that is deeper.
     pub fn default_concurrency(&self) -> u32 {
         match self {
-            Runner::Warm { pool, .. } => pool.saturating_mul(4).max(1),
+            Runner::Warm { pool, pipeline, .. } => pool.saturating_mul((*pipeline).max(4)).max(1),
             _ => 1,
         }
     }
@@ -425,6 +436,7 @@ fn check_function(f: &FunctionSpec, problem: &mut dyn FnMut(&str, String)) {
             problem("function", "the command is empty".into())
         }
         Runner::Warm { pool: 0, .. } => problem("pool", "must be at least 1".into()),
+        Runner::Warm { pipeline: 0, .. } => problem("pipeline", "must be at least 1".into()),
         Runner::Http { url } if !(url.starts_with("http://") || url.starts_with("https://")) => {
             problem("http", format!("{url:?} is not an http(s) URL"))
         }

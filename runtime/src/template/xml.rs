@@ -237,6 +237,7 @@ fn parse_function(
         (None, Some(w), None, None) => Runner::Warm {
             argv: argv(w),
             pool: number("pool", 1, problem),
+            pipeline: number("pipeline", 1, problem),
         },
         (None, None, Some(u), None) => Runner::Http {
             url: u.trim().to_string(),

@@ -75,6 +75,8 @@ struct RawFunction {
     #[serde(default)]
     pool: Option<u32>,
     #[serde(default)]
+    pipeline: Option<u32>,
+    #[serde(default)]
     timeout: Option<Duration>,
     #[serde(default)]
     concurrency: Option<u32>,
@@ -204,6 +206,7 @@ fn convert_function(f: RawFunction) -> Result<FunctionSpec, (&'static str, Strin
         (None, Some(c), None, None) => Runner::Warm {
             argv: c.argv(),
             pool: f.pool.unwrap_or(1),
+            pipeline: f.pipeline.unwrap_or(1),
         },
         (None, None, Some(url), None) => Runner::Http { url },
         (None, None, None, Some(name)) => Runner::Builtin { name },
@@ -302,7 +305,7 @@ impl Locate for Lines<'_> {
     fn line(&self, step: Option<usize>, field: &str) -> Option<usize> {
         let keys: &[&str] = match field {
             "prereq" => &["prereqs", "prereq"],
-            "http" | "pool" => &[field, "function"],
+            "http" | "pool" | "pipeline" => &[field, "function"],
             other => &[other],
         };
         let found = match step {
@@ -313,7 +316,11 @@ impl Locate for Lines<'_> {
             }
             Some(i) => {
                 let &(from, to) = self.items.get(i)?;
-                self.key_line(from, to, keys).or(Some(from))
+                // The field's own line when it has one (a block mapping), else the first
+                // fallback's (`function: { warm: x, pool: 0 }` on one line).
+                keys.iter()
+                    .find_map(|k| self.key_line(from, to, &[k]))
+                    .or(Some(from))
             }
         };
         found.map(|i| i + 1)
