@@ -42,6 +42,9 @@ async fn quick_bench_runs_every_scenario_and_checks_itself() {
         "wake latency, low load: p99",
         "wake latency, under the in-process DAG load: p99",
         "claim latency with 10000 waiting steps (p50)",
+        "function calls, warm, pool 2, one call at a time each",
+        "function calls, warm, pool 2, 16 calls pipelined each",
+        "function calls, exec, 2 at a time",
     ] {
         assert!(
             names.contains(&expected),
