@@ -235,6 +235,45 @@ async fn priority_injection_by_sql_changes_the_next_claim() {
     assert_eq!(logged, 1);
 }
 
+/// The rows' invariants hold against any writer, a person's SQL included: each bad value below
+/// is refused by the database (SQLSTATE 23514, a check violation) and changes nothing. One
+/// column's rules are domains, the rules that tie columns together are table CHECKs
+/// (migrations/0009); both are covered.
+#[tokio::test]
+async fn the_database_refuses_rows_that_break_the_invariants() {
+    let t = db().await;
+    load_one_step(&t.store).await;
+    t.store
+        .workflow_start(&StartRequest::new("oneWF", &["obj:inv"]))
+        .await
+        .unwrap();
+    let before = recorded(t.pool(), "obj:inv").await;
+    for change in [
+        "update workdo.steps set attempts = -1",
+        "update workdo.steps set pending = -1",
+        "update workdo.steps set max_attempts = 0",
+        "update workdo.steps set status = 'not a status!'",
+        "update workdo.steps set status = ''",
+        "update workdo.steps set status = 'completed'",
+        "update workdo.steps set lease_token = gen_random_uuid()",
+        "update workdo.workflows set unfinished = -1",
+        "update workdo.workflows set unfinished = 0",
+        "update workdo.workflows set status = 'paused'",
+        "update workdo.workflows set context = '[1]'",
+        "update workdo.workflows set version = 0",
+        "insert into workdo.steps (workflow_id, object_id, template, version, lane, name, status, max_attempts)
+         select workflow_id, object_id, template, version, lane, 'extra', 'ready', 0 from workdo.steps",
+    ] {
+        let e = sqlx::query(sqlx::AssertSqlSafe(change))
+            .execute(t.pool())
+            .await
+            .expect_err(change);
+        let code = e.as_database_error().and_then(|d| d.code().map(|c| c.into_owned()));
+        assert_eq!(code.as_deref(), Some("23514"), "{change}: {e}");
+    }
+    assert_eq!(recorded(t.pool(), "obj:inv").await, before);
+}
+
 #[tokio::test]
 async fn future_start_is_invisible_until_due() {
     let t = db().await;

@@ -67,7 +67,7 @@ impl Status {
         })
     }
 
-    /// Mirrors the CHECK constraint on `steps.status`.
+    /// Mirrors the domain of `steps.status` (`workdo.status_name`, migrations/0009).
     pub fn valid_custom(text: &str) -> bool {
         let mut chars = text.chars();
         matches!(chars.next(), Some(c) if c.is_ascii_alphabetic())
