@@ -272,6 +272,20 @@ async fn the_database_refuses_rows_that_break_the_invariants() {
         assert_eq!(code.as_deref(), Some("23514"), "{change}: {e}");
     }
     assert_eq!(recorded(t.pool(), "obj:inv").await, before);
+    // Built-in statuses skip the pattern; custom names still go through it.
+    for (status, ok) in [
+        ("IN PROCESS", true),
+        ("v1.2-final_b", true),
+        ("retrying", true),
+        ("1st", false),
+        ("a/b", false),
+    ] {
+        let cast = sqlx::query("select $1::text::workdo.status_name")
+            .bind(status)
+            .execute(t.pool())
+            .await;
+        assert_eq!(cast.is_ok(), ok, "{status}: {cast:?}");
+    }
 }
 
 #[tokio::test]
