@@ -343,12 +343,7 @@ async fn call_rate(spec: &template::FunctionSpec, n: usize) -> Result<f64> {
         crate::function::Invoker::new(spec, &Default::default())
             .map_err(|e| anyhow::anyhow!("bench function: {e}"))?,
     );
-    let event: crate::function::Event = serde_json::from_value(serde_json::json!({
-        "protocol": crate::function::PROTOCOL, "step_id": 1, "workflow_id": 1,
-        "object": "bench:calls", "template": "benchCallsWF", "step": "work", "version": 1,
-        "lane": "default", "attempt": 1, "max_attempts": 3, "deadline": "2030-01-01T00:00:00Z"
-    }))?;
-    let event = Arc::new(event);
+    let event = Arc::new(crate::function::probe_event("bench:calls"));
     let next = Arc::new(AtomicUsize::new(0));
     let timeout = Duration::from_secs_f64(spec.timeout_secs);
     // One call to start the processes, outside the timing.

@@ -288,7 +288,6 @@ pub struct WarmPool {
     argv: Vec<String>,
     env: BTreeMap<String, String>,
     size: usize,
-    pipeline: usize,
     /// Calls in flight in the whole pool: `size × pipeline`.
     slots: Semaphore,
     procs: StdMutex<Vec<Arc<WarmProcess>>>,
@@ -327,7 +326,7 @@ struct Waiting {
 
 fn stderr_tail(buf: &StdMutex<VecDeque<u8>>) -> String {
     buf.lock()
-        .map(|b| String::from_utf8_lossy(&b.iter().copied().collect::<Vec<u8>>()).into_owned())
+        .map(|b| tail(&b.iter().copied().collect::<Vec<u8>>()))
         .unwrap_or_default()
 }
 
@@ -341,23 +340,42 @@ impl Shared {
         self.closing.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Kill the process, `why` being what the calls still in flight on it are told.
-    fn kill(&self, why: String) {
+    /// Take no more calls; `why`, if given first, is what the calls still in flight are told.
+    fn end(&self, why: Option<String>) {
         self.closing
             .store(true, std::sync::atomic::Ordering::Relaxed);
         let mut w = self.lock();
         if w.ended.is_none() {
-            w.ended = Some(why);
+            w.ended = why;
         }
-        drop(w);
+    }
+
+    /// Have the reader kill the process, `why` being what the calls in flight on it are told.
+    fn kill(&self, why: String) {
+        self.end(Some(why));
         self.kill.notify_one();
     }
 }
 
-/// Counts a call in its process's queue while it lives.
-struct InFlight<'a>(&'a WarmProcess);
+/// A call's place on a process: counted in the process's `inflight` while it lives.
+struct InFlight(Arc<WarmProcess>);
 
-impl Drop for InFlight<'_> {
+impl InFlight {
+    fn new(proc: Arc<WarmProcess>) -> Self {
+        proc.inflight
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        InFlight(proc)
+    }
+}
+
+impl std::ops::Deref for InFlight {
+    type Target = WarmProcess;
+    fn deref(&self) -> &WarmProcess {
+        &self.0
+    }
+}
+
+impl Drop for InFlight {
     fn drop(&mut self) {
         self.0
             .inflight
@@ -377,7 +395,6 @@ impl WarmPool {
             argv,
             env,
             size,
-            pipeline,
             slots: Semaphore::new(size.saturating_mul(pipeline)),
             procs: StdMutex::new(Vec::new()),
             spawned: std::sync::atomic::AtomicU64::new(0),
@@ -450,36 +467,27 @@ impl WarmPool {
         Ok(proc)
     }
 
-    /// The live process with the fewest calls in flight and room for one more, or a new one
-    /// while the pool has fewer than `size` live processes. Ended processes leave the pool.
-    fn pick(&self) -> Result<Arc<WarmProcess>, InvokeError> {
+    /// The live process with the fewest calls in flight — an idle one before a new one, a new
+    /// one before a busy one while the pool has fewer than `size`. Ended processes leave the
+    /// pool. The least busy process always has room: the caller holds one of `size × pipeline`
+    /// slots, and calls on ended processes hold theirs until they are answered.
+    fn pick(&self) -> Result<InFlight, InvokeError> {
         use std::sync::atomic::Ordering::Relaxed;
         let mut procs = self.procs.lock().unwrap_or_else(|p| p.into_inner());
         procs.retain(|p| !p.shared.is_closing());
         let least = procs
             .iter()
-            .filter(|p| p.inflight.load(Relaxed) < self.pipeline)
             .min_by_key(|p| p.inflight.load(Relaxed))
             .cloned();
         let proc = match least {
-            // An idle process is used before a new one is started; a busy one only when the
-            // pool is full.
             Some(p) if p.inflight.load(Relaxed) == 0 || procs.len() >= self.size => p,
-            _ if procs.len() < self.size => {
+            _ => {
                 let p = self.spawn()?;
                 procs.push(Arc::clone(&p));
                 p
             }
-            Some(p) => p,
-            None => {
-                return Err(InvokeError::new(
-                    format!("warm {}: no process has room", self.argv[0]),
-                    String::new(),
-                ));
-            }
         };
-        proc.inflight.fetch_add(1, Relaxed);
-        Ok(proc)
+        Ok(InFlight::new(proc))
     }
 
     async fn invoke(&self, event: &Event, timeout: Duration) -> Result<Outcome, InvokeError> {
@@ -502,7 +510,6 @@ impl WarmPool {
         };
         let timeout_left = timeout.saturating_sub(began.elapsed());
         let proc = self.pick()?;
-        let _counted = InFlight(&proc);
         let mut line = serde_json::to_vec(event).unwrap_or_default();
         line.push(b'\n');
         let (reply, answer) = tokio::sync::oneshot::channel();
@@ -581,52 +588,43 @@ impl WarmPool {
 /// call still waiting gets an error saying how, and no call is queued on it again.
 async fn read_answers(proc: Arc<Shared>, mut child: Child, mut stdout: BufReader<ChildStdout>) {
     let program = proc.program.clone();
-    let mut killed = false;
-    loop {
+    // Whether the process is killed (by a caller or for what it printed) or ended by itself.
+    let killed = loop {
         let mut line = String::new();
         let read = tokio::select! {
             read = stdout.read_line(&mut line) => read,
-            () = proc.kill.notified() => {
-                killed = true;
-                break;
-            }
+            () = proc.kill.notified() => break true,
         };
-        match read {
-            Ok(n) if n > 0 => {
-                let reply = proc.lock().replies.pop_front();
-                let Some(reply) = reply else {
-                    proc.kill(format!(
-                        "was killed: it printed a line nobody asked for: {}",
-                        line.trim().chars().take(200).collect::<String>()
-                    ));
-                    killed = true;
-                    break;
-                };
-                match parse_result(line.as_bytes()) {
-                    Ok(outcome) => {
-                        let _ = reply.send(Ok(outcome));
-                    }
-                    // A process that printed garbage is out of step with us: replace it.
-                    Err(m) => {
-                        let _ = reply.send(Err(InvokeError::new(
-                            format!("warm {program} {m}"),
-                            stderr_tail(&proc.stderr),
-                        )));
-                        proc.kill(
-                            "was killed: a call before this one printed something that is not a result"
-                                .into(),
-                        );
-                        killed = true;
-                        break;
-                    }
-                }
-            }
+        if !matches!(read, Ok(n) if n > 0) {
             // End of output or a read error: the process died (or closed its output).
-            _ => break,
+            proc.end(None);
+            break false;
         }
-    }
-    proc.closing
-        .store(true, std::sync::atomic::Ordering::Relaxed);
+        let Some(reply) = proc.lock().replies.pop_front() else {
+            proc.end(Some(format!(
+                "was killed: it printed a line nobody asked for: {}",
+                line.trim().chars().take(200).collect::<String>()
+            )));
+            break true;
+        };
+        match parse_result(line.as_bytes()) {
+            Ok(outcome) => {
+                let _ = reply.send(Ok(outcome));
+            }
+            // A process that printed garbage is out of step with us: replace it.
+            Err(m) => {
+                let _ = reply.send(Err(InvokeError::new(
+                    format!("warm {program} {m}"),
+                    stderr_tail(&proc.stderr),
+                )));
+                proc.end(Some(
+                    "was killed: a call before this one printed something that is not a result"
+                        .into(),
+                ));
+                break true;
+            }
+        }
+    };
     if killed {
         let _ = child.start_kill();
     }
@@ -652,6 +650,27 @@ async fn read_answers(proc: Arc<Shared>, mut child: Child, mut stdout: BufReader
     }
 }
 
+/// An event for calling a function outside any workflow (`workdo bench`, tests).
+pub(crate) fn probe_event(object: &str) -> Event {
+    Event {
+        protocol: PROTOCOL.into(),
+        step_id: 1,
+        workflow_id: 1,
+        object: object.into(),
+        template: "probeWF".into(),
+        step: "call".into(),
+        version: 1,
+        lane: "default".into(),
+        attempt: 1,
+        max_attempts: 3,
+        properties: Default::default(),
+        documents: Default::default(),
+        context: Default::default(),
+        traceparent: None,
+        deadline: "2030-01-01T00:00:00Z".into(),
+    }
+}
+
 /// In-process functions, for benchmarks and tests.
 pub fn builtin(name: &str) -> Option<fn(&Event) -> Outcome> {
     Some(match name {
@@ -666,13 +685,14 @@ pub fn builtin(name: &str) -> Option<fn(&Event) -> Outcome> {
 mod tests {
     use super::*;
 
-    fn event(object: &str) -> Event {
-        serde_json::from_value(serde_json::json!({
-            "protocol": PROTOCOL, "step_id": 1, "workflow_id": 1, "object": object,
-            "template": "t", "step": "s", "version": 1, "lane": "default", "attempt": 1,
-            "max_attempts": 3, "deadline": "2030-01-01T00:00:00Z"
-        }))
-        .expect("event")
+    /// A call of `pool` for `object`, running on its own.
+    fn call(
+        pool: &Arc<WarmPool>,
+        object: &str,
+        timeout: Duration,
+    ) -> tokio::task::JoinHandle<Result<Outcome, InvokeError>> {
+        let (pool, event) = (Arc::clone(pool), probe_event(object));
+        tokio::spawn(async move { pool.invoke(&event, timeout).await })
     }
 
     /// A call queued behind a busy warm process gives up when its timeout passes, saying why,
@@ -699,16 +719,13 @@ mod tests {
             1,
             1,
         ));
-        let busy = {
-            let pool = Arc::clone(&pool);
-            tokio::spawn(async move { pool.invoke(&event("a"), Duration::from_secs(30)).await })
-        };
+        let busy = call(&pool, "a", Duration::from_secs(30));
         // The first call holds the only process before the second one asks.
         while pool.slots.available_permits() > 0 {
             tokio::task::yield_now().await;
         }
         let queued = pool
-            .invoke(&event("b"), Duration::from_millis(200))
+            .invoke(&probe_event("b"), Duration::from_millis(200))
             .await
             .expect_err("no process came free");
         assert!(
@@ -745,17 +762,14 @@ mod tests {
             "seen = []\nfor line in sys.stdin:\n    seen.append(json.loads(line)['object'])\n    if len(seen) == 4:\n        for o in seen:\n            print(json.dumps({'status': 'completed', 'note': o}), flush=True)\n        seen = []\n",
         );
         let pool = Arc::new(WarmPool::new(vec![f], BTreeMap::new(), 1, 4));
-        let mut calls = tokio::task::JoinSet::new();
-        for o in ["a", "b", "c", "d"] {
-            let pool = Arc::clone(&pool);
-            calls.spawn(async move {
-                let r = pool.invoke(&event(o), Duration::from_secs(30)).await;
-                (o, r)
-            });
-        }
-        while let Some(done) = calls.join_next().await {
-            let (o, r) = done.expect("join");
-            let outcome = r.unwrap_or_else(|e| panic!("{o}: {e}"));
+        let calls: Vec<_> = ["a", "b", "c", "d"]
+            .map(|o| (o, call(&pool, o, Duration::from_secs(30))))
+            .into();
+        for (o, call) in calls {
+            let outcome = call
+                .await
+                .expect("join")
+                .unwrap_or_else(|e| panic!("{o}: {e}"));
             assert_eq!(outcome.note.as_deref(), Some(o));
         }
         assert_eq!(pool.spawned(), 1, "one process took all four calls");
@@ -772,14 +786,8 @@ mod tests {
             "for line in sys.stdin:\n    if json.loads(line)['object'] == 'hang':\n        time.sleep(3600)\n    print(json.dumps({'status': 'completed'}), flush=True)\n",
         );
         let pool = Arc::new(WarmPool::new(vec![f], BTreeMap::new(), 1, 2));
-        let hang = {
-            let pool = Arc::clone(&pool);
-            tokio::spawn(async move { pool.invoke(&event("hang"), Duration::from_secs(2)).await })
-        };
-        let behind = {
-            let pool = Arc::clone(&pool);
-            tokio::spawn(async move { pool.invoke(&event("b"), Duration::from_secs(60)).await })
-        };
+        let hang = call(&pool, "hang", Duration::from_secs(2));
+        let behind = call(&pool, "b", Duration::from_secs(60));
         let hung = hang.await.expect("join").expect_err("it hangs");
         assert!(
             hung.message
@@ -799,7 +807,7 @@ mod tests {
             behind.message
         );
         let next = pool
-            .invoke(&event("c"), Duration::from_secs(30))
+            .invoke(&probe_event("c"), Duration::from_secs(30))
             .await
             .expect("a new process");
         assert_eq!(next.status, "completed");
@@ -816,13 +824,9 @@ mod tests {
             "n = 0\nfor line in sys.stdin:\n    n += 1\n    if n == 3:\n        sys.stderr.write('three is too many\\n'); sys.stderr.flush(); sys.exit(7)\n",
         );
         let pool = Arc::new(WarmPool::new(vec![f], BTreeMap::new(), 1, 3));
-        let mut calls = tokio::task::JoinSet::new();
-        for o in ["a", "b", "c"] {
-            let pool = Arc::clone(&pool);
-            calls.spawn(async move { pool.invoke(&event(o), Duration::from_secs(30)).await });
-        }
-        while let Some(done) = calls.join_next().await {
-            let e = done.expect("join").expect_err("the process died");
+        let calls = ["a", "b", "c"].map(|o| call(&pool, o, Duration::from_secs(30)));
+        for call in calls {
+            let e = call.await.expect("join").expect_err("the process died");
             assert!(e.message.ends_with("exited with status 7"), "{}", e.message);
             assert_eq!(e.text.as_deref().map(str::trim), Some("three is too many"));
         }
