@@ -628,17 +628,20 @@ async fn read_answers(proc: Arc<Shared>, mut child: Child, mut stdout: BufReader
     if killed {
         let _ = child.start_kill();
     }
-    let status = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
-    let how = match status {
-        Ok(Ok(s)) if !killed => describe_exit(s),
-        _ => "closed its output".into(),
-    };
+    let exit = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
     if !killed {
         tokio::time::sleep(Duration::from_millis(10)).await; // let stderr drain
     }
     let (why, replies) = {
         let mut w = proc.lock();
-        let why = w.ended.get_or_insert(how).clone();
+        // Whoever killed the process has said why; one that ended by itself says how.
+        let why = w
+            .ended
+            .get_or_insert_with(|| match exit {
+                Ok(Ok(status)) => describe_exit(status),
+                _ => "closed its output".into(),
+            })
+            .clone();
         (why, std::mem::take(&mut w.replies))
     };
     let text = stderr_tail(&proc.stderr);
@@ -695,30 +698,39 @@ mod tests {
         tokio::spawn(async move { pool.invoke(&event, timeout).await })
     }
 
+    /// A pool of one process running `source` (a whole script, `#!` line included) with up to
+    /// `pipeline` calls in flight; the script is written into `dir`.
+    fn pool_running(dir: &std::path::Path, source: &str, pipeline: usize) -> Arc<WarmPool> {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join("f");
+        std::fs::write(&path, source).expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        Arc::new(WarmPool::new(
+            vec![path.display().to_string()],
+            BTreeMap::new(),
+            1,
+            pipeline,
+        ))
+    }
+
+    /// The first lines of the Python test functions below.
+    const PY: &str = "#!/usr/bin/env python3\nimport json, sys, time\n";
+
     /// A call queued behind a busy warm process gives up when its timeout passes, saying why,
     /// rather than running after its lease has expired; the busy call is not disturbed.
     #[tokio::test]
     async fn waiting_for_a_warm_process_counts_against_the_timeout() {
-        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("slow.sh");
         // Answers each line after the sibling file `go` appears: the test decides when.
         let go = dir.path().join("go");
-        std::fs::write(
-            &path,
-            format!(
+        let pool = pool_running(
+            dir.path(),
+            &format!(
                 "#!/bin/sh\nwhile read line; do\n  while [ ! -e '{}' ]; do sleep 0.01; done\n  echo '{{\"status\":\"completed\"}}'\ndone\n",
                 go.display()
             ),
-        )
-        .expect("write");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        let pool = Arc::new(WarmPool::new(
-            vec![path.display().to_string()],
-            BTreeMap::new(),
             1,
-            1,
-        ));
+        );
         let busy = call(&pool, "a", Duration::from_secs(30));
         // The first call holds the only process before the second one asks.
         while pool.slots.available_permits() > 0 {
@@ -739,29 +751,18 @@ mod tests {
         pool.shutdown().await;
     }
 
-    fn script(dir: &std::path::Path, body: &str) -> String {
-        use std::os::unix::fs::PermissionsExt;
-        let path = dir.join("f.py");
-        std::fs::write(
-            &path,
-            format!("#!/usr/bin/env python3\nimport json, sys, time\n{body}"),
-        )
-        .expect("write");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        path.display().to_string()
-    }
-
     /// Calls in flight on one process, answered in order: each answer reaches its own call.
     /// The function answers only after it has read four lines, so this completes only when four
     /// lines are written before the first answer comes back.
     #[tokio::test]
     async fn a_warm_process_takes_pipelined_calls_and_answers_each_its_own() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let f = script(
-            dir.path(),
+        let source = [
+            PY,
             "seen = []\nfor line in sys.stdin:\n    seen.append(json.loads(line)['object'])\n    if len(seen) == 4:\n        for o in seen:\n            print(json.dumps({'status': 'completed', 'note': o}), flush=True)\n        seen = []\n",
-        );
-        let pool = Arc::new(WarmPool::new(vec![f], BTreeMap::new(), 1, 4));
+        ]
+        .concat();
+        let pool = pool_running(dir.path(), &source, 4);
         let calls: Vec<_> = ["a", "b", "c", "d"]
             .map(|o| (o, call(&pool, o, Duration::from_secs(30))))
             .into();
@@ -781,11 +782,12 @@ mod tests {
     #[tokio::test]
     async fn a_timed_out_call_kills_its_process_and_fails_the_calls_behind_it() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let f = script(
-            dir.path(),
+        let source = [
+            PY,
             "for line in sys.stdin:\n    if json.loads(line)['object'] == 'hang':\n        time.sleep(3600)\n    print(json.dumps({'status': 'completed'}), flush=True)\n",
-        );
-        let pool = Arc::new(WarmPool::new(vec![f], BTreeMap::new(), 1, 2));
+        ]
+        .concat();
+        let pool = pool_running(dir.path(), &source, 2);
         let hang = call(&pool, "hang", Duration::from_secs(2));
         let behind = call(&pool, "b", Duration::from_secs(60));
         let hung = hang.await.expect("join").expect_err("it hangs");
@@ -819,11 +821,12 @@ mod tests {
     #[tokio::test]
     async fn a_crash_fails_every_call_in_flight_on_the_process() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let f = script(
-            dir.path(),
+        let source = [
+            PY,
             "n = 0\nfor line in sys.stdin:\n    n += 1\n    if n == 3:\n        sys.stderr.write('three is too many\\n'); sys.stderr.flush(); sys.exit(7)\n",
-        );
-        let pool = Arc::new(WarmPool::new(vec![f], BTreeMap::new(), 1, 3));
+        ]
+        .concat();
+        let pool = pool_running(dir.path(), &source, 3);
         let calls = ["a", "b", "c"].map(|o| call(&pool, o, Duration::from_secs(30)));
         for call in calls {
             let e = call.await.expect("join").expect_err("the process died");
