@@ -3,15 +3,17 @@
 
 mod support;
 
+use sqlx::PgPool;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use support::{db, load};
 use tokio_util::sync::CancellationToken;
-use workdo::alerts::{AlertConfig, Sender};
+use workdo::runtime::alerts::{AlertConfig, Sender};
+use workdo::runtime::{self, Config};
 use workdo::store::{SetRequest, StartRequest, Store};
-use workdo::worker::{self, Config};
 
 /// A real SMTP server (aiosmtpd) on a free loopback port, writing each mail to a maildir.
 struct Smtp {
@@ -145,9 +147,9 @@ where
     }
 }
 
-async fn count(store: &Store, sql: &'static str) -> i64 {
+async fn count(pool: &PgPool, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql)
-        .fetch_one(store.pool())
+        .fetch_one(pool)
         .await
         .expect("count")
 }
@@ -181,15 +183,15 @@ async fn a_step_at_its_attempt_limit_sends_one_mail_with_what_to_do() {
     let config = Config {
         alerts: Some(alert_config(smtp.port, Duration::from_secs(3600))),
         poll_interval: Duration::from_millis(200),
-        backoff: workdo::retry::Backoff {
+        backoff: workdo::model::retry::Backoff {
             base: Duration::from_millis(50),
             ..Default::default()
         },
         ..Config::default()
     };
-    let bindings = worker::bindings(&t.store, &[]).await.expect("bindings");
+    let bindings = runtime::bindings(&t.store, &[]).await.expect("bindings");
     let token = CancellationToken::new();
-    let rt = tokio::spawn(worker::run(
+    let rt = tokio::spawn(runtime::run(
         t.store.clone(),
         config,
         bindings,
@@ -215,7 +217,7 @@ async fn a_step_at_its_attempt_limit_sends_one_mail_with_what_to_do() {
     }
     assert_eq!(
         count(
-            &t.store,
+            t.pool(),
             "select count(*) from workdo.alert_outbox where status = 'sent'"
         )
         .await,
@@ -271,7 +273,7 @@ async fn a_burst_of_500_failures_makes_one_mail_and_one_digest() {
         alert_config(smtp.port, Duration::from_millis(800)),
     )
     .expect("sender");
-    let mut total = workdo::alerts::Report::default();
+    let mut total = workdo::runtime::alerts::Report::default();
     let deadline = Instant::now() + Duration::from_secs(60);
     while total.digests == 0 {
         assert!(
@@ -303,7 +305,7 @@ async fn a_burst_of_500_failures_makes_one_mail_and_one_digest() {
     assert!(digest.contains("workdo retry --template errWF --step fetch"));
     assert_eq!(
         count(
-            &t.store,
+            t.pool(),
             "select count(*) from workdo.alert_outbox where status in ('pending', 'folded')"
         )
         .await,
@@ -393,7 +395,7 @@ async fn a_due_schedule_fires_once_however_many_runtimes_race() {
     // when the eight schedulers' race crosses a second boundary (as it did on a slow host).
     let hourly = SCHEDULE.replace("\"* * * * * *\"", "\"0 0 * * * *\"");
     assert_ne!(hourly, SCHEDULE, "the cron was replaced");
-    let specs = workdo::schedules::parse_file("s.yaml", &hourly).expect("schedules");
+    let specs = workdo::model::schedule::parse_file("s.yaml", &hourly).expect("schedules");
     t.store.schedules_put(&specs, "s.yaml").await.expect("put");
     // Make it due, then let eight schedulers race for it.
     sqlx::query("update workdo.schedules set next_fire_at = now() - interval '1 second'")
@@ -414,7 +416,7 @@ async fn a_due_schedule_fires_once_however_many_runtimes_race() {
     assert_eq!(fired, 1);
     assert_eq!(
         count(
-            &t.store,
+            t.pool(),
             "select count(*) from workdo.events where kind = 'workflow_started'"
         )
         .await,
@@ -432,7 +434,7 @@ async fn a_due_schedule_fires_once_however_many_runtimes_race() {
 async fn missed_ticks_after_downtime_fire_once() {
     let t = db().await;
     load(&t.store, "t.yaml", "name: tickWF\nsteps:\n  - name: a\n").await;
-    let specs = workdo::schedules::parse_file(
+    let specs = workdo::model::schedule::parse_file(
         "s.yaml",
         "schedules:\n  - name: every-minute\n    cron: \"0 * * * * *\"\n    start: tickWF\n    objects: { ids: [druid:bb123cd4567] }\n    restart: true\n",
     )
@@ -446,7 +448,7 @@ async fn missed_ticks_after_downtime_fire_once() {
     assert_eq!(t.store.schedules_fire_due().await.expect("fire").len(), 1);
     assert!(t.store.schedules_fire_due().await.expect("fire").is_empty());
     assert_eq!(
-        count(&t.store, "select count(*) from workdo.workflows").await,
+        count(t.pool(), "select count(*) from workdo.workflows").await,
         1
     );
     let rows = t.store.schedules_list().await.expect("list");
@@ -460,7 +462,7 @@ async fn two_runtimes_fire_each_tick_exactly_once() {
     load(&t.store, "t.yaml", "name: tickWF\nsteps:\n  - name: a\n").await;
     t.store
         .schedules_put(
-            &workdo::schedules::parse_file("s.yaml", SCHEDULE).expect("parse"),
+            &workdo::model::schedule::parse_file("s.yaml", SCHEDULE).expect("parse"),
             "s.yaml",
         )
         .await
@@ -468,7 +470,7 @@ async fn two_runtimes_fire_each_tick_exactly_once() {
     let token = CancellationToken::new();
     let mut runtimes = Vec::new();
     for _ in 0..2 {
-        runtimes.push(tokio::spawn(worker::run(
+        runtimes.push(tokio::spawn(runtime::run(
             t.store.clone(),
             Config::default(),
             Vec::new(),
@@ -477,7 +479,7 @@ async fn two_runtimes_fire_each_tick_exactly_once() {
     }
     wait_for("three ticks", 30, || async {
         count(
-            &t.store,
+            t.pool(),
             "select count(*) from workdo.events where kind = 'schedule_fired'",
         )
         .await
@@ -495,7 +497,7 @@ async fn two_runtimes_fire_each_tick_exactly_once() {
     .await
     .expect("ticks");
     assert_eq!(fires, ticks, "no tick fired twice");
-    let starts = count(&t.store, "select count(*) from workdo.events where kind in ('workflow_started', 'workflow_replaced')").await;
+    let starts = count(t.pool(), "select count(*) from workdo.events where kind in ('workflow_started', 'workflow_replaced')").await;
     assert_eq!(starts, fires, "one start per tick");
 }
 
@@ -542,9 +544,9 @@ async fn template_schedules_load_with_the_template() {
         .await
         .expect("workflows");
     assert_eq!(started, vec!["druid:bb111cc2222"]);
-    let bad = workdo::template::parse(
+    let bad = workdo::model::template::parse(
         "bad.yaml",
-        workdo::template::Format::Yaml,
+        workdo::model::template::Format::Yaml,
         "name: x\nsteps:\n  - name: a\nschedules:\n  - name: n\n    cron: \"0 0 3 * * *\"\n    timezone: Nowhere/Here\n    objects: { ids: [] }\n",
     )
     .expect_err("bad time zone")
@@ -569,8 +571,8 @@ async fn future_dated_steps_run_when_due_and_not_before() {
     req.start_at = Some(start_at);
     t.store.workflow_start(&req).await.expect("start");
     let token = CancellationToken::new();
-    let bindings = worker::bindings(&t.store, &[]).await.expect("bindings");
-    let rt = tokio::spawn(worker::run(
+    let bindings = runtime::bindings(&t.store, &[]).await.expect("bindings");
+    let rt = tokio::spawn(runtime::run(
         t.store.clone(),
         Config::default(),
         bindings,
@@ -578,7 +580,7 @@ async fn future_dated_steps_run_when_due_and_not_before() {
     ));
     wait_for("completion", 30, || async {
         count(
-            &t.store,
+            t.pool(),
             "select count(*) from workdo.steps where status = 'completed'",
         )
         .await

@@ -2,12 +2,14 @@
 
 mod support;
 
+use sqlx::PgPool;
+
 use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::Utc;
 use support::{GOOGLE_XML, db, event_kinds, load};
-use workdo::status::Status;
+use workdo::model::status::Status;
 use workdo::store::{
     Applied, Change, ClaimRequest, SetRequest, StartRequest, StepFilter, Store, StoreError,
 };
@@ -15,13 +17,13 @@ use workdo::store::{
 const WF: &str = "googleScannedBookWF";
 const LEASE: Duration = Duration::from_secs(60);
 
-async fn statuses(store: &Store, object: &str, template: &str) -> Vec<(String, String)> {
+async fn statuses(pool: &PgPool, object: &str, template: &str) -> Vec<(String, String)> {
     sqlx::query_as(
         "select name, status from workdo.steps where object_id = $1 and template = $2 and active order by id",
     )
     .bind(object)
     .bind(template)
-    .fetch_all(store.pool())
+    .fetch_all(pool)
     .await
     .expect("read statuses")
 }
@@ -56,7 +58,7 @@ async fn google_dag_fans_out_and_in_and_completes() {
         .await
         .expect("start");
     assert_eq!(started[0].ready, vec!["descriptive-metadata"]);
-    let s = statuses(&t.store, "druid:bb123cd4567", WF).await;
+    let s = statuses(t.pool(), "druid:bb123cd4567", WF).await;
     assert_eq!(s.len(), 9, "one step per process");
     assert_eq!(status_of(&s, "register-object"), "completed");
     assert_eq!(status_of(&s, "descriptive-metadata"), "ready");
@@ -72,7 +74,7 @@ async fn google_dag_fans_out_and_in_and_completes() {
             .await
             .is_empty()
     );
-    let s = statuses(&t.store, "druid:bb123cd4567", WF).await;
+    let s = statuses(t.pool(), "druid:bb123cd4567", WF).await;
     assert_eq!(status_of(&s, "process-content"), "waiting");
     assert_eq!(
         complete(&t.store, "druid:bb123cd4567", "google-download").await,
@@ -148,7 +150,7 @@ async fn pending_counter_matches_prerequisites_after_reopening() {
         ))
         .await
         .unwrap();
-    let s = statuses(&t.store, "druid:aa111bb2222", WF).await;
+    let s = statuses(t.pool(), "druid:aa111bb2222", WF).await;
     assert_eq!(status_of(&s, "descriptive-metadata"), "ready");
     assert_eq!(status_of(&s, "google-convert"), "waiting");
     // The invariant, checked against a recount from scratch for every step.
@@ -300,7 +302,7 @@ async fn future_start_is_invisible_until_due() {
     soon.start_at = Some(due);
     t.store.workflow_start(&soon).await.unwrap();
 
-    let s = statuses(&t.store, "obj:later", "oneWF").await;
+    let s = statuses(t.pool(), "obj:later", "oneWF").await;
     assert_eq!(status_of(&s, "work"), "scheduled");
     assert!(
         t.store
@@ -364,7 +366,7 @@ async fn restarting_a_workflow_replaces_its_steps() {
         .await
         .unwrap();
     assert_eq!(n, 9, "steps replaced, never duplicated");
-    let s = statuses(&t.store, o, WF).await;
+    let s = statuses(t.pool(), o, WF).await;
     assert_eq!(status_of(&s, "descriptive-metadata"), "ready");
     assert_eq!(status_of(&s, "google-convert"), "waiting");
 }
@@ -476,7 +478,7 @@ async fn current_status_precondition_and_bad_status_change_nothing() {
         matches!(missing, StoreError::UnknownStep { .. }),
         "{missing}"
     );
-    let s = statuses(&t.store, o, WF).await;
+    let s = statuses(t.pool(), o, WF).await;
     assert_eq!(status_of(&s, "descriptive-metadata"), "ready");
     let events: i64 =
         sqlx::query_scalar("select count(*) from workdo.events where kind = 'status_set'")
@@ -559,7 +561,7 @@ async fn error_counts_attempts_and_retry_puts_it_back() {
         .await
         .unwrap();
     assert_eq!(n, 1);
-    let s = statuses(&t.store, o, WF).await;
+    let s = statuses(t.pool(), o, WF).await;
     assert_eq!(status_of(&s, "descriptive-metadata"), "ready");
     // Completing clears the old error message.
     let done = t
@@ -603,8 +605,8 @@ async fn expired_leases_return_to_the_queue_then_error_at_the_limit() {
         .workflow_start(&StartRequest::new("oneWF", &["obj:lease"]))
         .await
         .unwrap();
-    let expire = |store: &Store| {
-        let pool = store.pool().clone();
+    let expire = |pool: &PgPool| {
+        let pool = pool.clone();
         async move {
             sqlx::query("update workdo.steps set lease_expires_at = now() - interval '1 second' where lease_token is not null")
                 .execute(&pool)
@@ -623,9 +625,9 @@ async fn expired_leases_return_to_the_queue_then_error_at_the_limit() {
         0,
         "lease still valid"
     );
-    expire(&t.store).await;
+    expire(t.pool()).await;
     assert_eq!(t.store.steps_sweep_leases(100).await.unwrap(), 1);
-    let s = statuses(&t.store, "obj:lease", "oneWF").await;
+    let s = statuses(t.pool(), "obj:lease", "oneWF").await;
     assert_eq!(status_of(&s, "work"), "ready");
     // A late result under the old lease is dropped.
     let mut late = workdo::store::Change::new(first[0].id, workdo::Status::Completed, "completed");
@@ -639,7 +641,7 @@ async fn expired_leases_return_to_the_queue_then_error_at_the_limit() {
         .await
         .unwrap();
     assert_eq!(second[0].attempts, 2);
-    expire(&t.store).await;
+    expire(t.pool()).await;
     t.store.steps_sweep_leases(100).await.unwrap();
     let why = t.store.why("obj:lease", "oneWF", "work").await.unwrap();
     assert_eq!(why.step.status, "error");
@@ -1126,7 +1128,7 @@ async fn one_completion_and_a_batch_record_the_same() {
     .await
     .unwrap();
     // Results go through `store`, on one connection of its own; everything else through t.store.
-    let pool = workdo::db::connect(&t.url, 1).await.unwrap();
+    let pool = workdo::store::db::connect(&t.url, 1).await.unwrap();
     let store = Store::new(pool.clone());
     t.store
         .workflow_start(&StartRequest::new(WF, &["one:1", "batch:1", "batch:2"]))
@@ -1324,7 +1326,7 @@ async fn two_changes_for_one_step_in_a_batch_apply_the_last_once() {
         vec![(c.id, "started".into(), "completed".into())]
     );
     assert_eq!(
-        event_kinds(&t.store, "obj:d", "work").await,
+        event_kinds(t.pool(), "obj:d", "work").await,
         vec!["completed"]
     );
 }

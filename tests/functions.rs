@@ -2,6 +2,8 @@
 
 mod support;
 
+use sqlx::PgPool;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -9,9 +11,9 @@ use serde_json::Value;
 use support::{TestDb, db, event_kinds, load};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use workdo::retry::Backoff;
+use workdo::model::retry::Backoff;
+use workdo::runtime::{self, Config};
 use workdo::store::{StartRequest, StepFilter, Store};
-use workdo::worker::{self, Config};
 
 /// Write an executable script into `dir`.
 fn script(dir: &Path, name: &str, body: &str) -> String {
@@ -46,7 +48,7 @@ fn config() -> Config {
 
 struct Running {
     token: CancellationToken,
-    handle: JoinHandle<Result<(), worker::WorkerError>>,
+    handle: JoinHandle<Result<(), runtime::WorkerError>>,
 }
 
 impl Running {
@@ -60,18 +62,18 @@ impl Running {
 }
 
 async fn start(store: &Store, config: Config) -> Running {
-    let bindings = worker::bindings(store, &[]).await.expect("bindings");
+    let bindings = runtime::bindings(store, &[]).await.expect("bindings");
     let token = CancellationToken::new();
-    let handle = tokio::spawn(worker::run(store.clone(), config, bindings, token.clone()));
+    let handle = tokio::spawn(runtime::run(store.clone(), config, bindings, token.clone()));
     Running { token, handle }
 }
 
 /// Poll `sql` (a query returning one boolean) until it is true; fail after `secs`.
-async fn wait_until(store: &Store, sql: &'static str, secs: u64) {
+async fn wait_until(pool: &PgPool, sql: &'static str, secs: u64) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         let done: bool = sqlx::query_scalar(sql)
-            .fetch_one(store.pool())
+            .fetch_one(pool)
             .await
             .expect("condition query");
         if done {
@@ -82,11 +84,11 @@ async fn wait_until(store: &Store, sql: &'static str, secs: u64) {
     }
 }
 
-async fn step(store: &Store, object: &str, name: &str) -> workdo::store::StepRow {
+async fn step(pool: &PgPool, object: &str, name: &str) -> workdo::store::StepRow {
     sqlx::query_as("select * from workdo.steps where object_id = $1 and name = $2 and active")
         .bind(object)
         .bind(name)
-        .fetch_one(store.pool())
+        .fetch_one(pool)
         .await
         .expect("step row")
 }
@@ -163,7 +165,7 @@ async fn exec_warm_and_http_functions_run_a_workflow_end_to_end() {
     t.store.workflow_start(&req).await.expect("start");
     let rt = start(&t.store, config()).await;
     wait_until(
-        &t.store,
+        t.pool(),
         "select bool_and(status = 'completed') from workdo.workflows",
         30,
     )
@@ -183,7 +185,7 @@ async fn exec_warm_and_http_functions_run_a_workflow_end_to_end() {
     assert_eq!(event["context"]["batch"], 7);
     assert!(event["deadline"].as_str().is_some_and(|d| d.len() >= 20));
     assert_eq!(
-        step(&t.store, "druid:kk111mm2222", "a")
+        step(t.pool(), "druid:kk111mm2222", "a")
             .await
             .note
             .as_deref(),
@@ -191,14 +193,14 @@ async fn exec_warm_and_http_functions_run_a_workflow_end_to_end() {
     );
     // The exec result's context update reached the warm function's event.
     assert_eq!(
-        step(&t.store, "druid:kk111mm2222", "b")
+        step(t.pool(), "druid:kk111mm2222", "b")
             .await
             .note
             .as_deref(),
         Some(r#"warm saw context {"batch": 7, "exec": true}"#)
     );
     assert_eq!(
-        step(&t.store, "druid:kk111mm2222", "c")
+        step(t.pool(), "druid:kk111mm2222", "c")
             .await
             .note
             .as_deref(),
@@ -236,7 +238,7 @@ async fn failures_say_which_and_keep_stderr() {
     }
     let rt = start(&t.store, config()).await;
     wait_until(
-        &t.store,
+        t.pool(),
         "select count(*) = 4 from workdo.steps where status = 'error'",
         30,
     )
@@ -248,17 +250,17 @@ async fn failures_say_which_and_keep_stderr() {
             s.error_text.unwrap_or_default(),
         )
     };
-    let (m, _) = msg(step(&t.store, "obj:timeout", "run").await);
+    let (m, _) = msg(step(t.pool(), "obj:timeout", "run").await);
     assert!(m.ends_with("timed out after 0.5s and was killed"), "{m}");
-    let (m, _) = msg(step(&t.store, "obj:crash", "run").await);
+    let (m, _) = msg(step(t.pool(), "obj:crash", "run").await);
     assert!(m.ends_with("crashed (killed by signal 9)"), "{m}");
-    let (m, _) = msg(step(&t.store, "obj:garbage", "run").await);
+    let (m, _) = msg(step(t.pool(), "obj:garbage", "run").await);
     assert!(
         m.contains("printed output that is not a valid result"),
         "{m}"
     );
     assert!(m.contains("hello, not JSON"), "{m}");
-    let (m, text) = msg(step(&t.store, "obj:exit", "run").await);
+    let (m, text) = msg(step(t.pool(), "obj:exit", "run").await);
     assert!(m.ends_with("exited with status 3"), "{m}");
     assert_eq!(text.trim(), "oops: disk full");
 }
@@ -286,16 +288,16 @@ async fn retries_back_off_up_to_the_attempt_limit_and_retry_puts_it_back() {
     cfg.backoff.base = Duration::from_millis(200);
     let rt = start(&t.store, cfg).await;
     wait_until(
-        &t.store,
+        t.pool(),
         "select bool_and(status = 'error') from workdo.steps",
         30,
     )
     .await;
-    let s = step(&t.store, "obj:r", "run").await;
+    let s = step(t.pool(), "obj:r", "run").await;
     assert_eq!((s.attempts, s.max_attempts), (3, 3));
     assert_eq!(s.error_message.as_deref(), Some("catalogue down"));
     assert_eq!(
-        event_kinds(&t.store, "obj:r", "run").await,
+        event_kinds(t.pool(), "obj:r", "run").await,
         vec!["failed_retrying", "due", "failed_retrying", "due", "failed"]
     );
     // Each retry waited at least its back-off: 200 ms, then 400 ms (no jitter here). Event times
@@ -338,13 +340,13 @@ async fn retries_back_off_up_to_the_attempt_limit_and_retry_puts_it_back() {
         .expect("retry");
     assert_eq!(n, 1);
     wait_until(
-        &t.store,
+        t.pool(),
         "select count(*) = 2 from workdo.events where kind = 'failed'",
         30,
     )
     .await;
     rt.stop().await;
-    assert_eq!(step(&t.store, "obj:r", "run").await.attempts, 3);
+    assert_eq!(step(t.pool(), "obj:r", "run").await.attempts, 3);
 }
 
 #[tokio::test]
@@ -372,18 +374,18 @@ async fn defer_reschedules_without_using_an_attempt() {
         .expect("start");
     let rt = start(&t.store, config()).await;
     wait_until(
-        &t.store,
+        t.pool(),
         "select bool_and(status = 'completed') from workdo.steps",
         30,
     )
     .await;
     rt.stop().await;
     assert_eq!(
-        event_kinds(&t.store, "obj:d", "run").await,
+        event_kinds(t.pool(), "obj:d", "run").await,
         vec!["deferred", "due", "completed"]
     );
     assert_eq!(
-        step(&t.store, "obj:d", "run").await.attempts,
+        step(t.pool(), "obj:d", "run").await.attempts,
         1,
         "a defer gives its attempt back"
     );
@@ -429,7 +431,7 @@ async fn a_result_updates_the_object_and_starts_another_workflow() {
         .expect("start");
     let rt = start(&t.store, config()).await;
     wait_until(
-        &t.store,
+        t.pool(),
         "select count(*) = 1 from workdo.workflows where template = 'nextWF'",
         30,
     )
@@ -492,13 +494,13 @@ async fn warm_pool_replaces_a_process_that_dies() {
     }
     let rt = start(&t.store, config()).await;
     wait_until(
-        &t.store,
+        t.pool(),
         "select count(*) filter (where status in ('completed', 'error')) = 3 from workdo.steps",
         30,
     )
     .await;
     rt.stop().await;
-    let died = step(&t.store, "obj:2", "run").await;
+    let died = step(t.pool(), "obj:2", "run").await;
     assert_eq!(died.status, "error");
     assert!(
         died.error_message
@@ -509,8 +511,8 @@ async fn warm_pool_replaces_a_process_that_dies() {
         died.error_text.unwrap_or_default().trim(),
         "dying on purpose"
     );
-    let before = step(&t.store, "obj:1", "run").await;
-    let after = step(&t.store, "obj:3", "run").await;
+    let before = step(t.pool(), "obj:1", "run").await;
+    let after = step(t.pool(), "obj:3", "run").await;
     assert_eq!(
         (before.status.as_str(), after.status.as_str()),
         ("completed", "completed")
@@ -541,14 +543,14 @@ async fn human_steps_wait_for_a_person() {
     let rt = start(&t.store, config()).await;
     // The workers have run (side is done), and nothing claimed the human step.
     wait_until(
-        &t.store,
+        t.pool(),
         "select status = 'completed' from workdo.steps where name = 'side'",
         30,
     )
     .await;
-    let approve = step(&t.store, "obj:h", "approve").await;
+    let approve = step(t.pool(), "obj:h", "approve").await;
     assert_eq!((approve.status.as_str(), approve.attempts), ("ready", 0));
-    assert_eq!(step(&t.store, "obj:h", "after").await.status, "waiting");
+    assert_eq!(step(t.pool(), "obj:h", "after").await.status, "waiting");
     t.store
         .step_set(&workdo::store::SetRequest::new(
             "obj:h",
@@ -559,7 +561,7 @@ async fn human_steps_wait_for_a_person() {
         .await
         .expect("a person approves");
     wait_until(
-        &t.store,
+        t.pool(),
         "select bool_and(status = 'completed') from workdo.steps",
         30,
     )
@@ -616,7 +618,7 @@ async fn kill_9_mid_flight_then_restart_completes_every_step_exactly_once() {
     let mut first = up(&t.url);
     // Kill it while calls are in flight: some steps done, some held under its leases.
     wait_until(
-        &t.store,
+        t.pool(),
         "select count(*) filter (where status = 'completed') >= 8 and count(*) filter (where status = 'started') > 0 from workdo.steps",
         60,
     )
@@ -631,7 +633,7 @@ async fn kill_9_mid_flight_then_restart_completes_every_step_exactly_once() {
     assert!(held > 0, "the killed runtime held leases");
     let mut second = up(&t.url);
     wait_until(
-        &t.store,
+        t.pool(),
         "select bool_and(status = 'completed') from workdo.steps",
         90,
     )
@@ -696,7 +698,7 @@ async fn notify_wakes_dependants_without_polling() {
     // b and c become ready while the workers wait; only a notification can wake them in time.
     let rt = start(&t.store, cfg).await;
     wait_until(
-        &t.store,
+        t.pool(),
         "select bool_and(status = 'completed') from workdo.steps",
         20,
     )
@@ -727,7 +729,7 @@ async fn shutdown_releases_calls_that_outlive_the_grace_period() {
     cfg.grace = Duration::from_millis(300);
     let rt = start(&t.store, cfg).await;
     wait_until(
-        &t.store,
+        t.pool(),
         "select count(*) = 3 from workdo.steps where status = 'started'",
         20,
     )
@@ -760,25 +762,25 @@ async fn worker_bindings_name_what_is_wrong() {
         "name: bindWF\nsteps:\n  - name: auto\n    function: { builtin: noop }\n  - name: human\n  - name: logged\n    skip-queue: true\n    function: { builtin: noop }\n",
     )
     .await;
-    let all = worker::bindings(&t.store, &[]).await.expect("bindings");
+    let all = runtime::bindings(&t.store, &[]).await.expect("bindings");
     let keys: Vec<String> = all.iter().map(|b| b.key()).collect();
     assert_eq!(
         keys,
         vec!["bindWF:auto"],
         "human and skip-queue steps get no worker"
     );
-    let err = worker::bindings(&t.store, &["bindWF:human".to_string()])
+    let err = runtime::bindings(&t.store, &["bindWF:human".to_string()])
         .await
         .unwrap_err();
     assert_eq!(
         err.to_string(),
         "bindWF:human has no function to run (a human or skip-queue step)"
     );
-    let err = worker::bindings(&t.store, &["bindWF:nope".to_string()])
+    let err = runtime::bindings(&t.store, &["bindWF:nope".to_string()])
         .await
         .unwrap_err();
     assert!(err.to_string().contains("has no step \"nope\""), "{err}");
-    let err = worker::bindings(&t.store, &["noWF:x".to_string()])
+    let err = runtime::bindings(&t.store, &["noWF:x".to_string()])
         .await
         .unwrap_err();
     assert!(
@@ -823,7 +825,7 @@ async fn steps_whose_inputs_cannot_be_read_are_given_back_not_run() {
         .expect("start");
     let rt = start(&t.store, config()).await;
     wait_until(
-        &t.store,
+        t.pool(),
         "select count(*) >= 2 from workdo.events where object_id = 'obj:d' and kind = 'released'
             and detail ->> 'reason' like 'reading inputs failed:%'",
         30,
@@ -834,16 +836,16 @@ async fn steps_whose_inputs_cannot_be_read_are_given_back_not_run() {
         .await
         .expect("rename back");
     wait_until(
-        &t.store,
+        t.pool(),
         "select count(*) = 1 from workdo.steps where object_id = 'obj:d' and status = 'completed'",
         30,
     )
     .await;
     rt.stop().await;
-    let s = step(&t.store, "obj:d", "read").await;
+    let s = step(t.pool(), "obj:d", "read").await;
     assert_eq!(s.note.as_deref(), Some("saw the MODS"));
     assert_eq!(s.attempts, 1, "every release gave its attempt back");
-    let k = event_kinds(&t.store, "obj:d", "read").await;
+    let k = event_kinds(t.pool(), "obj:d", "read").await;
     assert!(
         !k.iter().any(|k| k.starts_with("failed")),
         "the function never ran without its input: {k:?}"

@@ -3,6 +3,8 @@
 
 mod support;
 
+use sqlx::PgPool;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -138,11 +140,11 @@ fn workdo(db_url: &str, otlp: &str) -> std::process::Command {
     c
 }
 
-async fn wait_sql(store: &workdo::store::Store, sql: &'static str, secs: u64) {
+async fn wait_sql(pool: &PgPool, sql: &'static str, secs: u64) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         let done: bool = sqlx::query_scalar(sql)
-            .fetch_one(store.pool())
+            .fetch_one(pool)
             .await
             .expect("query");
         if done {
@@ -249,7 +251,7 @@ async fn one_trace_per_workflow_with_steps_invocations_and_function_spans() {
         .expect("up");
     let mut up = KillOnDrop(Some(up));
     wait_sql(
-        &t.store,
+        t.pool(),
         "select bool_and(status = 'completed') from workdo.steps",
         60,
     )
@@ -565,7 +567,7 @@ async fn grpc_export_builds_the_same_trace() {
         .expect("up");
     let mut up = KillOnDrop(Some(up));
     wait_sql(
-        &t.store,
+        t.pool(),
         "select bool_and(status = 'completed') from workdo.steps",
         60,
     )

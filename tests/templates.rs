@@ -4,7 +4,7 @@ mod support;
 
 use std::path::Path;
 
-use workdo::template::{Format, Runner, parse};
+use workdo::model::template::{Format, Runner, parse};
 
 fn problems(origin: &str, source: &str) -> Vec<String> {
     let format = Format::from_path(Path::new(origin)).expect("known extension");
@@ -127,7 +127,7 @@ fn xml_bootstrap_step_and_workflow_service_attributes() {
             pipeline: 1,
         }
     );
-    assert_eq!(t.sha256, workdo::template::sha256_hex(src));
+    assert_eq!(t.sha256, workdo::model::template::sha256_hex(src));
 }
 
 #[test]
@@ -190,10 +190,11 @@ fn yaml_errors_name_line_and_field() {
 
 #[test]
 fn shipped_workflows_load() {
-    let files = workdo::template::find_files(&support::workflows_dir()).expect("read workflows/");
+    let files =
+        workdo::model::template::find_files(&support::workflows_dir()).expect("read workflows/");
     assert!(files.len() >= 3, "{files:?}");
     for f in files {
-        workdo::template::parse_file(&f).unwrap_or_else(|e| panic!("{e}"));
+        workdo::model::template::parse_file(&f).unwrap_or_else(|e| panic!("{e}"));
     }
 }
 
@@ -218,7 +219,7 @@ async fn versions_are_kept_and_workflows_stay_locked_to_theirs() {
     assert!(!created);
     let current = t.store.template_current("vWF").await.unwrap();
     assert_eq!(current.versions, 2);
-    assert_eq!(current.sha256, workdo::template::sha256_hex(v2));
+    assert_eq!(current.sha256, workdo::model::template::sha256_hex(v2));
     t.store
         .workflow_start(&workdo::store::StartRequest::new("vWF", &["obj:new"]))
         .await

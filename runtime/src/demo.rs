@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{Value, json};
 
-use crate::store::{StartRequest, Store, StoreError};
+use crate::store::{DemoTotals, StartRequest, Store, StoreError};
 
 const CONSONANTS: &[u8] = b"bcdfghjkmnpqrstvwxz";
 
@@ -82,16 +82,6 @@ pub async fn seed(store: &Store, run: u32, n: u32) -> Result<Vec<String>, StoreE
     Ok(ids)
 }
 
-#[derive(sqlx::FromRow)]
-struct Progress {
-    template: String,
-    name: String,
-    total: i64,
-    finished: i64,
-    errors: i64,
-    running: i64,
-}
-
 /// Follow the run with a progress bar per step until nothing of it is ready, running, scheduled
 /// or retrying any more. Draws only when `draw` (a terminal).
 pub async fn watch(store: &Store, run: u32, draw: bool) -> Result<(), StoreError> {
@@ -104,19 +94,7 @@ pub async fn watch(store: &Store, run: u32, draw: bool) -> Result<(), StoreError
         .unwrap_or_else(|_| ProgressStyle::default_bar());
     let mut bars: BTreeMap<(String, String), ProgressBar> = BTreeMap::new();
     loop {
-        let rows: Vec<Progress> = sqlx::query_as(
-            "select s.template, s.name, count(*) as total,
-                    count(*) filter (where s.status in ('completed', 'skipped')) as finished,
-                    count(*) filter (where s.status = 'error') as errors,
-                    count(*) filter (where s.status in ('ready', 'started', 'scheduled', 'retrying')) as running
-               from workdo.steps s join workdo.objects o on o.id = s.object_id
-              where s.active and o.properties -> 'demo_run' = $1
-              group by s.template, s.name
-              order by s.template desc, min(s.id)",
-        )
-        .bind(json!(run))
-        .fetch_all(store.pool())
-        .await?;
+        let rows = store.demo_progress(run).await?;
         for r in &rows {
             let bar = bars
                 .entry((r.template.clone(), r.name.clone()))
@@ -144,19 +122,6 @@ pub async fn watch(store: &Store, run: u32, draw: bool) -> Result<(), StoreError
     }
 }
 
-#[derive(sqlx::FromRow)]
-struct SummaryRow {
-    template: String,
-    name: String,
-    completed: i64,
-    skipped: i64,
-    errors: i64,
-    retries: i64,
-    deferrals: i64,
-    p50: Option<f64>,
-    p95: Option<f64>,
-}
-
 /// Print the per-step summary of the run; returns (steps completed, workflows completed,
 /// workflows in error).
 pub async fn summary(
@@ -165,40 +130,12 @@ pub async fn summary(
     started: Instant,
     out: &mut dyn Write,
 ) -> anyhow::Result<(i64, i64, i64)> {
-    let rows: Vec<SummaryRow> = sqlx::query_as(
-        "with s as (
-            select s.* from workdo.steps s join workdo.objects o on o.id = s.object_id
-             where s.active and o.properties -> 'demo_run' = $1
-         ), e as (
-            select e.template, e.step,
-                   count(*) filter (where e.kind = 'failed_retrying') as retries,
-                   count(*) filter (where e.kind = 'deferred') as deferrals
-              from workdo.events e join workdo.objects o on o.id = e.object_id
-             where o.properties -> 'demo_run' = $1 and e.kind in ('failed_retrying', 'deferred')
-             group by 1, 2
-         )
-         select s.template, s.name,
-                count(*) filter (where s.status = 'completed') as completed,
-                count(*) filter (where s.status = 'skipped') as skipped,
-                count(*) filter (where s.status = 'error') as errors,
-                coalesce(max(e.retries), 0) as retries,
-                coalesce(max(e.deferrals), 0) as deferrals,
-                percentile_cont(0.5) within group (order by s.elapsed)
-                    filter (where s.status = 'completed') as p50,
-                percentile_cont(0.95) within group (order by s.elapsed)
-                    filter (where s.status = 'completed') as p95
-           from s left join e on e.template = s.template and e.step = s.name
-          group by s.template, s.name
-          order by s.template desc, min(s.id)",
-    )
-    .bind(json!(run))
-    .fetch_all(store.pool())
-    .await?;
+    let rows = store.demo_summary(run).await?;
     let ms = |v: Option<f64>| {
         v.map(|s| format!("{:.1} ms", s * 1000.0))
             .unwrap_or_else(|| "-".into())
     };
-    crate::cli::table(
+    crate::output::table(
         out,
         &[
             "step",
@@ -224,24 +161,11 @@ pub async fn summary(
         }),
     )?;
     let completed: i64 = rows.iter().map(|r| r.completed).sum();
-    // Steps a function ran (bootstrap steps start completed and ran nothing).
-    let ran: i64 = sqlx::query_scalar(
-        "select count(*) from workdo.events e join workdo.objects o on o.id = e.object_id
-          where o.properties -> 'demo_run' = $1 and e.kind = 'completed'",
-    )
-    .bind(json!(run))
-    .fetch_one(store.pool())
-    .await?;
-    let (done, failed): (i64, i64) = sqlx::query_as(
-        "select count(*) filter (where w.status = 'completed'),
-                count(*) filter (where w.status = 'active' and exists (
-                    select 1 from workdo.steps s where s.workflow_id = w.id and s.status = 'error'))
-           from workdo.workflows w join workdo.objects o on o.id = w.object_id
-          where w.active and o.properties -> 'demo_run' = $1",
-    )
-    .bind(json!(run))
-    .fetch_one(store.pool())
-    .await?;
+    let DemoTotals {
+        ran,
+        workflows_completed: done,
+        workflows_failed: failed,
+    } = store.demo_totals(run).await?;
     let secs = started.elapsed().as_secs_f64();
     writeln!(
         out,

@@ -1,26 +1,27 @@
 //! workdo: a Postgres-native workflow runtime for object-centric work.
 //!
-//! See `ARCHITECTURE.md` for the map. In short: [`template`] parses and validates workflow
-//! templates, [`store`] holds every SQL statement, [`pg`] and [`db`] find or start the database,
-//! and [`cli`] is the `workdo` command.
+//! See `ARCHITECTURE.md` for the map. The rooms, each depending only on those above it:
+//! - [`model`]: pure data and decisions (statuses, templates, schedules, retry, alert text);
+//! - [`store`]: every SQL statement, and the database's connection and migrations;
+//! - [`invoke`]: calling step functions (exec, warm, http, builtin);
+//! - [`runtime`]: the services of `workdo up` (workers, completers, listener, maintenance,
+//!   scheduler, alerts);
+//! - [`api`], [`bench`], [`demo`] and [`cli`]: the surfaces; [`output`] prints for them;
+//! - [`pg`]: the private Postgres cluster; [`telemetry`]: traces, logs and metrics.
 
-pub mod alerts;
 pub mod api;
 pub mod bench;
 pub mod cli;
-pub mod db;
 pub mod demo;
-pub mod function;
+pub mod invoke;
+pub mod model;
+pub mod output;
 pub mod pg;
-pub mod retry;
-pub mod schedules;
-pub mod status;
+pub mod runtime;
 pub mod store;
 pub mod telemetry;
-pub mod template;
-pub mod worker;
 
-pub use status::Status;
+pub use model::status::Status;
 pub use store::{Store, StoreError};
 
 /// Make ring rustls's process-wide crypto provider (for HTTPS function calls and SMTPS);

@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use sqlx::PgPool;
 use tokio::sync::OnceCell;
-use workdo::db::{self, with_database};
 use workdo::pg::{Cluster, ClusterOptions};
 use workdo::store::Store;
+use workdo::store::db::{self, with_database};
 
 struct Server {
     /// URL of a database on the server to run CREATE DATABASE from.
@@ -116,11 +116,13 @@ async fn drop_stale_databases(admin_url: &str) {
 pub struct TestDb {
     pub url: String,
     pub store: Store,
+    /// The test's own connections, for reading and writing rows directly.
+    pub pool: PgPool,
 }
 
 impl TestDb {
     pub fn pool(&self) -> &PgPool {
-        self.store.pool()
+        &self.pool
     }
 }
 
@@ -148,14 +150,16 @@ pub async fn db() -> TestDb {
         .expect("connect to the test database");
     TestDb {
         url,
-        store: Store::new(pool),
+        store: Store::new(pool.clone()),
+        pool,
     }
 }
 
 /// Parse a template from text, failing the test on problems.
-pub fn template(origin: &str, source: &str) -> workdo::template::Loaded {
-    let format = workdo::template::Format::from_path(Path::new(origin)).expect("known extension");
-    workdo::template::parse(origin, format, source).unwrap_or_else(|e| panic!("{e}"))
+pub fn template(origin: &str, source: &str) -> workdo::model::template::Loaded {
+    let format =
+        workdo::model::template::Format::from_path(Path::new(origin)).expect("known extension");
+    workdo::model::template::parse(origin, format, source).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Load a template from text into the store.
@@ -167,13 +171,13 @@ pub async fn load(store: &Store, origin: &str, source: &str) {
 }
 
 /// The kinds of an object's events for one step, oldest first.
-pub async fn event_kinds(store: &Store, object: &str, step: &str) -> Vec<String> {
+pub async fn event_kinds(pool: &PgPool, object: &str, step: &str) -> Vec<String> {
     sqlx::query_scalar(
         "select kind from workdo.events where object_id = $1 and step = $2 order by id",
     )
     .bind(object)
     .bind(step)
-    .fetch_all(store.pool())
+    .fetch_all(pool)
     .await
     .expect("events")
 }

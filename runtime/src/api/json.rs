@@ -16,8 +16,8 @@ use serde_json::{Value, json};
 use super::{
     ApiError, ApiResult, AppState, Caller, int_param, json_body, param, query_pairs, split_step,
 };
+use crate::model::template::{self, Format};
 use crate::store::{Role, SetRequest, StartRequest, StepFilter};
-use crate::template::{self, Format};
 
 pub fn router() -> Router<AppState> {
     Router::new()

@@ -12,7 +12,7 @@ use axum::routing::{get, post, put};
 use serde_json::{Value, json};
 
 use super::{ApiError, ApiResult, AppState, Caller, int_param, param, query_pairs, split_step};
-use crate::status::Status;
+use crate::model::status::Status;
 use crate::store::{Role, SetRequest, StartRequest, StepRow, StoreError, WorkflowView};
 
 pub fn router() -> Router<AppState> {

@@ -1,21 +1,31 @@
 //! All SQL lives here. Each statement is a method named noun-verb (`step_claim`,
-//! `workflow_start`, …); nothing outside this module builds SQL.
+//! `workflow_start`, …); nothing outside this module builds SQL. [`db`] connects and migrates;
+//! the store takes and returns plain data (no protocol, telemetry or HTTP types).
 //!
 //! **Invariant:** for every step, `pending` equals the number of its prerequisites that are not
 //! `completed` or `skipped`; a step is `ready`/`scheduled` only when `pending = 0`. Every status
 //! change goes through [`Store::steps_apply`], which keeps that true in the same transaction.
 
+mod alerts;
+mod bench;
+pub mod db;
+mod demo;
 mod queries;
 mod results;
+mod schedules;
 mod steps;
 mod templates;
 mod tokens;
 mod workflows;
 
+pub use alerts::{FoldedRow, Outbox, OutboxMark, OutboxRow};
+pub use demo::{DemoProgress, DemoSummary, DemoTotals};
+pub use schedules::{Fired, ScheduleRow};
+
 pub use queries::{
     Event, Facet, Milestone, ObjectView, QueueEntry, Why, WorkflowRow, WorkflowView,
 };
-pub use results::{StepInputs, StepResult};
+pub use results::{Effects, StepInputs, StepResult, WorkflowToStart};
 pub use steps::{
     Applied, Change, ClaimRequest, Claimed, READY_CHANNEL, SetOutcome, SetRequest, StepFilter,
 };
@@ -68,19 +78,40 @@ pub enum StoreError {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+/// Starts a trace for a new workflow and returns its W3C `traceparent`, or `None` when
+/// nothing is traced: (object, template, version, lane). The store keeps the answer on the
+/// workflow row; it does not know how traces are made.
+pub type TraceStart = fn(&str, &str, i32, &str) -> Option<String>;
+
 /// Handle on the workdo schema.
 #[derive(Debug, Clone)]
 pub struct Store {
     pool: PgPool,
+    trace_start: Option<TraceStart>,
 }
 
 impl Store {
     pub fn new(pool: PgPool) -> Self {
-        Store { pool }
+        Store {
+            pool,
+            trace_start: None,
+        }
     }
 
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
+    /// New workflows get a trace from `start`.
+    pub fn traced(mut self, start: TraceStart) -> Self {
+        self.trace_start = Some(start);
+        self
+    }
+
+    /// A connection listening on [`READY_CHANNEL`], for the runtime's listener.
+    ///
+    /// # Errors
+    /// When the server cannot be reached.
+    pub async fn ready_listener(&self) -> Result<sqlx::postgres::PgListener> {
+        let mut listener = sqlx::postgres::PgListener::connect_with(&self.pool).await?;
+        listener.listen(READY_CHANNEL).await?;
+        Ok(listener)
     }
 }
 
@@ -130,7 +161,7 @@ pub fn check_object_id(id: &str) -> Result<()> {
 
 /// Lanes: like template names.
 pub fn check_lane(lane: &str) -> Result<()> {
-    if !crate::template::valid_name(lane) {
+    if !crate::model::template::valid_name(lane) {
         return Err(StoreError::Invalid {
             field: "lane",
             value: lane.chars().take(80).collect(),

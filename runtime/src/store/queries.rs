@@ -94,7 +94,9 @@ pub struct Why {
 impl Store {
     /// Objects whose step `template:step` waits (in the queue or for its prerequisites) and whose
     /// steps in `completed` (pairs of template and step) are all completed or skipped; active
-    /// versions only; optionally one lane. Highest priority first, then longest waiting.
+    /// versions only; optionally one lane. Highest priority first, then longest waiting. A
+    /// future-dated or retrying step whose time has come counts as ready here, as it is once
+    /// the runtime's maintenance promotes it: the read writes nothing.
     pub async fn queue_waiting(
         &self,
         template: &str,
@@ -105,10 +107,13 @@ impl Store {
     ) -> Result<Vec<QueueEntry>> {
         let (ct, cs): (Vec<String>, Vec<String>) = completed.iter().cloned().unzip();
         let rows = sqlx::query_as(
-            "select s.object_id, s.version, s.lane, s.status, s.priority, s.run_at
+            "select s.object_id, s.version, s.lane,
+                    case when s.status in ('scheduled', 'retrying') then 'ready' else s.status end as status,
+                    s.priority, s.run_at
                from workdo.steps s
               where s.template = $1 and s.name = $2 and s.active
-                and (s.status = 'waiting' or s.status = 'ready')
+                and (s.status in ('waiting', 'ready')
+                     or (s.status in ('scheduled', 'retrying') and s.run_at <= now()))
                 and ($3::text is null or s.lane = $3)
                 and (select count(distinct (r.template, r.name))
                        from unnest($4::text[], $5::text[]) as r(template, name)

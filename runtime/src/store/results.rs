@@ -9,7 +9,6 @@ use serde_json::{Map, Value};
 use super::steps::{Applied, Change, Claimed, EventBuf};
 use super::workflows::{StartRequest, start_one};
 use super::{Result, Store};
-use crate::function::{ObjectUpdate, StartWorkflow};
 
 /// What a function gets to see of a claimed step.
 #[derive(Debug, Clone, Default)]
@@ -27,20 +26,48 @@ pub struct StepResult {
     pub change: Change,
     pub object_id: String,
     pub workflow_id: i64,
-    pub object: Option<ObjectUpdate>,
-    pub context: Option<Map<String, Value>>,
-    pub start: Vec<StartWorkflow>,
+    pub effects: Effects,
+}
+
+/// What a completed step changes besides itself, applied in the transaction that records it
+/// and only while the step still holds its lease.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Effects {
+    /// Merged into the object's properties; a `null` value removes the key.
+    pub properties: Map<String, Value>,
+    /// Named documents of the object, replaced.
+    pub documents: BTreeMap<String, String>,
+    /// Merged into the workflow's context.
+    pub context: Map<String, Value>,
+    /// Workflows to start on the same object.
+    pub start: Vec<WorkflowToStart>,
+}
+
+/// A workflow a result starts on its object; priority and lane default to its workflow's.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WorkflowToStart {
+    pub template: String,
+    pub context: Map<String, Value>,
+    pub priority: Option<i32>,
+    pub lane: Option<String>,
+    /// Future-dates the new workflow.
+    pub start_at: Option<DateTime<Utc>>,
+}
+
+impl Effects {
+    /// Whether committing it changes anything.
+    pub fn is_empty(&self) -> bool {
+        self.properties.is_empty()
+            && self.documents.is_empty()
+            && self.context.is_empty()
+            && self.start.is_empty()
+    }
 }
 
 impl StepResult {
-    /// Whether committing it changes more than its step: the object's properties or documents,
-    /// the workflow's context, or workflows to start.
+    /// Whether committing it changes more than its step.
     fn has_side_effects(&self) -> bool {
-        self.object
-            .as_ref()
-            .is_some_and(|u| !u.properties.is_empty() || !u.documents.is_empty())
-            || self.context.as_ref().is_some_and(|c| !c.is_empty())
-            || !self.start.is_empty()
+        !self.effects.is_empty()
     }
 }
 
@@ -103,7 +130,7 @@ impl Store {
         // Templates for workflows to start, looked up before the transaction.
         let mut templates = HashMap::new();
         for r in results {
-            for s in &r.start {
+            for s in &r.effects.start {
                 if !templates.contains_key(&s.template) {
                     let t = self.template_current(&s.template).await;
                     templates.insert(s.template.clone(), t);
@@ -116,10 +143,9 @@ impl Store {
         let mut events = EventBuf::default();
         let mut notify = Vec::new();
         for r in results.iter().filter(|r| !lost.contains(&r.change.id)) {
-            if let Some(update) = &r.object
-                && (!update.properties.is_empty() || !update.documents.is_empty())
-            {
-                let props = Value::Object(update.properties.clone());
+            let fx = &r.effects;
+            if !fx.properties.is_empty() || !fx.documents.is_empty() {
+                let props = Value::Object(fx.properties.clone());
                 sqlx::query(
                     "update workdo.objects
                         set properties = (properties || $2)
@@ -131,24 +157,22 @@ impl Store {
                 .bind(&props)
                 .execute(&mut *tx)
                 .await?;
-                super::workflows::documents_put(&mut tx, &r.object_id, &update.documents).await?;
+                super::workflows::documents_put(&mut tx, &r.object_id, &fx.documents).await?;
             }
-            if let Some(ctx) = &r.context
-                && !ctx.is_empty()
-            {
+            if !fx.context.is_empty() {
                 sqlx::query("update workdo.workflows set context = context || $2 where id = $1")
                     .bind(r.workflow_id)
-                    .bind(Value::Object(ctx.clone()))
+                    .bind(Value::Object(fx.context.clone()))
                     .execute(&mut *tx)
                     .await?;
             }
-            if !r.start.is_empty() {
+            if !fx.start.is_empty() {
                 let (priority, lane): (i32, String) =
                     sqlx::query_as("select priority, lane from workdo.workflows where id = $1")
                         .bind(r.workflow_id)
                         .fetch_one(&mut *tx)
                         .await?;
-                for s in &r.start {
+                for s in &fx.start {
                     let template = match templates.get(&s.template) {
                         Some(Ok(t)) => t,
                         // An unknown template in a result is recorded, not fatal for the batch.
@@ -168,19 +192,14 @@ impl Store {
                             continue;
                         }
                     };
-                    let start_at = s
-                        .start_at
-                        .as_deref()
-                        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-                        .map(|t| t.with_timezone(&Utc));
                     let req = StartRequest {
                         template: s.template.clone(),
                         objects: vec![r.object_id.clone()],
                         version: None,
                         priority: s.priority.unwrap_or(priority),
                         lane: s.lane.clone().unwrap_or_else(|| lane.clone()),
-                        start_at,
-                        context: Value::Object(s.context.clone().unwrap_or_default()),
+                        start_at: s.start_at,
+                        context: Value::Object(s.context.clone()),
                         actor: actor.to_string(),
                     };
                     let started = start_one(
@@ -190,6 +209,7 @@ impl Store {
                         template.id,
                         &template.spec,
                         &r.object_id,
+                        self.trace_start,
                     )
                     .await?;
                     notify.extend(

@@ -7,7 +7,7 @@ use sqlx::{FromRow, PgConnection, Postgres, Row, Transaction};
 use uuid::Uuid;
 
 use super::{Result, StepRow, Store, StoreError};
-use crate::status::Status;
+use crate::model::status::Status;
 
 /// NOTIFY channel carrying `template:step` of steps that became ready. `workdo.apply`
 /// (migrations/0005) notifies on the same name.
@@ -452,7 +452,7 @@ impl Store {
             });
         }
         if let Some(lc) = &req.lifecycle
-            && !crate::template::valid_name(lc)
+            && !crate::model::template::valid_name(lc)
         {
             return Err(StoreError::Invalid {
                 field: "lifecycle",

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::{Result, Store, StoreError};
-use crate::template::{Loaded, Template};
+use crate::model::template::{Loaded, Template};
 
 /// A stored template version.
 #[derive(Debug, Clone, Serialize)]

@@ -8,9 +8,9 @@ use serde_json::Value;
 use sqlx::{Postgres, Transaction};
 
 use super::steps::{EventBuf, notify_ready};
-use super::{Result, Store, StoreError, check_lane, check_object_id};
-use crate::status::Status;
-use crate::template::Template;
+use super::{Result, Store, StoreError, TraceStart, check_lane, check_object_id};
+use crate::model::status::Status;
+use crate::model::template::Template;
 
 /// Start one template on one or more objects.
 #[derive(Debug, Clone)]
@@ -181,14 +181,30 @@ impl Store {
                 Some(_) => slow.push(o.clone()),
             }
         }
-        let mut out =
-            insert_workflows(tx, &mut events, req, template.id, &template.spec, &fresh).await?;
+        let mut out = insert_workflows(
+            tx,
+            &mut events,
+            req,
+            template.id,
+            &template.spec,
+            &fresh,
+            self.trace_start,
+        )
+        .await?;
         if !out.is_empty() && out.iter().any(|s| !s.ready.is_empty()) {
             notify.extend(out[0].ready.iter().map(|s| format!("{}:{s}", req.template)));
         }
         for object in &slow {
-            let started =
-                start_one(tx, &mut events, req, template.id, &template.spec, object).await?;
+            let started = start_one(
+                tx,
+                &mut events,
+                req,
+                template.id,
+                &template.spec,
+                object,
+                self.trace_start,
+            )
+            .await?;
             if !started.ready.is_empty() {
                 notify.extend(
                     started
@@ -262,6 +278,7 @@ pub(crate) async fn start_one(
     template_id: i64,
     spec: &Template,
     object: &str,
+    trace_start: Option<TraceStart>,
 ) -> Result<Started> {
     // Register on first sight (the workflow service keeps no separate registry).
     let existing: Option<ObjectRow> =
@@ -341,6 +358,7 @@ pub(crate) async fn start_one(
             new: false,
             replaced,
         }],
+        trace_start,
     )
     .await?;
     started
@@ -469,6 +487,7 @@ async fn insert_workflows(
     template_id: i64,
     spec: &Template,
     fresh: &[Entry],
+    trace_start: Option<TraceStart>,
 ) -> Result<Vec<Started>> {
     if fresh.is_empty() {
         return Ok(Vec::new());
@@ -500,7 +519,7 @@ async fn insert_workflows(
     }
     let traces: Vec<Option<String>> = fresh
         .iter()
-        .map(|f| crate::telemetry::workflow_trace(&f.object, &req.template, f.version, &req.lane))
+        .map(|f| trace_start.and_then(|t| t(&f.object, &req.template, f.version, &req.lane)))
         .collect();
     let rows: Vec<(i64, String, i32)> = sqlx::query_as(
         "insert into workdo.workflows

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::function::{InvokeError, Outcome};
-use crate::status::Status;
+use super::outcome::{InvokeError, Outcome};
+use super::status::Status;
 
 /// Exponential back-off with jitter.
 ///
@@ -41,34 +41,128 @@ impl Backoff {
     }
 }
 
-/// What happens to a step after its function answered (or failed to).
+/// What happens to a step after its function answered (or failed to), with what the outcome
+/// said about the work in every case.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
-    pub status: Status,
-    pub run_at: Option<DateTime<Utc>>,
-    /// Change to the attempts count: a defer gives its attempt back.
-    pub attempts_delta: i32,
-    pub message: Option<String>,
-    pub text: Option<String>,
+    pub kind: DecisionKind,
     pub note: Option<String>,
-    pub lifecycle: Option<String>,
     pub elapsed: Option<f64>,
-    /// Whether the outcome's side effects (object, context, workflows to start) apply.
-    pub apply_effects: bool,
+}
+
+/// The step's next state. Only [`DecisionKind::Complete`] applies the outcome's side effects
+/// (object, context, workflows to start).
+#[derive(Debug, Clone, PartialEq)]
+pub enum DecisionKind {
+    /// Completed, recording this lifecycle milestone if any.
+    Complete {
+        lifecycle: Option<String>,
+    },
+    Skip,
+    /// An intermediate status the template declares for the step.
+    Report(String),
+    /// Run again at `until`; the attempt is given back.
+    Defer {
+        until: DateTime<Utc>,
+    },
+    /// Failed with attempts left: run again at `at`.
+    Retry {
+        at: DateTime<Utc>,
+        failure: InvokeError,
+    },
+    /// Failed for good (attempts used up, or not retryable).
+    Fail(InvokeError),
 }
 
 impl Decision {
-    fn new(status: Status) -> Self {
+    fn new(kind: DecisionKind) -> Self {
         Decision {
-            status,
-            run_at: None,
-            attempts_delta: 0,
-            message: None,
-            text: None,
+            kind,
             note: None,
-            lifecycle: None,
             elapsed: None,
-            apply_effects: false,
+        }
+    }
+
+    /// The step's new status.
+    pub fn status(&self) -> Status {
+        match &self.kind {
+            DecisionKind::Complete { .. } => Status::Completed,
+            DecisionKind::Skip => Status::Skipped,
+            DecisionKind::Report(s) => Status::Custom(s.clone()),
+            DecisionKind::Defer { .. } => Status::Scheduled,
+            DecisionKind::Retry { .. } => Status::Retrying,
+            DecisionKind::Fail(_) => Status::Error,
+        }
+    }
+
+    /// The event that records it.
+    pub fn event(&self) -> &'static str {
+        match &self.kind {
+            DecisionKind::Complete { .. } => "completed",
+            DecisionKind::Skip => "skipped",
+            DecisionKind::Report(_) => "status_reported",
+            DecisionKind::Defer { .. } => "deferred",
+            DecisionKind::Retry { .. } => "failed_retrying",
+            DecisionKind::Fail(_) => "failed",
+        }
+    }
+
+    /// When a deferred or retrying step is due.
+    pub fn run_at(&self) -> Option<DateTime<Utc>> {
+        match &self.kind {
+            DecisionKind::Defer { until } => Some(*until),
+            DecisionKind::Retry { at, .. } => Some(*at),
+            _ => None,
+        }
+    }
+
+    /// Change to the attempts count: a defer gives its attempt back.
+    pub fn attempts_delta(&self) -> i32 {
+        match self.kind {
+            DecisionKind::Defer { .. } => -1,
+            _ => 0,
+        }
+    }
+
+    /// The failure, for a retrying or failed step.
+    pub fn failure(&self) -> Option<&InvokeError> {
+        match &self.kind {
+            DecisionKind::Retry { failure, .. } | DecisionKind::Fail(failure) => Some(failure),
+            _ => None,
+        }
+    }
+
+    pub fn lifecycle(&self) -> Option<&str> {
+        match &self.kind {
+            DecisionKind::Complete { lifecycle } => lifecycle.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Whether the outcome's side effects (object, context, workflows to start) apply.
+    pub fn applies_effects(&self) -> bool {
+        matches!(self.kind, DecisionKind::Complete { .. })
+    }
+}
+
+/// The statuses a function may answer, as the protocol spells them.
+enum Answer<'a> {
+    Completed,
+    Skipped,
+    Error,
+    Defer,
+    /// Anything else: valid only when the template declares it for the step.
+    Other(&'a str),
+}
+
+impl<'a> Answer<'a> {
+    fn parse(status: &'a str) -> Self {
+        match status {
+            "completed" => Answer::Completed,
+            "skipped" => Answer::Skipped,
+            "error" => Answer::Error,
+            "defer" => Answer::Defer,
+            other => Answer::Other(other),
         }
     }
 }
@@ -87,33 +181,25 @@ pub fn decide(
     unit: f64,
 ) -> Decision {
     let failed = |message: String, text: Option<String>, retryable: bool| {
-        let retry = retryable && attempt < max_attempts;
-        let mut d = Decision::new(if retry {
-            Status::Retrying
-        } else {
-            Status::Error
-        });
-        if retry {
+        let failure = InvokeError { message, text };
+        Decision::new(if retryable && attempt < max_attempts {
             let delay = backoff.delay(attempt, unit);
-            d.run_at = Some(now + chrono::Duration::from_std(delay).unwrap_or_default());
-        }
-        d.message = Some(message);
-        d.text = text;
-        d
+            let at = now + chrono::Duration::from_std(delay).unwrap_or_default();
+            DecisionKind::Retry { at, failure }
+        } else {
+            DecisionKind::Fail(failure)
+        })
     };
     let outcome = match result {
         Ok(o) => o,
         Err(e) => return failed(e.message.clone(), e.text.clone(), true),
     };
-    let mut d = match outcome.status.as_str() {
-        "completed" => {
-            let mut d = Decision::new(Status::Completed);
-            d.lifecycle = outcome.lifecycle.clone();
-            d.apply_effects = true;
-            d
-        }
-        "skipped" => Decision::new(Status::Skipped),
-        "error" => failed(
+    let mut d = match Answer::parse(&outcome.status) {
+        Answer::Completed => Decision::new(DecisionKind::Complete {
+            lifecycle: outcome.lifecycle.clone(),
+        }),
+        Answer::Skipped => Decision::new(DecisionKind::Skip),
+        Answer::Error => failed(
             outcome
                 .message
                 .clone()
@@ -121,7 +207,7 @@ pub fn decide(
             outcome.text.clone(),
             outcome.retryable.unwrap_or(true),
         ),
-        "defer" => {
+        Answer::Defer => {
             let until = match (&outcome.until, outcome.seconds) {
                 (Some(t), _) => DateTime::parse_from_rfc3339(t)
                     .ok()
@@ -134,12 +220,7 @@ pub fn decide(
                 _ => None,
             };
             match until {
-                Some(at) => {
-                    let mut d = Decision::new(Status::Scheduled);
-                    d.run_at = Some(at);
-                    d.attempts_delta = -1;
-                    d
-                }
+                Some(until) => Decision::new(DecisionKind::Defer { until }),
                 None => failed(
                     format!(
                         "the function deferred without a valid `until` (RFC 3339) or `seconds`: until={:?} seconds={:?}",
@@ -150,8 +231,10 @@ pub fn decide(
                 ),
             }
         }
-        other if declared.iter().any(|s| s == other) => Decision::new(Status::Custom(other.into())),
-        other => failed(
+        Answer::Other(other) if declared.iter().any(|s| s == other) => {
+            Decision::new(DecisionKind::Report(other.into()))
+        }
+        Answer::Other(other) => failed(
             format!(
                 "the function answered status {other:?}, which is neither completed, skipped, error, defer nor a status the template declares for this step"
             ),
@@ -159,9 +242,7 @@ pub fn decide(
             false,
         ),
     };
-    if d.note.is_none() {
-        d.note = outcome.note.clone();
-    }
+    d.note = outcome.note.clone();
     d.elapsed = outcome.elapsed.filter(|e| e.is_finite() && *e >= 0.0);
     d
 }
@@ -198,16 +279,16 @@ mod tests {
             text: Some("stack".into()),
         };
         let d = decide(Err(&e), 1, 3, &[], &b, now(), 0.5);
-        assert_eq!(d.status, Status::Retrying);
-        assert_eq!(d.run_at, Some(now() + chrono::Duration::seconds(1)));
-        assert_eq!(d.text.as_deref(), Some("stack"));
+        assert_eq!(d.status(), Status::Retrying);
+        assert_eq!(d.run_at(), Some(now() + chrono::Duration::seconds(1)));
+        assert_eq!(d.failure().and_then(|f| f.text.as_deref()), Some("stack"));
         let d = decide(Err(&e), 3, 3, &[], &b, now(), 0.5);
-        assert_eq!(d.status, Status::Error);
+        assert_eq!(d.status(), Status::Error);
         let mut fatal = Outcome::error("bad record");
         fatal.retryable = Some(false);
         let d = decide(Ok(&fatal), 1, 3, &[], &b, now(), 0.5);
         assert_eq!(
-            (d.status, d.message.as_deref()),
+            (d.status(), d.failure().map(|f| f.message.as_str())),
             (Status::Error, Some("bad record"))
         );
     }
@@ -223,13 +304,13 @@ mod tests {
             now(),
             0.5,
         );
-        assert_eq!(d.status, Status::Scheduled);
-        assert_eq!(d.attempts_delta, -1);
-        assert_eq!(d.run_at, Some(now() + chrono::Duration::seconds(30)));
+        assert_eq!(d.status(), Status::Scheduled);
+        assert_eq!(d.attempts_delta(), -1);
+        assert_eq!(d.run_at(), Some(now() + chrono::Duration::seconds(30)));
         let mut bad = Outcome::with_status("defer");
         bad.until = Some("tomorrow".into());
         assert_eq!(
-            decide(Ok(&bad), 1, 3, &[], &Backoff::default(), now(), 0.5).status,
+            decide(Ok(&bad), 1, 3, &[], &Backoff::default(), now(), 0.5).status(),
             Status::Error
         );
     }
@@ -246,7 +327,7 @@ mod tests {
             now(),
             0.5,
         );
-        assert_eq!(ok.status, Status::Custom("IN PROCESS".into()));
+        assert_eq!(ok.status(), Status::Custom("IN PROCESS".into()));
         let bad = decide(
             Ok(&Outcome::with_status("done")),
             1,
@@ -256,8 +337,11 @@ mod tests {
             now(),
             0.5,
         );
-        assert_eq!(bad.status, Status::Error);
-        assert!(bad.message.unwrap_or_default().contains("\"done\""));
+        assert_eq!(bad.status(), Status::Error);
+        assert!(
+            bad.failure()
+                .is_some_and(|f| f.message.contains("\"done\""))
+        );
         let done = decide(
             Ok(&Outcome::completed().lifecycle("released")),
             1,
@@ -267,7 +351,7 @@ mod tests {
             now(),
             0.5,
         );
-        assert!(done.apply_effects);
-        assert_eq!(done.lifecycle.as_deref(), Some("released"));
+        assert!(done.applies_effects());
+        assert_eq!(done.lifecycle(), Some("released"));
     }
 }

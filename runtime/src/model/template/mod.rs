@@ -13,7 +13,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::status::Status;
+use crate::model::status::Status;
 
 /// Attempts a step gets when its template names no `error-limit`.
 pub const DEFAULT_ERROR_LIMIT: u32 = 3;
@@ -32,7 +32,7 @@ pub struct Template {
     pub alert_to: Vec<String>,
     /// Cron schedules that start this template.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub schedules: Vec<crate::schedules::ScheduleSpec>,
+    pub schedules: Vec<crate::model::schedule::ScheduleSpec>,
 }
 
 /// One step (WorkDo "process") of a template.

@@ -122,6 +122,21 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, DbError>
         })
 }
 
+/// Drop `name` on the server behind `admin_url` if it exists, disconnecting its sessions.
+///
+/// # Errors
+/// When the server cannot be reached or refuses.
+pub async fn drop_database(admin_url: &str, name: &str) -> Result<(), DbError> {
+    let pool = connect(admin_url, 1).await?;
+    let sql = format!(
+        "drop database if exists \"{}\" with (force)",
+        name.replace('"', "\"\"")
+    );
+    sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&pool).await?;
+    pool.close().await;
+    Ok(())
+}
+
 /// Apply pending migrations. Their bookkeeping table lives in the `workdo` schema too.
 ///
 /// # Errors

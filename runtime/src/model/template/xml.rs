@@ -23,7 +23,7 @@ use super::{
     DEFAULT_ERROR_LIMIT, DEFAULT_TIMEOUT_SECS, FunctionSpec, Locate, Problem, Runner, StepSpec,
     Template, TemplateError, parse_duration_secs, validate,
 };
-use crate::status::Status;
+use crate::model::status::Status;
 
 struct Lines {
     root: usize,

@@ -12,7 +12,7 @@ use super::{
     DEFAULT_ERROR_LIMIT, DEFAULT_TIMEOUT_SECS, FunctionSpec, Locate, Runner, StepSpec, Template,
     TemplateError, parse_duration_secs, validate,
 };
-use crate::status::Status;
+use crate::model::status::Status;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -27,7 +27,7 @@ struct RawTemplate {
     alerts: Option<RawAlerts>,
     steps: Vec<RawStep>,
     #[serde(default)]
-    schedules: Vec<crate::schedules::ScheduleSpec>,
+    schedules: Vec<crate::model::schedule::ScheduleSpec>,
 }
 
 #[derive(Deserialize)]

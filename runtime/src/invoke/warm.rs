@@ -1,14 +1,6 @@
-//! Running step functions: `exec` (a process per call), `warm` (a pool of long-lived processes
-//! answering newline-delimited JSON), `http` (POST to a URL) and `builtin` (in-process).
-//!
-//! Whatever goes wrong while calling a function — it cannot start, crashes, exits non-zero,
-//! prints something that is not a result, or runs past its timeout — comes back as an
-//! [`InvokeError`] whose message says which, with the captured stderr as text; the worker turns it
-//! into a retryable error.
+//! `warm`: a pool of long-lived processes answering newline-delimited JSON.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
@@ -16,264 +8,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::{Mutex, Semaphore};
 
-pub use workdo_function::protocol::{Event, ObjectUpdate, Outcome, PROTOCOL, StartWorkflow};
+use std::process::Stdio;
 
-use crate::template::{FunctionSpec, Runner};
-
-/// How much of a function's stderr is kept for the error text.
-const STDERR_KEEP: usize = 16 * 1024;
-
-/// A call that did not produce a result.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{message}")]
-pub struct InvokeError {
-    pub message: String,
-    /// Captured stderr (its last part), if any.
-    pub text: Option<String>,
-}
-
-impl InvokeError {
-    fn new(message: impl Into<String>, stderr: String) -> Self {
-        InvokeError {
-            message: message.into(),
-            text: (!stderr.trim().is_empty()).then_some(stderr),
-        }
-    }
-}
-
-/// A function ready to be called.
-pub enum Invoker {
-    Exec {
-        argv: Vec<String>,
-        env: BTreeMap<String, String>,
-    },
-    Warm(Arc<WarmPool>),
-    Http {
-        url: String,
-        client: reqwest::Client,
-    },
-    Builtin(fn(&Event) -> Outcome),
-}
-
-impl Invoker {
-    /// Prepare `spec`'s function. `env` is added to exec and warm functions' environment.
-    pub fn new(spec: &FunctionSpec, env: &BTreeMap<String, String>) -> Result<Invoker, String> {
-        let mut full_env = env.clone();
-        full_env.extend(spec.env.clone());
-        Ok(match &spec.runner {
-            Runner::Exec { argv } => Invoker::Exec {
-                argv: resolve(argv),
-                env: full_env,
-            },
-            Runner::Warm {
-                argv,
-                pool,
-                pipeline,
-            } => Invoker::Warm(Arc::new(WarmPool::new(
-                resolve(argv),
-                full_env,
-                *pool as usize,
-                *pipeline as usize,
-            ))),
-            Runner::Http { url } => Invoker::Http {
-                url: url.clone(),
-                client: http_client(),
-            },
-            Runner::Builtin { name } => Invoker::Builtin(
-                builtin(name).ok_or_else(|| format!("no builtin function {name:?}"))?,
-            ),
-        })
-    }
-
-    /// Call the function with `event`, waiting at most `timeout`.
-    pub async fn invoke(&self, event: &Event, timeout: Duration) -> Result<Outcome, InvokeError> {
-        match self {
-            Invoker::Exec { argv, env } => exec(argv, env, event, timeout).await,
-            Invoker::Warm(pool) => pool.invoke(event, timeout).await,
-            Invoker::Http { url, client } => http(client, url, event, timeout).await,
-            Invoker::Builtin(f) => Ok(f(event)),
-        }
-    }
-
-    /// The runner's name, for spans and metrics.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Invoker::Exec { .. } => "exec",
-            Invoker::Warm(_) => "warm",
-            Invoker::Http { .. } => "http",
-            Invoker::Builtin(_) => "builtin",
-        }
-    }
-
-    /// Stop any processes this function keeps.
-    pub async fn shutdown(&self) {
-        if let Invoker::Warm(pool) = self {
-            pool.shutdown().await;
-        }
-    }
-}
-
-/// A program named without a path is looked up next to the `workdo` executable first (where
-/// cargo puts the workspace's function binaries), then on PATH.
-fn resolve(argv: &[String]) -> Vec<String> {
-    let mut out = argv.to_vec();
-    if let Some(first) = out.first_mut()
-        && !first.contains('/')
-        && let Some(dir) = std::env::current_exe()
-            .ok()
-            .and_then(|e| e.parent().map(PathBuf::from))
-    {
-        let sibling = dir.join(&*first);
-        if sibling.is_file() {
-            *first = sibling.display().to_string();
-        }
-    }
-    out
-}
-
-fn http_client() -> reqwest::Client {
-    crate::install_crypto();
-    reqwest::Client::builder()
-        .user_agent(concat!("workdo/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .unwrap_or_else(|_| reqwest::Client::new())
-}
-
-fn parse_result(stdout: &[u8]) -> Result<Outcome, String> {
-    let text = String::from_utf8_lossy(stdout);
-    let trimmed = text.trim();
-    if trimmed.is_empty() {
-        return Err("printed no result on stdout".into());
-    }
-    serde_json::from_str::<Outcome>(trimmed).map_err(|e| {
-        let head: String = trimmed.chars().take(200).collect();
-        format!("printed output that is not a valid result ({e}): {head}")
-    })
-}
-
-fn describe_exit(status: std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exited with status {code}"),
-        (None, Some(sig)) => format!("crashed (killed by signal {sig})"),
-        _ => "ended abnormally".into(),
-    }
-}
-
-async fn exec(
-    argv: &[String],
-    env: &BTreeMap<String, String>,
-    event: &Event,
-    timeout: Duration,
-) -> Result<Outcome, InvokeError> {
-    let program = &argv[0];
-    let mut cmd = Command::new(program);
-    cmd.args(&argv[1..])
-        .envs(env)
-        .env("WORKDO_MODE", "exec")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    if let Some(tp) = &event.traceparent {
-        cmd.env("TRACEPARENT", tp);
-    }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| InvokeError::new(format!("cannot start {program}: {e}"), String::new()))?;
-    let input = serde_json::to_vec(event).unwrap_or_default();
-    let mut stdin = child.stdin.take();
-    let mut stdout = child.stdout.take();
-    let mut stderr = child.stderr.take();
-    // Feed, drain and wait concurrently: a function that prints a lot before reading must not
-    // deadlock against a full pipe.
-    let feed = async {
-        if let Some(mut s) = stdin.take() {
-            let _ = s.write_all(&input).await;
-            let _ = s.shutdown().await;
-        }
-    };
-    let read_out = async {
-        let mut buf = Vec::new();
-        if let Some(s) = stdout.as_mut() {
-            let _ = s.read_to_end(&mut buf).await;
-        }
-        buf
-    };
-    let read_err = async {
-        let mut buf = Vec::new();
-        if let Some(s) = stderr.as_mut() {
-            let _ = s.take(4 * STDERR_KEEP as u64).read_to_end(&mut buf).await;
-        }
-        tail(&buf)
-    };
-    let run = async {
-        let ((), out, err) = tokio::join!(feed, read_out, read_err);
-        let status = child.wait().await;
-        (out, err, status)
-    };
-    let (out, err, status) = match tokio::time::timeout(timeout, run).await {
-        Ok(done) => done,
-        Err(_) => {
-            // The future owning the child was dropped: kill_on_drop ends the process.
-            return Err(InvokeError::new(
-                format!(
-                    "{program} timed out after {:.1}s and was killed",
-                    timeout.as_secs_f64()
-                ),
-                String::new(),
-            ));
-        }
-    };
-    let status = status
-        .map_err(|e| InvokeError::new(format!("cannot wait for {program}: {e}"), err.clone()))?;
-    if !status.success() {
-        return Err(InvokeError::new(
-            format!("{program} {}", describe_exit(status)),
-            err,
-        ));
-    }
-    parse_result(&out).map_err(|m| InvokeError::new(format!("{program} {m}"), err))
-}
-
-fn tail(bytes: &[u8]) -> String {
-    let start = bytes.len().saturating_sub(STDERR_KEEP);
-    String::from_utf8_lossy(&bytes[start..]).into_owned()
-}
-
-async fn http(
-    client: &reqwest::Client,
-    url: &str,
-    event: &Event,
-    timeout: Duration,
-) -> Result<Outcome, InvokeError> {
-    let mut req = client.post(url).timeout(timeout).json(event);
-    if let Some(tp) = &event.traceparent {
-        req = req.header("traceparent", tp);
-    }
-    let resp = req.send().await.map_err(|e| {
-        let what = if e.is_timeout() {
-            format!("POST {url} timed out after {:.1}s", timeout.as_secs_f64())
-        } else {
-            format!("POST {url} failed: {e}")
-        };
-        InvokeError::new(what, String::new())
-    })?;
-    let status = resp.status();
-    let body = resp.bytes().await.map_err(|e| {
-        InvokeError::new(
-            format!("reading the answer of {url} failed: {e}"),
-            String::new(),
-        )
-    })?;
-    if !status.is_success() {
-        return Err(InvokeError::new(
-            format!("POST {url} answered HTTP {status}"),
-            tail(&body),
-        ));
-    }
-    parse_result(&body).map_err(|m| InvokeError::new(format!("{url} {m}"), String::new()))
-}
+use super::{Event, InvokeError, Outcome, STDERR_KEEP, describe_exit, parse_result, tail};
 
 /// Long-lived processes answering one JSON event per line with one result per line, in order.
 ///
@@ -301,11 +38,11 @@ pub struct WarmPool {
 struct WarmProcess {
     stdin: Mutex<Option<ChildStdin>>,
     inflight: std::sync::atomic::AtomicUsize,
-    shared: Arc<Shared>,
+    shared: Arc<ProcessState>,
     reader: StdMutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
-struct Shared {
+struct ProcessState {
     program: String,
     waiting: StdMutex<Waiting>,
     /// Set as soon as the process is known to be ending: it takes no new calls.
@@ -330,7 +67,7 @@ fn stderr_tail(buf: &StdMutex<VecDeque<u8>>) -> String {
         .unwrap_or_default()
 }
 
-impl Shared {
+impl ProcessState {
     fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
         // A panic while holding this lock cannot leave it inconsistent (a deque and an option).
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
@@ -444,7 +181,7 @@ impl WarmPool {
                 }
             }
         });
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(ProcessState {
             program: program.clone(),
             waiting: StdMutex::new(Waiting::default()),
             closing: std::sync::atomic::AtomicBool::new(false),
@@ -490,7 +227,11 @@ impl WarmPool {
         Ok(InFlight::new(proc))
     }
 
-    async fn invoke(&self, event: &Event, timeout: Duration) -> Result<Outcome, InvokeError> {
+    pub(super) async fn invoke(
+        &self,
+        event: &Event,
+        timeout: Duration,
+    ) -> Result<Outcome, InvokeError> {
         let program = self.argv[0].clone();
         // Waiting for room counts against the call's timeout: a call queued behind slow ones
         // fails as timed out (and is retried) instead of running after its lease.
@@ -558,7 +299,7 @@ impl WarmPool {
         }
     }
 
-    async fn shutdown(&self) {
+    pub(super) async fn shutdown(&self) {
         self.slots.close();
         let procs: Vec<Arc<WarmProcess>> =
             std::mem::take(&mut *self.procs.lock().unwrap_or_else(|p| p.into_inner()));
@@ -586,7 +327,11 @@ impl WarmPool {
 /// A warm process's reader: hands each answer line to the oldest waiting call. When the process
 /// ends (end of output, a line that is not a result, an answer nobody asked for, or a kill), every
 /// call still waiting gets an error saying how, and no call is queued on it again.
-async fn read_answers(proc: Arc<Shared>, mut child: Child, mut stdout: BufReader<ChildStdout>) {
+async fn read_answers(
+    proc: Arc<ProcessState>,
+    mut child: Child,
+    mut stdout: BufReader<ChildStdout>,
+) {
     let program = proc.program.clone();
     // Whether the process is killed (by a caller or for what it printed) or ended by itself.
     let killed = loop {
@@ -653,40 +398,10 @@ async fn read_answers(proc: Arc<Shared>, mut child: Child, mut stdout: BufReader
     }
 }
 
-/// An event for calling a function outside any workflow (`workdo bench`, tests).
-pub(crate) fn probe_event(object: &str) -> Event {
-    Event {
-        protocol: PROTOCOL.into(),
-        step_id: 1,
-        workflow_id: 1,
-        object: object.into(),
-        template: "probeWF".into(),
-        step: "call".into(),
-        version: 1,
-        lane: "default".into(),
-        attempt: 1,
-        max_attempts: 3,
-        properties: Default::default(),
-        documents: Default::default(),
-        context: Default::default(),
-        traceparent: None,
-        deadline: "2030-01-01T00:00:00Z".into(),
-    }
-}
-
-/// In-process functions, for benchmarks and tests.
-pub fn builtin(name: &str) -> Option<fn(&Event) -> Outcome> {
-    Some(match name {
-        "noop" => |_| Outcome::completed(),
-        "fail" => |e| Outcome::error(format!("builtin fail on attempt {}", e.attempt)),
-        "skip" => |_| Outcome::skipped(),
-        _ => return None,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::invoke::probe_event;
 
     /// A call of `pool` for `object`, running on its own.
     fn call(

@@ -1,0 +1,252 @@
+//! The command line's arguments, shared by several commands.
+
+use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
+use clap::{Args, Subcommand};
+
+use crate::api;
+use crate::model::template;
+
+#[derive(Debug, Args, Clone)]
+pub struct ApiArgs {
+    /// Address the HTTP API listens on [default: 127.0.0.1:7070; `up --demo` serves no API
+    /// unless this is given].
+    #[arg(long, env = "WORKDO_LISTEN")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Serve without tokens (everyone is admin); refused unless --listen is a loopback address.
+    #[arg(long)]
+    pub open: bool,
+}
+
+impl ApiArgs {
+    pub fn address(&self) -> std::net::SocketAddr {
+        self.listen
+            .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 7070)))
+    }
+
+    pub fn access(&self) -> api::Access {
+        if self.open {
+            api::Access::Open
+        } else {
+            api::Access::Tokens
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SchedulesCmd {
+    /// Load schedules files (`schedules: [...]`); entries are matched by name.
+    Load {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Every schedule with its next fire time.
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokensCmd {
+    /// Create a token and print it (it is shown only this once).
+    Create {
+        /// admin, robot or viewer.
+        #[arg(long)]
+        role: String,
+        /// Valid for this long (e.g. 30d, 12h); without it, until revoked.
+        #[arg(long, value_parser = duration)]
+        expires: Option<std::time::Duration>,
+        /// A label, e.g. who or what uses it.
+        #[arg(long, default_value = "")]
+        name: String,
+    },
+    /// Every token (never the secrets).
+    List,
+    /// Revoke a token by id.
+    Revoke { id: i64 },
+}
+
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    #[command(flatten)]
+    pub api: ApiArgs,
+    /// Run without the HTTP API.
+    #[arg(long)]
+    pub no_api: bool,
+    /// Register N sample books, run them all with the demo functions, summarise, and exit.
+    #[arg(long, value_name = "N")]
+    pub demo: Option<u32>,
+    /// Templates the demo loads.
+    #[arg(long, default_value = "workflows")]
+    pub templates: PathBuf,
+    /// Folder the demo functions work in (default: DATA_DIR/demo-workspace).
+    #[arg(long)]
+    pub workspace: Option<PathBuf>,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct RuntimeArgs {
+    /// Longest a worker waits without a notification before looking for work.
+    #[arg(long, default_value = "1s", value_parser = duration)]
+    pub poll_interval: std::time::Duration,
+    /// A lease lasts the function's timeout plus this.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub lease_margin: std::time::Duration,
+    /// On SIGTERM, how long calls in flight may take to finish before their steps are released.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub grace: std::time::Duration,
+    /// Back-off before the first retry; doubles each attempt (default 1s, 100ms with --demo).
+    #[arg(long, value_parser = duration)]
+    pub retry_base: Option<std::time::Duration>,
+    /// Longest back-off.
+    #[arg(long, default_value = "1h", value_parser = duration)]
+    pub retry_max: std::time::Duration,
+    /// Environment for every exec and warm function (repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    /// Database connections this process may use.
+    #[arg(long, default_value_t = 16)]
+    pub max_connections: u32,
+    /// Transactions committing results in parallel (each holds a connection while it commits).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub completers: u32,
+    /// Most results one transaction commits: larger batches give more throughput under load,
+    /// smaller ones a shorter wait from a step's result to its dependants' wake-up.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub commit_batch: u32,
+    /// A file of KEY=VALUE lines (WORKDO_SMTP_URL, WORKDO_ALERT_FROM, WORKDO_ALERT_TO,
+    /// WORKDO_ALERT_INTERVAL, WORKDO_STUCK_STARTED, WORKDO_STUCK_READY, WORKDO_API_URL);
+    /// the environment overrides it.
+    #[arg(long, env = "WORKDO_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Do not fire cron schedules in this process.
+    #[arg(long)]
+    pub no_schedules: bool,
+}
+
+pub(super) fn duration(text: &str) -> Result<std::time::Duration, String> {
+    template::parse_duration_secs(text)
+        .map(std::time::Duration::from_secs_f64)
+        .ok_or_else(|| format!("{text:?} is not a duration such as 500ms, 30s or 5m"))
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TemplatesCmd {
+    /// Load template files, or every .yaml/.yml/.xml file in folders.
+    Load {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+    /// Current version of every template.
+    List,
+    /// One template's steps.
+    Show { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ObjectsCmd {
+    /// Register an object, or update its properties and documents.
+    Add {
+        id: String,
+        /// A property, `key=value`; the value is JSON when it parses as JSON, else a string.
+        #[arg(long = "property", value_name = "KEY=VALUE")]
+        properties: Vec<String>,
+        /// A document read from a file, `name=path`.
+        #[arg(long = "document", value_name = "NAME=FILE")]
+        documents: Vec<String>,
+    },
+    /// Show an object (same as `workdo show`).
+    Show { id: String },
+}
+
+#[derive(Debug, Args)]
+pub struct StartArgs {
+    pub template: String,
+    #[arg(required = true)]
+    pub objects: Vec<String>,
+    /// Object version (default: the object's current version).
+    #[arg(long)]
+    pub version: Option<i32>,
+    /// Not before this time (RFC 3339, e.g. 2027-01-01T00:00:00Z).
+    #[arg(long)]
+    pub start_at: Option<DateTime<Utc>>,
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub priority: i32,
+    #[arg(long, default_value = "default")]
+    pub lane: String,
+    /// Workflow context, a JSON object.
+    #[arg(long)]
+    pub context: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct QueueArgs {
+    /// TEMPLATE:STEP
+    pub step: String,
+    /// TEMPLATE:STEP that must be completed (repeatable).
+    #[arg(long)]
+    pub completed: Vec<String>,
+    #[arg(long)]
+    pub lane: Option<String>,
+    #[arg(long, default_value_t = 100)]
+    pub limit: i64,
+    /// List the objects whose step is in error instead.
+    #[arg(long)]
+    pub errors: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StepCmd {
+    /// Set a step's status (the WorkDo update call).
+    Set(SetArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SetArgs {
+    pub object: String,
+    pub template: String,
+    pub step: String,
+    pub status: String,
+    #[arg(long)]
+    pub note: Option<String>,
+    /// Error message (short, for reports and mail).
+    #[arg(long)]
+    pub message: Option<String>,
+    /// Error text (long, e.g. a stack trace).
+    #[arg(long)]
+    pub text: Option<String>,
+    /// Record this lifecycle milestone when completing.
+    #[arg(long)]
+    pub lifecycle: Option<String>,
+    /// Seconds the work took.
+    #[arg(long)]
+    pub elapsed: Option<f64>,
+    /// Change only if the step is in this status.
+    #[arg(long)]
+    pub current_status: Option<String>,
+    /// Object version (default: the active one).
+    #[arg(long)]
+    pub version: Option<i32>,
+}
+
+#[derive(Debug, Args, Default)]
+pub struct FilterArgs {
+    #[arg(long)]
+    pub object: Option<String>,
+    #[arg(long)]
+    pub template: Option<String>,
+    #[arg(long)]
+    pub step: Option<String>,
+    /// Only objects whose property KEY equals VALUE (JSON or string).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub property: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DbCmd {
+    /// Print the database URL in use.
+    Url,
+    /// Stop the private cluster.
+    Stop,
+}

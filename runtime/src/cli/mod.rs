@@ -1,0 +1,282 @@
+//! The `workdo` command. Every command writes to a `Write` so tests can read its output, and
+//! every read command takes `--json` for scripts. This file parses and dispatches; each group of
+//! commands has a file of its own.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use serde_json::Value;
+
+mod args;
+mod objects;
+mod schedules;
+mod show;
+mod steps;
+mod templates;
+mod tokens;
+mod up;
+
+pub use args::*;
+
+use crate::store::{StepFilter, Store, db};
+
+/// A Postgres-native workflow runtime for object-centric work.
+#[derive(Debug, Parser)]
+#[command(name = "workdo", version, about)]
+pub struct Cli {
+    /// Postgres to use. Without it, a private cluster is started under --data-dir.
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Where the private cluster lives when no database URL is given.
+    #[arg(
+        long,
+        env = "WORKDO_DATA_DIR",
+        global = true,
+        default_value = ".workdo"
+    )]
+    pub data_dir: PathBuf,
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Apply the database migrations (every command also does this first).
+    Migrate,
+    /// Load, list and show workflow templates.
+    #[command(subcommand)]
+    Templates(TemplatesCmd),
+    /// Register and inspect objects.
+    #[command(subcommand)]
+    Objects(ObjectsCmd),
+    /// Start a template on objects.
+    Start(StartArgs),
+    /// Objects waiting at TEMPLATE:STEP whose --completed steps are done (a WorkDo queue).
+    Queue(QueueArgs),
+    /// Facets: template × step × status counts.
+    Status {
+        /// Only this template.
+        #[arg(long)]
+        template: Option<String>,
+    },
+    /// An object's workflows, steps, milestones and last events.
+    Show {
+        object: String,
+        /// How many recent events to show.
+        #[arg(long, default_value_t = 20)]
+        events: i64,
+    },
+    /// Change a step by hand.
+    #[command(subcommand)]
+    Step(StepCmd),
+    /// Set the priority of unfinished steps (higher runs first).
+    Prioritize {
+        priority: i32,
+        #[command(flatten)]
+        filter: FilterArgs,
+    },
+    /// Put steps in error back in the queue, attempts reset.
+    Retry(FilterArgs),
+    /// Skip unfinished steps.
+    Skip(FilterArgs),
+    /// Why a step is not running.
+    Why {
+        object: String,
+        template: String,
+        step: String,
+    },
+    /// The private cluster: its URL, or stop it.
+    #[command(subcommand)]
+    Db(DbCmd),
+    /// Run the runtime: workers for every step bound to a function, plus maintenance.
+    Up(UpArgs),
+    /// Serve the HTTP API only (no workers).
+    Serve(ApiArgs),
+    /// Create, list and revoke API tokens.
+    #[command(subcommand)]
+    Tokens(TokensCmd),
+    /// Task injection: run TEMPLATE:STEP for these objects now, ahead of the queue.
+    Run {
+        /// TEMPLATE:STEP
+        step: String,
+        #[arg(long = "object", required = true)]
+        objects: Vec<String>,
+        #[command(flatten)]
+        runtime: RuntimeArgs,
+    },
+    /// Measure throughput and latency next to a plain SQL queue, on this server (see BENCHMARKS.md).
+    Bench {
+        /// Runs per figure; the table shows the median with min and max.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Small sizes (seconds), with the same correctness checks.
+        #[arg(long)]
+        quick: bool,
+        /// Only these scenarios (repeatable): queue (yardstick and claim+complete), dag, start,
+        /// wake, scale, calls. Default: all.
+        #[arg(long, value_enum)]
+        only: Vec<crate::bench::Scenario>,
+        /// The workdo executable used as the warm/exec no-op function (default: this one).
+        #[arg(long, hide = true)]
+        noop_function: Option<PathBuf>,
+    },
+    /// Cron schedules that start workflows.
+    #[command(subcommand)]
+    Schedules(SchedulesCmd),
+    /// Run workers for just these steps (TEMPLATE:STEP), e.g. to spread robots over machines.
+    Worker {
+        #[arg(required = true)]
+        steps: Vec<String>,
+        #[command(flatten)]
+        runtime: RuntimeArgs,
+    },
+}
+
+/// Run a parsed command, writing its output to `out`.
+///
+/// # Errors
+/// Anything the command reports: bad input, a missing database, a failed statement.
+pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
+    if let Command::Db(DbCmd::Stop) = &cli.command {
+        if cli.database_url.is_some() {
+            bail!("DATABASE_URL is set: there is no private cluster to stop");
+        }
+        // Stopping must not start anything first.
+        if cli.data_dir.join("pgdata").exists() {
+            crate::pg::Cluster::open(&cli.data_dir)?.stop()?;
+        }
+        writeln!(out, "stopped the cluster in {}", cli.data_dir.display())?;
+        return Ok(());
+    }
+    let target = db::resolve(cli.database_url.as_deref(), &cli.data_dir).await?;
+    if let Command::Bench {
+        runs,
+        quick,
+        only,
+        noop_function,
+    } = &cli.command
+    {
+        let opts = crate::bench::Options {
+            runs: *runs,
+            quick: *quick,
+            only: only.clone(),
+            noop_function: noop_function.clone(),
+        };
+        crate::bench::run(&target.url, &opts, cli.json, out).await?;
+        return Ok(());
+    }
+    if let Command::Db(DbCmd::Url) = &cli.command {
+        writeln!(out, "{}", target.url)?;
+        return Ok(());
+    }
+    let connections = match &cli.command {
+        Command::Up(a) => a.runtime.max_connections,
+        Command::Worker { runtime, .. } => runtime.max_connections,
+        _ => 4,
+    };
+    let pool = db::connect(&target.url, connections).await?;
+    db::migrate(&pool).await?;
+    let store = Store::new(pool).traced(crate::telemetry::workflow_trace);
+    let json = cli.json;
+    match cli.command {
+        Command::Migrate => writeln!(out, "migrations applied")?,
+        Command::Templates(cmd) => templates::run(&store, cmd, json, out).await?,
+        Command::Objects(ObjectsCmd::Add {
+            id,
+            properties,
+            documents,
+        }) => objects::add(&store, &id, &properties, &documents, json, out).await?,
+        Command::Objects(ObjectsCmd::Show { id }) => {
+            show::object(&store, &id, 20, json, out).await?
+        }
+        Command::Show { object, events } => {
+            show::object(&store, &object, events, json, out).await?
+        }
+        Command::Start(args) => objects::start(&store, args, json, out).await?,
+        Command::Queue(args) => steps::queue(&store, &args, json, out).await?,
+        Command::Status { template } => {
+            let facets = store.facets(template.as_deref()).await?;
+            crate::output::emit(out, json, &facets, |o| show::status_table(o, &facets))?;
+        }
+        Command::Step(StepCmd::Set(args)) => steps::set(&store, args, json, out).await?,
+        Command::Prioritize { priority, filter } => {
+            steps::prioritize(&store, priority, &filter, json, out).await?
+        }
+        Command::Retry(filter) => steps::retry(&store, &filter, json, out).await?,
+        Command::Skip(filter) => steps::skip(&store, &filter, json, out).await?,
+        Command::Why {
+            object,
+            template,
+            step,
+        } => steps::why(&store, &object, &template, &step, json, out).await?,
+        Command::Db(_) | Command::Bench { .. } => {}
+        Command::Up(args) => up::up(&store, args, &cli.data_dir, out).await?,
+        Command::Serve(args) => up::serve(store, &args).await?,
+        Command::Tokens(cmd) => tokens::run(&store, cmd, json, out).await?,
+        Command::Run {
+            step,
+            objects,
+            runtime,
+        } => up::run_now(&store, &step, &objects, &runtime, json, out).await?,
+        Command::Schedules(cmd) => schedules::run(&store, cmd, json, out).await?,
+        Command::Worker { steps, runtime } => up::worker(store, &steps, &runtime).await?,
+    }
+    Ok(())
+}
+
+pub(super) fn split_step(text: &str) -> Result<(&str, &str)> {
+    match text.split_once(':') {
+        Some((t, s)) if !t.is_empty() && !s.is_empty() => Ok((t, s)),
+        _ => bail!("{text:?}: expected TEMPLATE:STEP, e.g. accessionWF:shelve"),
+    }
+}
+
+pub(super) fn parse_value(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
+}
+
+pub(super) fn parse_properties(items: &[String]) -> Result<BTreeMap<String, Value>> {
+    items
+        .iter()
+        .map(|p| {
+            let (k, v) = p
+                .split_once('=')
+                .with_context(|| format!("--property {p:?}: expected KEY=VALUE"))?;
+            if k.is_empty() {
+                bail!("--property {p:?}: empty key");
+            }
+            Ok((k.to_string(), parse_value(v)))
+        })
+        .collect()
+}
+
+pub(super) fn step_filter(f: &FilterArgs) -> Result<StepFilter> {
+    let property = match &f.property {
+        None => None,
+        Some(p) => {
+            let (k, v) = p
+                .split_once('=')
+                .with_context(|| format!("--property {p:?}: expected KEY=VALUE"))?;
+            Some((k.to_string(), parse_value(v)))
+        }
+    };
+    Ok(StepFilter {
+        object: f.object.clone(),
+        template: f.template.clone(),
+        step: f.step.clone(),
+        property,
+        ..StepFilter::default()
+    })
+}
+
+pub(super) fn actor() -> String {
+    std::env::var("USER")
+        .map(|u| format!("cli:{u}"))
+        .unwrap_or_else(|_| "cli".into())
+}

@@ -1,0 +1,66 @@
+//! `workdo schedules load|list`.
+
+use std::io::Write;
+
+use anyhow::{Context, Result};
+
+use super::args::SchedulesCmd;
+use crate::model::schedule;
+use crate::output::{emit, table};
+use crate::store::Store;
+
+pub(super) async fn run(
+    store: &Store,
+    cmd: SchedulesCmd,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    match cmd {
+        SchedulesCmd::Load { files } => {
+            let mut n = 0;
+            for f in &files {
+                let text = std::fs::read_to_string(f)
+                    .with_context(|| format!("cannot read {}", f.display()))?;
+                let origin = f.display().to_string();
+                let specs = schedule::parse_file(&origin, &text)?;
+                n += store.schedules_put(&specs, &origin).await?;
+            }
+            emit(out, json, &serde_json::json!({"schedules": n}), |o| {
+                writeln!(o, "{n} schedules loaded")
+            })?;
+        }
+        SchedulesCmd::List => {
+            let rows = store.schedules_list().await?;
+            emit(out, json, &rows, |o| {
+                table(
+                    o,
+                    &[
+                        "schedule",
+                        "cron",
+                        "time zone",
+                        "starts",
+                        "next fire (UTC)",
+                        "last fired",
+                    ],
+                    rows.iter().map(|r| {
+                        vec![
+                            r.name.clone(),
+                            r.cron.clone(),
+                            r.timezone.clone(),
+                            r.template.clone(),
+                            if r.enabled {
+                                r.next_fire_at.format("%Y-%m-%d %H:%M:%S").to_string()
+                            } else {
+                                "never".into()
+                            },
+                            r.last_fired_at
+                                .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+                                .unwrap_or_else(|| "-".into()),
+                        ]
+                    }),
+                )
+            })?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,137 @@
+//! `workdo show`, `status`: what an object and the whole system look like.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use anyhow::Result;
+
+use crate::output::{emit, table};
+use crate::store::Store;
+
+pub(super) async fn object(
+    store: &Store,
+    id: &str,
+    events: i64,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let view = store.object_view(id, events).await?;
+    Ok(emit(out, json, &view, |o| {
+        writeln!(o, "{} (version {})", view.id, view.version)?;
+        if view.properties.as_object().is_some_and(|p| !p.is_empty()) {
+            writeln!(o, "properties: {}", view.properties)?;
+        }
+        if !view.documents.is_empty() {
+            writeln!(o, "documents: {}", view.documents.join(", "))?;
+        }
+        for w in &view.workflows {
+            writeln!(
+                o,
+                "\n{} v{} [{}{}] priority {} lane {}",
+                w.workflow.template,
+                w.workflow.version,
+                w.workflow.status,
+                if w.workflow.active { "" } else { ", inactive" },
+                w.workflow.priority,
+                w.workflow.lane
+            )?;
+            table(
+                o,
+                &[
+                    "step",
+                    "status",
+                    "attempts",
+                    "elapsed",
+                    "lifecycle",
+                    "note / error",
+                ],
+                w.steps.iter().map(|s| {
+                    vec![
+                        s.name.clone(),
+                        s.status.clone(),
+                        format!("{}/{}", s.attempts, s.max_attempts),
+                        s.elapsed.map(|e| format!("{e:.3}s")).unwrap_or_default(),
+                        s.lifecycle.clone().unwrap_or_default(),
+                        s.error_message
+                            .clone()
+                            .or_else(|| s.note.clone())
+                            .unwrap_or_default(),
+                    ]
+                }),
+            )?;
+        }
+        if !view.milestones.is_empty() {
+            writeln!(o, "\nmilestones:")?;
+            for m in &view.milestones {
+                writeln!(
+                    o,
+                    "  {} {} (version {})",
+                    m.at.format("%Y-%m-%d %H:%M:%S"),
+                    m.name,
+                    m.version
+                )?;
+            }
+        }
+        if !view.events.is_empty() {
+            writeln!(o, "\nevents:")?;
+            for e in &view.events {
+                writeln!(
+                    o,
+                    "  {} {} {}{}{}",
+                    e.at.format("%Y-%m-%d %H:%M:%S%.3f"),
+                    e.kind,
+                    e.template.clone().unwrap_or_default(),
+                    e.step.as_ref().map(|s| format!(":{s}")).unwrap_or_default(),
+                    e.status
+                        .as_ref()
+                        .map(|s| format!(" -> {s}"))
+                        .unwrap_or_default()
+                )?;
+            }
+        }
+        Ok(())
+    })?)
+}
+
+pub(super) fn status_table(
+    o: &mut dyn Write,
+    facets: &[crate::store::Facet],
+) -> std::io::Result<()> {
+    // One row per template step, one column per status present.
+    let mut statuses: Vec<&str> = facets.iter().map(|f| f.status.as_str()).collect();
+    let order = |s: &str| {
+        crate::model::status::Status::BUILTIN
+            .iter()
+            .position(|b| *b == s)
+            .unwrap_or(usize::MAX)
+    };
+    statuses.sort_by_key(|s| (order(s), s.to_string()));
+    statuses.dedup();
+    // Rows in the order the facets come: by template, then the steps' order in the template.
+    let mut rows: Vec<((String, String), BTreeMap<String, i64>)> = Vec::new();
+    for f in facets {
+        let key = (f.template.clone(), f.step.clone());
+        match rows.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, counts)) => {
+                counts.insert(f.status.clone(), f.count);
+            }
+            None => rows.push((key, BTreeMap::from([(f.status.clone(), f.count)]))),
+        }
+    }
+    let mut headers = vec!["template", "step"];
+    headers.extend(statuses.iter());
+    table(
+        o,
+        &headers,
+        rows.iter().map(|((t, s), counts)| {
+            let mut row = vec![t.clone(), s.clone()];
+            row.extend(statuses.iter().map(|st| {
+                counts
+                    .get(*st)
+                    .map(|c| c.to_string())
+                    .unwrap_or_else(|| "-".into())
+            }));
+            row
+        }),
+    )
+}

@@ -1,0 +1,167 @@
+//! `workdo queue`, `step set`, `prioritize`, `retry`, `skip` and `why`: reading and changing steps.
+
+use std::io::Write;
+
+use anyhow::{Result, bail};
+
+use super::args::{FilterArgs, QueueArgs, SetArgs};
+use super::{actor, split_step, step_filter};
+use crate::output::{emit, table};
+use crate::store::{SetRequest, Store};
+
+/// A WorkDo queue: objects waiting at TEMPLATE:STEP, or those in error there.
+pub(super) async fn queue(
+    store: &Store,
+    args: &QueueArgs,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let (t, s) = split_step(&args.step)?;
+    if args.errors {
+        let rows = store.queue_errors(t, s, args.limit).await?;
+        return Ok(emit(out, json, &rows, |o| {
+            table(
+                o,
+                &["object", "attempts", "message"],
+                rows.iter().map(|r| {
+                    vec![
+                        r.object_id.clone(),
+                        format!("{}/{}", r.attempts, r.max_attempts),
+                        r.error_message.clone().unwrap_or_default(),
+                    ]
+                }),
+            )
+        })?);
+    }
+    let completed = args
+        .completed
+        .iter()
+        .map(|c| split_step(c).map(|(a, b)| (a.to_string(), b.to_string())))
+        .collect::<Result<Vec<_>>>()?;
+    let rows = store
+        .queue_waiting(t, s, &completed, args.lane.as_deref(), args.limit)
+        .await?;
+    Ok(emit(out, json, &rows, |o| {
+        table(
+            o,
+            &["object", "version", "lane", "status", "priority", "since"],
+            rows.iter().map(|r| {
+                vec![
+                    r.object_id.clone(),
+                    r.version.to_string(),
+                    r.lane.clone(),
+                    r.status.clone(),
+                    r.priority.to_string(),
+                    r.run_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                ]
+            }),
+        )
+    })?)
+}
+
+/// The WorkDo update call.
+pub(super) async fn set(
+    store: &Store,
+    args: SetArgs,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let req = SetRequest {
+        object: args.object,
+        template: args.template,
+        step: args.step,
+        status: args.status,
+        note: args.note,
+        error_message: args.message,
+        error_text: args.text,
+        lifecycle: args.lifecycle,
+        elapsed: args.elapsed,
+        current_status: args.current_status,
+        version: args.version,
+        actor: actor(),
+    };
+    let outcome = store.step_set(&req).await?;
+    Ok(emit(out, json, &outcome, |o| {
+        writeln!(
+            o,
+            "{}:{} on {} is {}{}",
+            req.template,
+            req.step,
+            req.object,
+            outcome.step.status,
+            if outcome.next_steps.is_empty() {
+                String::new()
+            } else {
+                format!("; now ready: {}", outcome.next_steps.join(", "))
+            }
+        )
+    })?)
+}
+
+pub(super) async fn prioritize(
+    store: &Store,
+    priority: i32,
+    filter: &FilterArgs,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let f = step_filter(filter)?;
+    let n = store.steps_prioritize(&f, priority, &actor()).await?;
+    Ok(emit(
+        out,
+        json,
+        &serde_json::json!({"steps": n, "priority": priority}),
+        |o| writeln!(o, "priority {priority} set on {n} steps"),
+    )?)
+}
+
+pub(super) async fn retry(
+    store: &Store,
+    filter: &FilterArgs,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let n = store.steps_retry(&step_filter(filter)?, &actor()).await?;
+    Ok(emit(out, json, &serde_json::json!({"steps": n}), |o| {
+        writeln!(o, "{n} steps put back in the queue")
+    })?)
+}
+
+pub(super) async fn skip(
+    store: &Store,
+    filter: &FilterArgs,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let f = step_filter(filter)?;
+    if f.object.is_none() && f.template.is_none() && f.step.is_none() && f.property.is_none() {
+        bail!("skip needs at least one of --object, --template, --step or --property");
+    }
+    let n = store.steps_skip(&f, &actor()).await?;
+    Ok(emit(out, json, &serde_json::json!({"steps": n}), |o| {
+        writeln!(o, "{n} steps skipped")
+    })?)
+}
+
+/// Why a step is not running.
+pub(super) async fn why(
+    store: &Store,
+    object: &str,
+    template: &str,
+    step: &str,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let why = store.why(object, template, step).await?;
+    Ok(emit(out, json, &why, |o| {
+        writeln!(
+            o,
+            "{}:{} on {} (version {}) is {}",
+            why.step.template, why.step.name, why.step.object_id, why.step.version, why.step.status
+        )?;
+        for r in &why.reasons {
+            writeln!(o, "  - {r}")?;
+        }
+        Ok(())
+    })?)
+}

@@ -1,0 +1,71 @@
+//! `workdo tokens create|list|revoke`.
+
+use std::io::Write;
+
+use anyhow::{Context, Result};
+use chrono::{DateTime, Utc};
+
+use super::args::TokensCmd;
+use crate::output::{emit, table};
+use crate::store::{Role, Store};
+
+pub(super) async fn run(
+    store: &Store,
+    cmd: TokensCmd,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    match cmd {
+        TokensCmd::Create {
+            role,
+            expires,
+            name,
+        } => {
+            let role = Role::parse(&role)
+                .with_context(|| format!("--role {role:?}: use admin, robot or viewer"))?;
+            let expires_at = match expires {
+                Some(d) => Some(
+                    Utc::now() + chrono::Duration::from_std(d).context("--expires is too long")?,
+                ),
+                None => None,
+            };
+            let (id, token) = store.token_create(role, &name, expires_at).await?;
+            emit(
+                out,
+                json,
+                &serde_json::json!({"id": id, "role": role, "token": token, "expires_at": expires_at}),
+                |o| writeln!(o, "{token}"),
+            )?;
+        }
+        TokensCmd::List => {
+            let rows = store.token_list().await?;
+            emit(out, json, &rows, |o| {
+                table(
+                    o,
+                    &["id", "name", "role", "created", "expires", "revoked"],
+                    rows.iter().map(|r| {
+                        let t = |d: Option<DateTime<Utc>>| {
+                            d.map(|d| d.format("%Y-%m-%d %H:%M").to_string())
+                                .unwrap_or_else(|| "-".into())
+                        };
+                        vec![
+                            r.id.to_string(),
+                            r.name.clone(),
+                            r.role.clone(),
+                            t(Some(r.created_at)),
+                            t(r.expires_at),
+                            t(r.revoked_at),
+                        ]
+                    }),
+                )
+            })?;
+        }
+        TokensCmd::Revoke { id } => {
+            store.token_revoke(id).await?;
+            emit(out, json, &serde_json::json!({"revoked": id}), |o| {
+                writeln!(o, "token {id} revoked")
+            })?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,221 @@
+//! `workdo up`, `worker`, `serve` and `run`: the runtime's commands.
+
+use std::io::Write;
+
+use anyhow::{Context, Result, bail};
+use tokio_util::sync::CancellationToken;
+
+use super::args::{RuntimeArgs, UpArgs};
+use crate::model::template;
+use crate::output::emit;
+use crate::runtime::{self, alerts::AlertConfig, inject};
+use crate::store::Store;
+use crate::{api, demo};
+
+fn runtime_config(args: &RuntimeArgs, demo: bool) -> Result<runtime::Config> {
+    let mut config = runtime::Config {
+        poll_interval: args.poll_interval,
+        lease_margin: args.lease_margin,
+        grace: args.grace,
+        env: runtime::parse_env(&args.env)?,
+        completers: args.completers as usize,
+        commit_batch: args.commit_batch as usize,
+        ..Default::default()
+    };
+    config.backoff.base = args.retry_base.unwrap_or(if demo {
+        std::time::Duration::from_millis(100)
+    } else {
+        std::time::Duration::from_secs(1)
+    });
+    config.backoff.max = args.retry_max;
+    config.alerts = AlertConfig::load(args.config.as_deref())?;
+    config.schedules = !args.no_schedules;
+    Ok(config)
+}
+
+/// Cancelled on SIGTERM or Ctrl-C.
+fn shutdown_on_signal() -> Result<CancellationToken> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let token = CancellationToken::new();
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let t = token.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::info!("shutting down: no new claims; calls in flight may finish");
+        t.cancel();
+    });
+    Ok(token)
+}
+
+async fn run_until_signal(
+    store: Store,
+    config: runtime::Config,
+    bindings: Vec<runtime::Binding>,
+) -> Result<()> {
+    if bindings.is_empty() {
+        eprintln!(
+            "workdo: no step of the loaded templates has a function; running maintenance only"
+        );
+    }
+    let token = shutdown_on_signal()?;
+    runtime::run(store, config, bindings, token).await?;
+    Ok(())
+}
+
+/// The API in the background, stopped by `token`.
+async fn spawn_api(
+    store: &Store,
+    args: &UpArgs,
+    token: &CancellationToken,
+) -> Result<Option<tokio::task::JoinHandle<Result<(), api::ServeError>>>> {
+    if args.no_api || (args.demo.is_some() && args.api.listen.is_none()) {
+        return Ok(None);
+    }
+    let (listen, access) = (args.api.address(), args.api.access());
+    if access == api::Access::Open && !listen.ip().is_loopback() {
+        return Err(api::ServeError::OpenNotLoopback(listen).into());
+    }
+    // Bind now so that a taken port is an error before any work starts.
+    let probe =
+        std::net::TcpListener::bind(listen).map_err(|e| api::ServeError::Bind(listen, e))?;
+    drop(probe);
+    Ok(Some(tokio::spawn(api::serve(
+        store.clone(),
+        listen,
+        access,
+        token.clone(),
+    ))))
+}
+
+pub(super) async fn up(
+    store: &Store,
+    args: UpArgs,
+    data_dir: &std::path::Path,
+    out: &mut impl Write,
+) -> Result<()> {
+    let Some(n) = args.demo else {
+        let bindings = runtime::bindings(store, &[]).await?;
+        let config = runtime_config(&args.runtime, false)?;
+        let token = shutdown_on_signal()?;
+        let server = spawn_api(store, &args, &token).await?;
+        if bindings.is_empty() {
+            eprintln!(
+                "workdo: no step of the loaded templates has a function; running maintenance only"
+            );
+        }
+        runtime::run(store.clone(), config, bindings, token).await?;
+        if let Some(s) = server {
+            s.await??;
+        }
+        return Ok(());
+    };
+    let mut config = runtime_config(&args.runtime, true)?;
+    let workspace = args
+        .workspace
+        .clone()
+        .unwrap_or_else(|| data_dir.join("demo-workspace"));
+    std::fs::create_dir_all(&workspace)
+        .with_context(|| format!("cannot create the demo workspace {}", workspace.display()))?;
+    let workspace = workspace.canonicalize()?;
+    config
+        .env
+        .entry("WORKDO_WORKSPACE".into())
+        .or_insert_with(|| workspace.display().to_string());
+    // The demo templates, loaded as `templates load` would.
+    let files = template::find_files(&args.templates)
+        .with_context(|| format!("cannot read {}", args.templates.display()))?;
+    for f in files {
+        let loaded = template::parse_file(&f)?;
+        store.template_save(&loaded).await?;
+    }
+    let bindings = runtime::bindings(store, &[]).await?;
+    let run: u32 = rand::random::<u32>() % 1_000_000;
+    let started = std::time::Instant::now();
+    demo::seed(store, run, n).await?;
+    writeln!(
+        out,
+        "demo run {run}: {n} books, workspace {}",
+        workspace.display()
+    )?;
+    let token = CancellationToken::new();
+    let server = spawn_api(store, &args, &token).await?;
+    let runtime = tokio::spawn(runtime::run(store.clone(), config, bindings, token.clone()));
+    let signals = shutdown_on_signal()?;
+    let draw = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tokio::select! {
+        watched = demo::watch(store, run, draw) => watched?,
+        () = signals.cancelled() => {}
+    }
+    token.cancel();
+    runtime.await??;
+    if let Some(s) = server {
+        s.await??;
+    }
+    demo::summary(store, run, started, out).await?;
+    Ok(())
+}
+
+/// `workdo run`: claim the step of these objects now and run it through the worker's path.
+pub(super) async fn run_now(
+    store: &Store,
+    step: &str,
+    objects: &[String],
+    args: &RuntimeArgs,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let bindings = runtime::bindings(store, &[step.to_string()]).await?;
+    let Some(binding) = bindings.into_iter().next() else {
+        bail!("{step} has no function to run");
+    };
+    let config = runtime_config(args, false)?;
+    let done = inject::run_now(store, &binding, &config, objects).await?;
+    let mut report = Vec::new();
+    for o in objects {
+        let line = match done.iter().find(|(c, _)| &c.object_id == o) {
+            Some((_, r)) => serde_json::json!({"object": o, "status": r.change.status.as_str(),
+                "message": r.change.error_message, "note": r.change.note}),
+            None => {
+                let why = store.why(o, &binding.template, &binding.step).await;
+                let reason = match why {
+                    Ok(w) => w.reasons.join("; "),
+                    Err(e) => e.to_string(),
+                };
+                serde_json::json!({"object": o, "status": "not run", "message": reason})
+            }
+        };
+        report.push(line);
+    }
+    Ok(emit(out, json, &report, |o| {
+        for r in &report {
+            writeln!(
+                o,
+                "{} {}{}",
+                r["object"].as_str().unwrap_or_default(),
+                r["status"].as_str().unwrap_or_default(),
+                r["message"]
+                    .as_str()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            )?;
+        }
+        Ok(())
+    })?)
+}
+
+/// `workdo serve`: the HTTP API only.
+pub(super) async fn serve(store: Store, args: &super::args::ApiArgs) -> Result<()> {
+    api::serve(store, args.address(), args.access(), shutdown_on_signal()?).await?;
+    Ok(())
+}
+
+/// `workdo worker TEMPLATE:STEP …`: workers for just these steps.
+pub(super) async fn worker(store: Store, steps: &[String], args: &RuntimeArgs) -> Result<()> {
+    let bindings = runtime::bindings(&store, steps).await?;
+    let config = runtime_config(args, false)?;
+    run_until_signal(store, config, bindings).await
+}

@@ -1,0 +1,18 @@
+//! The model: what workdo's words mean, as pure data and pure functions (no I/O, no SQL).
+//!
+//! - [`status`]: a step's statuses and the state machine between them.
+//! - [`template`]: templates (YAML and WorkDo XML), their parsers and validation.
+//! - [`schedule`]: cron schedule specs and their next fire times.
+//! - [`outcome`]: what a function call produced (the protocol's types).
+//! - [`retry`]: back-off, and the decision a function's outcome leads to.
+//! - [`alert`]: alert mail as text.
+//!
+//! Dynamic dispatch (observers, generators, bricklets) and state machines (signals, actions,
+//! alarms) take their places here as `dispatch` and `machine`.
+
+pub mod alert;
+pub mod outcome;
+pub mod retry;
+pub mod schedule;
+pub mod status;
+pub mod template;

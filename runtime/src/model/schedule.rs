@@ -1,0 +1,233 @@
+//! Cron schedules that start workflows: calendar work, run on time, once.
+//!
+//! A schedules file (or a template's `schedules:`) declares entries:
+//!
+//! ```yaml
+//! schedules:
+//!   - name: nightly-embargo-release
+//!     cron: "0 0 3 * * *"          # sec min hour day-of-month month day-of-week [year]
+//!     timezone: America/Los_Angeles # optional, default UTC
+//!     start: embargoReleaseWF
+//!     objects: { property: embargo_until, before: now }
+//!   - name: weekly-audit
+//!     cron: "0 0 4 * * Sun"
+//!     start: preservationAuditWF
+//!     objects: { ids: [druid:bb123cd4567, druid:cd234ef5678] }
+//!     restart: true                 # start again even where the workflow exists
+//! ```
+//!
+//! Each tick fires once even with several runtimes: the row is claimed with `SKIP LOCKED` and
+//! its next fire time advances in the transaction that starts the workflows. The next fire time
+//! is computed from *now*, so ticks missed during downtime fire once, not once each.
+
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A schedules file that cannot be used, with what is wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("{origin}: {message}")]
+pub struct ScheduleError {
+    pub origin: String,
+    pub message: String,
+}
+
+/// Which objects a schedule starts its workflow on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged, deny_unknown_fields)]
+pub enum Objects {
+    Ids { ids: Vec<String> },
+    Before { property: String, before: String },
+    Equals { property: String, equals: Value },
+}
+
+/// One schedule entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleSpec {
+    pub name: String,
+    pub cron: String,
+    #[serde(default)]
+    pub timezone: Option<String>,
+    /// The template to start (in a template's own `schedules:`, the template itself).
+    #[serde(default)]
+    pub start: Option<String>,
+    pub objects: Objects,
+    #[serde(default)]
+    pub restart: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    schedules: Vec<ScheduleSpec>,
+}
+
+impl ScheduleSpec {
+    fn tz(&self) -> Result<Tz, String> {
+        let name = self.timezone.as_deref().unwrap_or("UTC");
+        Tz::from_str(name)
+            .map_err(|_| format!("schedule {}: unknown time zone {name:?}", self.name))
+    }
+
+    fn schedule(&self) -> Result<cron::Schedule, String> {
+        cron::Schedule::from_str(&self.cron).map_err(|e| {
+            format!(
+                "schedule {}: cron {:?}: {e} (six or seven fields: sec min hour day-of-month month day-of-week [year])",
+                self.name, self.cron
+            )
+        })
+    }
+
+    /// Check the entry; `default_template` fills a missing `start`.
+    ///
+    /// # Errors
+    /// A message naming the schedule and what is wrong with it.
+    pub fn validate(&mut self, default_template: Option<&str>) -> Result<(), String> {
+        if self.name.trim().is_empty() || self.name.len() > 200 {
+            return Err(format!(
+                "schedule name {:?} must be 1-200 characters",
+                self.name
+            ));
+        }
+        if self.start.is_none() {
+            self.start = default_template.map(String::from);
+        }
+        if self.start.as_deref().is_none_or(str::is_empty) {
+            return Err(format!("schedule {}: `start` names no template", self.name));
+        }
+        self.schedule()?;
+        self.tz()?;
+        if let Objects::Before { before, .. } = &self.objects
+            && before != "now"
+            && DateTime::parse_from_rfc3339(before).is_err()
+        {
+            return Err(format!(
+                "schedule {}: before={before:?} is neither `now` nor an RFC 3339 time",
+                self.name
+            ));
+        }
+        Ok(())
+    }
+
+    /// The first fire time after `after`, in UTC.
+    pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let tz = self.tz().ok()?;
+        let schedule = self.schedule().ok()?;
+        schedule
+            .after(&after.with_timezone(&tz))
+            .next()
+            .map(|t| t.with_timezone(&Utc))
+    }
+}
+
+/// Parse a schedules file (`schedules: [...]`).
+///
+/// # Errors
+/// Malformed YAML (with its line) or an invalid entry, naming the file.
+pub fn parse_file(origin: &str, source: &str) -> Result<Vec<ScheduleSpec>, ScheduleError> {
+    let invalid = |message: String| ScheduleError {
+        origin: origin.to_string(),
+        message,
+    };
+    let file: File = serde_norway::from_str(source).map_err(|e| invalid(e.to_string()))?;
+    let mut out = file.schedules;
+    for s in &mut out {
+        s.validate(None).map_err(invalid)?;
+    }
+    Ok(out)
+}
+
+/// RFC 3339, or a plain date (midnight UTC).
+pub fn parse_time(text: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|t| t.with_timezone(&Utc))
+        .ok()
+        .or_else(|| {
+            chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
+                .ok()
+                .and_then(|d| d.and_hms_opt(0, 0, 0))
+                .map(|d| d.and_utc())
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s)
+            .map(|t| t.with_timezone(&Utc))
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn next_fire_times_respect_the_time_zone() {
+        let mut s = ScheduleSpec {
+            name: "n".into(),
+            cron: "0 0 3 * * *".into(),
+            timezone: Some("America/Los_Angeles".into()),
+            start: Some("aWF".into()),
+            objects: Objects::Ids { ids: vec![] },
+            restart: false,
+        };
+        s.validate(None).expect("valid");
+        // 03:00 in Los Angeles in November (PST, UTC-8) is 11:00 UTC.
+        assert_eq!(
+            s.next_after(at("2026-11-22T04:00:00Z")),
+            Some(at("2026-11-22T11:00:00Z"))
+        );
+        s.timezone = None;
+        assert_eq!(
+            s.next_after(at("2026-11-22T04:00:00Z")),
+            Some(at("2026-11-23T03:00:00Z"))
+        );
+    }
+
+    #[test]
+    fn bad_entries_are_named() {
+        let e = parse_file("s.yaml", "schedules:\n  - name: x\n    cron: \"every day\"\n    start: aWF\n    objects: { ids: [] }\n")
+            .expect_err("bad cron")
+            .to_string();
+        assert!(
+            e.starts_with("s.yaml: schedule x: cron \"every day\""),
+            "{e}"
+        );
+        let e = parse_file("s.yaml", "schedules:\n  - name: y\n    cron: \"0 * * * * *\"\n    timezone: Mars/Olympus\n    start: aWF\n    objects: { ids: [] }\n")
+            .expect_err("bad tz")
+            .to_string();
+        assert!(e.contains("unknown time zone \"Mars/Olympus\""), "{e}");
+        let e = parse_file(
+            "s.yaml",
+            "schedules:\n  - name: z\n    cron: \"0 * * * * *\"\n    objects: { ids: [] }\n",
+        )
+        .expect_err("no template")
+        .to_string();
+        assert!(e.contains("`start` names no template"), "{e}");
+        let ok = parse_file(
+            "s.yaml",
+            "schedules:\n  - name: e\n    cron: \"0 0 3 * * *\"\n    start: embargoReleaseWF\n    objects: { property: embargo_until, before: now }\n",
+        )
+        .expect("valid");
+        assert_eq!(
+            ok[0].objects,
+            Objects::Before {
+                property: "embargo_until".into(),
+                before: "now".into()
+            }
+        );
+    }
+
+    #[test]
+    fn plain_dates_and_times_parse() {
+        assert_eq!(parse_time("2026-01-02"), Some(at("2026-01-02T00:00:00Z")));
+        assert_eq!(
+            parse_time("2026-01-02T10:00:00+01:00"),
+            Some(at("2026-01-02T09:00:00Z"))
+        );
+        assert_eq!(parse_time("soon"), None);
+    }
+}

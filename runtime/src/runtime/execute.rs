@@ -1,0 +1,157 @@
+//! One call: a claimed step's event in, its function called under spans and metrics, the
+//! outcome decided ([`decide`]) into the [`StepResult`] the one commit path records.
+
+use std::time::Duration;
+
+use chrono::Utc;
+
+use super::{Binding, Config};
+use crate::invoke::Invoker;
+use crate::model::outcome::{Event, Outcome, PROTOCOL};
+use crate::model::retry::decide;
+use crate::model::status::Status;
+use crate::store::{Change, Claimed, Effects, StepInputs, StepResult, WorkflowToStart};
+
+/// Call the function for one claimed step and decide its result (nothing is written yet).
+pub(crate) async fn execute(
+    invoker: &Invoker,
+    binding: &Binding,
+    config: &Config,
+    c: &Claimed,
+    input: StepInputs,
+    timeout: Duration,
+) -> StepResult {
+    let event = Event {
+        protocol: PROTOCOL.into(),
+        step_id: c.id,
+        workflow_id: c.workflow_id,
+        object: c.object_id.clone(),
+        template: c.template.clone(),
+        step: c.name.clone(),
+        version: c.version,
+        lane: c.lane.clone(),
+        attempt: c.attempts,
+        max_attempts: c.max_attempts,
+        properties: input.properties,
+        documents: input.documents,
+        context: input.context,
+        traceparent: input.trace_context,
+        deadline: (Utc::now() + chrono::Duration::from_std(timeout).unwrap_or_default())
+            .to_rfc3339(),
+    };
+    let step_span = tracing::info_span!(
+        "step",
+        otel.name = %format!("step {}:{}", c.template, c.name),
+        workdo.object_id = %c.object_id,
+        workdo.template = %c.template,
+        workdo.step = %c.name,
+        workdo.attempt = c.attempts,
+        workdo.lane = %c.lane,
+        workdo.status = tracing::field::Empty,
+    );
+    if let Some(tp) = &event.traceparent {
+        crate::telemetry::set_parent(&step_span, tp);
+    }
+    let invoke_span = tracing::info_span!(
+        parent: &step_span,
+        "invoke",
+        otel.name = %format!("invoke {}", c.name),
+        otel.kind = "client",
+        workdo.object_id = %c.object_id,
+        workdo.template = %c.template,
+        workdo.step = %c.name,
+        workdo.attempt = c.attempts,
+        workdo.runner = invoker.kind(),
+    );
+    // The function continues the trace from its invocation.
+    let mut event = event;
+    if let Some(tp) = crate::telemetry::traceparent(&invoke_span) {
+        event.traceparent = Some(tp);
+    }
+    let began = std::time::Instant::now();
+    let outcome = {
+        use tracing::Instrument;
+        invoker
+            .invoke(&event, timeout)
+            .instrument(invoke_span.clone())
+            .await
+    };
+    let metrics = crate::telemetry::metrics();
+    let labels = [
+        opentelemetry::KeyValue::new("template", c.template.clone()),
+        opentelemetry::KeyValue::new("step", c.name.clone()),
+    ];
+    metrics
+        .invocation
+        .record(began.elapsed().as_secs_f64(), &labels);
+    if let Ok(o) = &outcome {
+        crate::telemetry::function_spans(&invoke_span, &o.spans);
+    }
+    drop(invoke_span);
+    let unit: f64 = rand::random();
+    let decision = decide(
+        outcome.as_ref(),
+        c.attempts,
+        c.max_attempts,
+        &binding.declared,
+        &config.backoff,
+        Utc::now(),
+        unit,
+    );
+    let status = decision.status();
+    step_span.record("workdo.status", status.as_str());
+    match &status {
+        Status::Completed => metrics.completed.add(1, &labels),
+        Status::Error => metrics.failed.add(1, &labels),
+        Status::Retrying => metrics.retried.add(1, &labels),
+        _ => {}
+    }
+    let mut change = Change::new(c.id, status, decision.event());
+    change.note = decision.note.clone();
+    change.error_message = decision.failure().map(|f| f.message.clone());
+    change.error_text = decision.failure().and_then(|f| f.text.clone());
+    change.lifecycle = decision.lifecycle().map(String::from);
+    change.elapsed = decision.elapsed;
+    change.run_at = decision.run_at();
+    change.attempts_delta = decision.attempts_delta();
+    change.lease = Some(c.lease_token);
+    change.detail = serde_json::json!({ "worker": config.owner, "attempt": c.attempts });
+    let effects = match outcome {
+        Ok(o) if decision.applies_effects() => effects_of(o),
+        _ => Effects::default(),
+    };
+    StepResult {
+        change,
+        object_id: c.object_id.clone(),
+        workflow_id: c.workflow_id,
+        effects,
+    }
+}
+
+/// What a completed outcome changes besides its step, as the store takes it.
+fn effects_of(o: Outcome) -> Effects {
+    let (properties, documents) = match o.object {
+        Some(u) => (u.properties, u.documents),
+        None => Default::default(),
+    };
+    Effects {
+        properties,
+        documents,
+        context: o.context.unwrap_or_default(),
+        start: o
+            .start
+            .into_iter()
+            .map(|s| WorkflowToStart {
+                template: s.template,
+                context: s.context.unwrap_or_default(),
+                priority: s.priority,
+                lane: s.lane,
+                start_at: s
+                    .start_at
+                    .as_deref()
+                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                    .map(|t| t.with_timezone(&Utc)),
+            })
+            .collect(),
+    }
+}

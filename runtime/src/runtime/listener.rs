@@ -1,0 +1,53 @@
+//! The listener: wakes the worker of `template:step` when a NOTIFY on
+//! [`READY_CHANNEL`](crate::store::READY_CHANNEL) says it has ready work. A lost notification
+//! costs at most a worker's poll interval.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use crate::store::Store;
+
+/// Wake the worker of `template:step` when a NOTIFY says it has ready work.
+pub(super) async fn listen(
+    store: Store,
+    notifies: HashMap<String, Arc<Notify>>,
+    stop: CancellationToken,
+) {
+    loop {
+        let mut listener = match store.ready_listener().await {
+            Ok(l) => l,
+            Err(e) => {
+                warn!(error = %e, "LISTEN connection failed; polling only until it returns");
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    () = stop.cancelled() => return,
+                }
+            }
+        };
+        // Anything notified while we were not listening is picked up by one claim round.
+        for n in notifies.values() {
+            n.notify_one();
+        }
+        loop {
+            tokio::select! {
+                msg = listener.recv() => match msg {
+                    Ok(m) => {
+                        if let Some(n) = notifies.get(m.payload()) {
+                            n.notify_one();
+                        }
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "LISTEN connection lost; reconnecting");
+                        break;
+                    }
+                },
+                () = stop.cancelled() => return,
+            }
+        }
+    }
+}

@@ -1,0 +1,44 @@
+//! Maintenance: promote due `scheduled`/`retrying` steps often, sweep expired leases less
+//! often, and sample queue depths for metrics. Safe in many processes at once (`SKIP LOCKED`).
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::store::Store;
+
+/// Promote due steps often, sweep expired leases less often.
+pub(super) async fn maintain(store: Store, every: Duration, stop: CancellationToken) {
+    let mut tick: u64 = 0;
+    loop {
+        if let Err(e) = store.steps_promote_due(1000).await {
+            warn!(error = %e, "promoting due steps failed");
+        }
+        if crate::telemetry::enabled() && tick.is_multiple_of(25) {
+            match store.queue_depths().await {
+                Ok(rows) => {
+                    if let Ok(mut q) = crate::telemetry::metrics().queues.lock() {
+                        *q = rows
+                            .into_iter()
+                            .map(|(t, s, l, n, age)| ((t, s, l), (n as u64, age)))
+                            .collect();
+                    }
+                }
+                Err(e) => warn!(error = %e, "reading queue depths failed"),
+            }
+        }
+        if tick.is_multiple_of(5) {
+            match store.steps_sweep_leases(1000).await {
+                Ok(0) => {}
+                Ok(n) => info!(steps = n, "expired leases returned to the queue"),
+                Err(e) => warn!(error = %e, "sweeping leases failed"),
+            }
+        }
+        tick = tick.wrapping_add(1);
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            () = stop.cancelled() => return,
+        }
+    }
+}

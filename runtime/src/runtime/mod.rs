@@ -1,0 +1,291 @@
+//! The thin runtime: workers that claim ready steps, call their functions and commit results,
+//! and the services beside them. One service a file: [`worker`], [`completer`], [`listener`],
+//! [`maintenance`], [`scheduler`], [`alerts`]; [`run`] wires them and shuts them down;
+//! [`inject`] runs chosen steps now (`workdo run`) through the same call and commit path.
+//!
+//! One worker loop per bound template step claims up to `batch-limit` ready steps (never more
+//! than it has free concurrency for), calls the function for each, and hands the result to the
+//! **completers**, which commit the results of all workers in batches: one transaction for many
+//! results (group commit). Results are sharded over the completers by object, so completers
+//! commit in parallel without ever contending for the same rows: everything a result changes
+//! (its steps, their dependants, its workflow, its object) belongs to one object. A worker sleeps
+//! until a NOTIFY says its step has ready work, or the polling interval passes (the fallback if a
+//! notification is lost). A **maintenance** loop promotes due `scheduled`/`retrying` steps and
+//! returns expired leases to the queue. Every loop is safe to run in many processes at once:
+//! claims and sweeps use `SKIP LOCKED`.
+//!
+//! Shutdown: stop claiming, give calls in flight `grace` to finish, then abort the rest and
+//! release their steps (back to the queue, attempt given back), commit, and return.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+pub mod alerts;
+mod completer;
+mod execute;
+pub mod inject;
+mod listener;
+mod maintenance;
+mod scheduler;
+mod worker;
+
+use crate::invoke::Invoker;
+use crate::model::outcome::InvokeError;
+use crate::model::retry::Backoff;
+use crate::model::template::FunctionSpec;
+use crate::store::{Store, StoreError};
+use alerts::{AlertConfig, AlertError};
+use worker::Shared;
+
+/// How the runtime behaves.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Names this process in leases and events.
+    pub owner: String,
+    /// Longest a worker sleeps without a notification before claiming again.
+    pub poll_interval: Duration,
+    /// A lease lasts the function's timeout plus this.
+    pub lease_margin: Duration,
+    /// On shutdown, how long calls in flight may take to finish.
+    pub grace: Duration,
+    pub backoff: Backoff,
+    /// Environment for every exec and warm function.
+    pub env: BTreeMap<String, String>,
+    /// Claim size for steps with no `batch-limit`.
+    pub default_batch: u32,
+    /// How often due steps are promoted and leases swept.
+    pub maintenance_interval: Duration,
+    /// Most results committed in one transaction.
+    pub commit_batch: usize,
+    /// Completers committing results in parallel, each on its own connection (results are
+    /// sharded by object, so they never wait for each other's row locks).
+    pub completers: usize,
+    /// Alert mail; `None` leaves alerts in the outbox.
+    pub alerts: Option<AlertConfig>,
+    /// Fire cron schedules.
+    pub schedules: bool,
+    /// How often the stuck-step monitor looks.
+    pub stuck_check_interval: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            owner: default_owner(),
+            poll_interval: Duration::from_secs(1),
+            lease_margin: Duration::from_secs(30),
+            grace: Duration::from_secs(30),
+            backoff: Backoff::default(),
+            env: BTreeMap::new(),
+            default_batch: 100,
+            maintenance_interval: Duration::from_millis(200),
+            commit_batch: 500,
+            completers: 2,
+            alerts: None,
+            schedules: true,
+            stuck_check_interval: Duration::from_secs(30),
+        }
+    }
+}
+
+/// `host:pid`.
+pub fn default_owner() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    format!("{host}:{}", std::process::id())
+}
+
+/// A template step bound to the function that performs it.
+#[derive(Debug, Clone)]
+pub struct Binding {
+    pub template: String,
+    pub step: String,
+    pub function: FunctionSpec,
+    pub batch_limit: Option<u32>,
+    /// Intermediate statuses the step may report.
+    pub declared: Vec<String>,
+}
+
+impl Binding {
+    pub fn key(&self) -> String {
+        format!("{}:{}", self.template, self.step)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{0} has no function to run (a human or skip-queue step)")]
+    NotBound(String),
+    #[error("{0}: {1}")]
+    Function(String, InvokeError),
+    #[error(transparent)]
+    Alerts(#[from] AlertError),
+}
+
+/// Steps of the current template versions that have a function; with `only`, just those
+/// (`template:step`), each of which must exist and have a function.
+///
+/// # Errors
+/// An unknown template or step in `only`, or one without a function.
+pub async fn bindings(store: &Store, only: &[String]) -> Result<Vec<Binding>, WorkerError> {
+    let mut out = Vec::new();
+    for t in store.template_list().await? {
+        for s in &t.spec.steps {
+            let Some(f) = &s.function else { continue };
+            if s.skip_queue {
+                continue;
+            }
+            out.push(Binding {
+                template: t.name.clone(),
+                step: s.name.clone(),
+                function: f.clone(),
+                batch_limit: s.batch_limit,
+                declared: s.statuses.clone(),
+            });
+        }
+    }
+    if only.is_empty() {
+        return Ok(out);
+    }
+    let mut chosen = Vec::new();
+    for key in only {
+        match out.iter().find(|b| &b.key() == key) {
+            Some(b) => chosen.push(b.clone()),
+            None => {
+                let (t, s) = key.split_once(':').unwrap_or((key.as_str(), ""));
+                let template = store.template_current(t).await?;
+                if template.spec.step(s).is_none() {
+                    return Err(StoreError::UnknownStep {
+                        template: t.into(),
+                        step: s.into(),
+                    }
+                    .into());
+                }
+                return Err(WorkerError::NotBound(key.clone()));
+            }
+        }
+    }
+    Ok(chosen)
+}
+
+/// Run workers for `bindings` until `shutdown` is cancelled; returns once every claimed step has
+/// been committed or released.
+///
+/// # Errors
+/// When a function cannot be prepared (e.g. an unknown builtin).
+pub async fn run(
+    store: Store,
+    config: Config,
+    bindings: Vec<Binding>,
+    shutdown: CancellationToken,
+) -> Result<(), WorkerError> {
+    crate::install_crypto();
+    let mut invokers = Vec::new();
+    for b in &bindings {
+        let inv = Invoker::new(&b.function, &config.env)
+            .map_err(|e| WorkerError::Function(b.key(), e))?;
+        invokers.push(Arc::new(inv));
+    }
+    let (results, completers) = completer::start(
+        &store,
+        config.completers,
+        config.commit_batch,
+        &config.owner,
+    );
+    let notifies: HashMap<String, Arc<Notify>> = bindings
+        .iter()
+        .map(|b| (b.key(), Arc::new(Notify::new())))
+        .collect();
+    let background = CancellationToken::new();
+    let listener = tokio::spawn(listener::listen(
+        store.clone(),
+        notifies.clone(),
+        background.clone(),
+    ));
+    let maintenance = tokio::spawn(maintenance::maintain(
+        store.clone(),
+        config.maintenance_interval,
+        background.clone(),
+    ));
+    let scheduler = config
+        .schedules
+        .then(|| tokio::spawn(scheduler::fire_schedules(store.clone(), background.clone())));
+    let alerts = match &config.alerts {
+        Some(a) => {
+            let sender = alerts::Sender::new(store.clone(), a.clone())?;
+            let bound: Vec<String> = bindings.iter().map(Binding::key).collect();
+            Some(tokio::spawn(alerts::serve(
+                sender,
+                bound,
+                config.stuck_check_interval,
+                background.clone(),
+            )))
+        }
+        None => None,
+    };
+    let shared = Arc::new(Shared {
+        store,
+        config,
+        results,
+    });
+    let mut workers = JoinSet::new();
+    for (b, inv) in bindings.into_iter().zip(invokers) {
+        let notify = notifies.get(&b.key()).cloned().unwrap_or_default();
+        workers.spawn(worker::work(
+            Arc::clone(&shared),
+            b,
+            inv,
+            notify,
+            shutdown.clone(),
+        ));
+    }
+    info!(workers = workers.len(), owner = %shared.config.owner, "runtime started");
+    while workers.join_next().await.is_some() {}
+    // With no steps to work on, this process still promotes, sweeps, fires schedules and sends
+    // alerts until it is told to stop.
+    shutdown.cancelled().await;
+    drop(shared); // closes the completers' channels once every worker is done
+    for c in completers {
+        let _ = c.await;
+    }
+    background.cancel();
+    let _ = listener.await;
+    let _ = maintenance.await;
+    if let Some(s) = scheduler {
+        let _ = s.await;
+    }
+    if let Some(a) = alerts {
+        let _ = a.await;
+    }
+    info!("runtime stopped");
+    Ok(())
+}
+
+/// Values of `KEY=VALUE` pairs, for `--env`.
+///
+/// # Errors
+/// A pair without `=`, named.
+pub fn parse_env(pairs: &[String]) -> Result<BTreeMap<String, String>, EnvError> {
+    pairs
+        .iter()
+        .map(|p| {
+            p.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| EnvError(p.clone()))
+        })
+        .collect()
+}
+
+/// An `--env` value that is not `KEY=VALUE`.
+#[derive(Debug, thiserror::Error)]
+#[error("--env {0:?}: expected KEY=VALUE")]
+pub struct EnvError(pub String);

@@ -1,0 +1,198 @@
+//! A worker: one loop per bound template step. It claims up to `batch-limit` ready steps
+//! (never more than it has free concurrency for), calls the function for each in a task of its
+//! own, and hands each result to the completers. It sleeps until a NOTIFY says its step has
+//! ready work, or the poll interval passes.
+//!
+//! Shutdown: stop claiming, give calls in flight `grace` to finish, then abort the rest and
+//! release their steps (back to the queue, attempt given back).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, Semaphore};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::completer::Results;
+use super::execute::execute;
+use super::{Binding, Config};
+use crate::invoke::Invoker;
+use crate::model::status::Status;
+use crate::store::{Change, Claimed, Effects, StepResult, Store};
+
+/// What every worker of a runtime shares.
+pub(super) struct Shared {
+    pub(super) store: Store,
+    pub(super) config: Config,
+    pub(super) results: Results,
+}
+
+/// One worker loop for one template step.
+pub(super) async fn work(
+    shared: Arc<Shared>,
+    binding: Binding,
+    invoker: Arc<Invoker>,
+    notify: Arc<Notify>,
+    shutdown: CancellationToken,
+) {
+    let cfg = &shared.config;
+    let timeout = Duration::from_secs_f64(binding.function.timeout_secs);
+    let lease = timeout + cfg.lease_margin;
+    let batch = binding.batch_limit.unwrap_or(cfg.default_batch).max(1) as usize;
+    let slots = Arc::new(Semaphore::new(binding.function.concurrency.max(1) as usize));
+    let inflight: Arc<Mutex<HashMap<i64, Claimed>>> = Arc::default();
+    let mut calls = JoinSet::new();
+    let binding = Arc::new(binding);
+    loop {
+        while calls.try_join_next().is_some() {}
+        let first = tokio::select! {
+            p = Arc::clone(&slots).acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            () = shutdown.cancelled() => break,
+        };
+        let mut permits = vec![first];
+        while permits.len() < batch {
+            match Arc::clone(&slots).try_acquire_owned() {
+                Ok(p) => permits.push(p),
+                Err(_) => break,
+            }
+        }
+        let claim_span = tracing::info_span!(
+            "claim",
+            otel.name = %format!("claim {}", binding.key()),
+            workdo.template = %binding.template,
+            workdo.step = %binding.step,
+            workdo.requested = permits.len(),
+        );
+        let began = std::time::Instant::now();
+        let claim = {
+            use tracing::Instrument;
+            shared
+                .store
+                .step_claim(
+                    &binding.template,
+                    &binding.step,
+                    None,
+                    permits.len() as i64,
+                    &cfg.owner,
+                    lease,
+                )
+                .instrument(claim_span)
+                .await
+        };
+        let mut claimed = match claim {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(step = %binding.key(), error = %e, "claim failed; retrying");
+                drop(permits);
+                tokio::select! {
+                    () = tokio::time::sleep(cfg.poll_interval) => continue,
+                    () = shutdown.cancelled() => break,
+                }
+            }
+        };
+        crate::telemetry::metrics().claim.record(
+            began.elapsed().as_secs_f64(),
+            &[
+                opentelemetry::KeyValue::new("template", binding.template.clone()),
+                opentelemetry::KeyValue::new("step", binding.step.clone()),
+            ],
+        );
+        debug!(step = %binding.key(), n = claimed.len(), "claimed");
+        let mut inputs = match shared
+            .store
+            .step_inputs(&mut claimed, &binding.function.documents)
+            .await
+        {
+            Ok(i) => i,
+            Err(e) => {
+                // Never call a function without what it asked for: give the steps back (their
+                // attempts too) and try again after the poll interval.
+                warn!(step = %binding.key(), error = %e, "reading step inputs failed; giving the steps back");
+                let reason = format!("reading inputs failed: {e}");
+                for c in claimed {
+                    shared
+                        .results
+                        .finish(released(c, &cfg.owner, &reason))
+                        .await;
+                }
+                drop(permits);
+                tokio::select! {
+                    () = tokio::time::sleep(cfg.poll_interval) => continue,
+                    () = shutdown.cancelled() => break,
+                }
+            }
+        };
+        if let Ok(mut f) = inflight.lock() {
+            f.extend(claimed.iter().map(|c| (c.id, c.clone())));
+        }
+        // Fewer ready steps than free slots (none at all, often): the queue is empty now.
+        let drained = claimed.len() < permits.len();
+        for (c, permit) in claimed.into_iter().zip(permits) {
+            let input = inputs.remove(&c.id).unwrap_or_default();
+            let shared = Arc::clone(&shared);
+            let invoker = Arc::clone(&invoker);
+            let binding = Arc::clone(&binding);
+            let inflight = Arc::clone(&inflight);
+            calls.spawn(async move {
+                let result = execute(&invoker, &binding, &shared.config, &c, input, timeout).await;
+                shared.results.finish(result).await;
+                if let Ok(mut f) = inflight.lock() {
+                    f.remove(&c.id);
+                }
+                drop(permit);
+            });
+        }
+        if drained {
+            // Claim again once a commit makes steps of this step ready (its NOTIFY; one that
+            // arrived during this claim is kept by `notify` and wakes us at once) or the poll
+            // interval passes, not straight away: after a claim that got some steps, an
+            // immediate second claim found nothing about as often as every other claim in the
+            // DAG bench, at a round trip and an index scan each.
+            tokio::select! {
+                () = notify.notified() => {}
+                () = tokio::time::sleep(cfg.poll_interval) => {}
+                () = shutdown.cancelled() => break,
+            }
+        }
+    }
+    // Shutdown: let calls in flight finish within the grace period, then give the rest back.
+    let grace = tokio::time::sleep(cfg.grace);
+    tokio::pin!(grace);
+    loop {
+        tokio::select! {
+            next = calls.join_next() => if next.is_none() { break },
+            () = &mut grace => {
+                calls.abort_all();
+                while calls.join_next().await.is_some() {}
+                break;
+            }
+        }
+    }
+    let left: Vec<Claimed> = inflight
+        .lock()
+        .map(|mut f| f.drain().map(|(_, c)| c).collect())
+        .unwrap_or_default();
+    for c in left {
+        shared
+            .results
+            .finish(released(c, &cfg.owner, "shutdown"))
+            .await;
+    }
+    invoker.shutdown().await;
+}
+
+/// A claimed step given back to the queue uncalled, with its attempt.
+pub(super) fn released(c: Claimed, owner: &str, reason: &str) -> StepResult {
+    let mut change = Change::new(c.id, Status::Waiting, "released");
+    change.attempts_delta = -1;
+    change.lease = Some(c.lease_token);
+    change.detail = serde_json::json!({ "worker": owner, "reason": reason });
+    StepResult {
+        change,
+        object_id: c.object_id,
+        workflow_id: c.workflow_id,
+        effects: Effects::default(),
+    }
+}

@@ -1,0 +1,207 @@
+//! Cron schedules as stored: loading, listing, and firing due ticks once however many
+//! runtimes run (the row is claimed with `SKIP LOCKED`; its next fire time moves in the
+//! transaction that starts its workflows). The spec itself is [`crate::model::schedule`].
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{Result, Store, StoreError};
+use crate::model::schedule::{Objects, ScheduleSpec, parse_time};
+
+/// A schedule as stored.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct ScheduleRow {
+    pub name: String,
+    pub cron: String,
+    pub timezone: String,
+    pub template: String,
+    pub objects: Value,
+    pub restart: bool,
+    pub enabled: bool,
+    pub next_fire_at: DateTime<Utc>,
+    pub last_fired_at: Option<DateTime<Utc>>,
+}
+
+/// What firing did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Fired {
+    pub schedule: String,
+    pub tick: Option<DateTime<Utc>>,
+    pub started: usize,
+}
+
+impl Store {
+    /// Create or update schedules. A schedule whose timing changed gets a new next fire time;
+    /// an unchanged one keeps its own.
+    pub async fn schedules_put(&self, specs: &[ScheduleSpec], origin: &str) -> Result<usize> {
+        let mut tx = self.pool.begin().await?;
+        for s in specs {
+            let next = s.next_after(Utc::now()).ok_or_else(|| {
+                StoreError::Schedule(format!("{origin}: schedule {} never fires", s.name))
+            })?;
+            let objects = serde_json::to_value(&s.objects).unwrap_or(Value::Null);
+            sqlx::query(
+                "insert into workdo.schedules (name, cron, timezone, template, objects, restart, next_fire_at, origin)
+                 values ($1, $2, $3, $4, $5, $6, $7, $8)
+                 on conflict (name) do update set
+                    next_fire_at = case when (schedules.cron, schedules.timezone) is distinct from (excluded.cron, excluded.timezone)
+                                        then excluded.next_fire_at else schedules.next_fire_at end,
+                    cron = excluded.cron, timezone = excluded.timezone, template = excluded.template,
+                    objects = excluded.objects, restart = excluded.restart, origin = excluded.origin,
+                    enabled = true, updated_at = now()",
+            )
+            .bind(&s.name)
+            .bind(&s.cron)
+            .bind(s.timezone.as_deref().unwrap_or("UTC"))
+            .bind(s.start.as_deref().unwrap_or_default())
+            .bind(&objects)
+            .bind(s.restart)
+            .bind(next)
+            .bind(origin)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(specs.len())
+    }
+
+    pub async fn schedules_list(&self) -> Result<Vec<ScheduleRow>> {
+        Ok(sqlx::query_as(
+            "select name, cron, timezone, template, objects, restart, enabled, next_fire_at, last_fired_at
+               from workdo.schedules order by next_fire_at, name",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Fire every due schedule once: start its workflows and move its next fire time past now,
+    /// in one transaction per schedule.
+    pub async fn schedules_fire_due(&self) -> Result<Vec<Fired>> {
+        let mut fired = Vec::new();
+        loop {
+            let mut tx = self.pool.begin().await?;
+            let due: Option<ScheduleRow> = sqlx::query_as(
+                "select name, cron, timezone, template, objects, restart, enabled, next_fire_at, last_fired_at
+                   from workdo.schedules
+                  where enabled and next_fire_at <= now()
+                  order by next_fire_at limit 1 for update skip locked",
+            )
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some(row) = due else { break };
+            let spec = ScheduleSpec {
+                name: row.name.clone(),
+                cron: row.cron.clone(),
+                timezone: Some(row.timezone.clone()),
+                start: Some(row.template.clone()),
+                objects: serde_json::from_value(row.objects.clone()).map_err(|e| {
+                    StoreError::Schedule(format!(
+                        "schedule {}: stored objects selector unreadable: {e}",
+                        row.name
+                    ))
+                })?,
+                restart: row.restart,
+            };
+            let objects = select_objects(&mut tx, &spec, &row.template).await?;
+            let mut started = 0;
+            if !objects.is_empty() {
+                let mut req = super::StartRequest::new(&row.template, &[]);
+                req.objects = objects;
+                req.actor = format!("schedule:{}", row.name);
+                started = self.workflow_start_in(&mut tx, &req).await?.len();
+            }
+            let next = spec.next_after(Utc::now());
+            sqlx::query(
+                "update workdo.schedules set last_fired_at = now(), next_fire_at = coalesce($2, 'infinity'),
+                        enabled = $2 is not null
+                  where name = $1",
+            )
+            .bind(&row.name)
+            .bind(next)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(
+                "insert into workdo.events (kind, actor, detail) values ('schedule_fired', $1, $2)",
+            )
+            .bind(format!("schedule:{}", row.name))
+            .bind(serde_json::json!({"schedule": row.name, "tick": row.next_fire_at, "started": started, "next": next}))
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            fired.push(Fired {
+                schedule: row.name,
+                tick: Some(row.next_fire_at),
+                started,
+            });
+        }
+        Ok(fired)
+    }
+}
+
+/// The objects a schedule starts on now; without `restart`, those already having the workflow
+/// for their current version are left out.
+async fn select_objects(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    spec: &ScheduleSpec,
+    template: &str,
+) -> Result<Vec<String>> {
+    let candidates: Vec<(String, Value)> = match &spec.objects {
+        Objects::Ids { ids } => {
+            let found: Vec<(String, Value)> =
+                sqlx::query_as("select id, properties from workdo.objects where id = any($1)")
+                    .bind(ids)
+                    .fetch_all(&mut **tx)
+                    .await?;
+            // Ids not registered yet are registered by starting the workflow.
+            let mut all: Vec<(String, Value)> =
+                ids.iter().map(|i| (i.clone(), Value::Null)).collect();
+            all.retain(|(i, _)| !found.iter().any(|(f, _)| f == i));
+            all.extend(found);
+            all
+        }
+        Objects::Before { property, .. } | Objects::Equals { property, .. } => {
+            sqlx::query_as(
+                "select id, properties from workdo.objects where properties ? $1 order by id",
+            )
+            .bind(property)
+            .fetch_all(&mut **tx)
+            .await?
+        }
+    };
+    let now = Utc::now();
+    let mut chosen: Vec<String> = candidates
+        .into_iter()
+        .filter(|(_, props)| match &spec.objects {
+            Objects::Ids { .. } => true,
+            Objects::Equals { property, equals } => props.get(property) == Some(equals),
+            Objects::Before { property, before } => {
+                let limit = if before == "now" {
+                    Some(now)
+                } else {
+                    DateTime::parse_from_rfc3339(before)
+                        .ok()
+                        .map(|t| t.with_timezone(&Utc))
+                };
+                let value = props
+                    .get(property)
+                    .and_then(Value::as_str)
+                    .and_then(parse_time);
+                matches!((value, limit), (Some(v), Some(l)) if v < l)
+            }
+        })
+        .map(|(id, _)| id)
+        .collect();
+    if !spec.restart && !chosen.is_empty() {
+        let existing: Vec<String> = sqlx::query_scalar(
+            "select w.object_id from workdo.workflows w join workdo.objects o on o.id = w.object_id
+              where w.template = $1 and w.version = o.version and w.object_id = any($2)",
+        )
+        .bind(template)
+        .bind(&chosen)
+        .fetch_all(&mut **tx)
+        .await?;
+        chosen.retain(|c| !existing.contains(c));
+    }
+    Ok(chosen)
+}
