@@ -10,6 +10,8 @@ mod alerts;
 mod bench;
 pub mod db;
 mod demo;
+mod events;
+mod objects;
 mod queries;
 mod results;
 mod schedules;
@@ -23,7 +25,7 @@ pub use demo::{DemoProgress, DemoSummary, DemoTotals};
 pub use schedules::{Fired, ScheduleRow};
 
 pub use queries::{
-    Event, Facet, Milestone, ObjectView, QueueEntry, Why, WorkflowRow, WorkflowView,
+    EventRow, Facet, Milestone, ObjectView, QueueEntry, Why, WorkflowRow, WorkflowView,
 };
 pub use results::{Effects, StepInputs, StepResult, WorkflowToStart};
 pub use steps::{

@@ -57,7 +57,7 @@ pub struct Milestone {
 }
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
-pub struct Event {
+pub struct EventRow {
     pub id: i64,
     pub at: DateTime<Utc>,
     pub workflow_id: Option<i64>,
@@ -80,7 +80,7 @@ pub struct ObjectView {
     pub documents: Vec<String>,
     pub workflows: Vec<WorkflowView>,
     pub milestones: Vec<Milestone>,
-    pub events: Vec<Event>,
+    pub events: Vec<EventRow>,
 }
 
 /// Why a step is (not) running.
@@ -226,7 +226,7 @@ impl Store {
             })
             .collect();
         let milestones = self.milestones(&id).await?;
-        let mut events: Vec<Event> = sqlx::query_as(
+        let mut events: Vec<EventRow> = sqlx::query_as(
             "select id, at, workflow_id, template, version, step, kind, status, attempt, actor, detail
                from workdo.events where object_id = $1 order by id desc limit $2",
         )
@@ -408,7 +408,7 @@ impl Store {
         workflow: Option<i64>,
         after: i64,
         limit: i64,
-    ) -> Result<Vec<Event>> {
+    ) -> Result<Vec<EventRow>> {
         // A workflow's events are found through its object's (the index on events).
         let by_workflow: Option<String> = match (object, workflow) {
             (None, Some(w)) => {

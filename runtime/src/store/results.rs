@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
-use super::steps::{Applied, Change, Claimed, EventBuf};
+use super::events::{EventBuf, NewEvent, ReadyKeys};
+use super::steps::{Applied, Change, Claimed};
 use super::workflows::{StartRequest, start_one};
 use super::{Result, Store};
 
@@ -141,7 +142,7 @@ impl Store {
         let applied = Self::steps_apply(&mut tx, results.iter().map(|r| &r.change), actor).await?;
         let lost: HashSet<i64> = applied.lost.iter().copied().collect();
         let mut events = EventBuf::default();
-        let mut notify = Vec::new();
+        let mut ready = ReadyKeys::default();
         for r in results.iter().filter(|r| !lost.contains(&r.change.id)) {
             let fx = &r.effects;
             if !fx.properties.is_empty() || !fx.documents.is_empty() {
@@ -157,7 +158,7 @@ impl Store {
                 .bind(&props)
                 .execute(&mut *tx)
                 .await?;
-                super::workflows::documents_put(&mut tx, &r.object_id, &fx.documents).await?;
+                super::objects::documents_put(&mut tx, &r.object_id, &fx.documents).await?;
             }
             if !fx.context.is_empty() {
                 sqlx::query("update workdo.workflows set context = context || $2 where id = $1")
@@ -177,18 +178,7 @@ impl Store {
                         Some(Ok(t)) => t,
                         // An unknown template in a result is recorded, not fatal for the batch.
                         _ => {
-                            events.push(
-                                &r.object_id,
-                                Some(r.workflow_id),
-                                None,
-                                None,
-                                None,
-                                "start_failed",
-                                None,
-                                None,
-                                actor,
-                                serde_json::json!({"template": s.template, "reason": "unknown template"}),
-                            );
+                            events.push(NewEvent::new(&r.object_id, "start_failed", actor).workflow(r.workflow_id).detail(serde_json::json!({"template": s.template, "reason": "unknown template"})));
                             continue;
                         }
                     };
@@ -212,19 +202,12 @@ impl Store {
                         self.trace_start,
                     )
                     .await?;
-                    notify.extend(
-                        started
-                            .ready
-                            .iter()
-                            .map(|st| format!("{}:{st}", s.template)),
-                    );
+                    ready.add(&s.template, &started.ready);
                 }
             }
         }
         events.flush(&mut tx).await?;
-        notify.sort();
-        notify.dedup();
-        super::steps::notify_ready(&mut tx, &notify).await?;
+        ready.notify(&mut tx).await?;
         tx.commit().await?;
         Ok(applied)
     }

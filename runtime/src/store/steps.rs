@@ -6,6 +6,7 @@ use serde_json::Value;
 use sqlx::{FromRow, PgConnection, Postgres, Row, Transaction};
 use uuid::Uuid;
 
+use super::events::{EventBuf, NewEvent};
 use super::{Result, StepRow, Store, StoreError};
 use crate::model::status::Status;
 
@@ -165,91 +166,6 @@ pub struct StepFilter {
     pub status: Option<String>,
     /// Objects whose property `.0` equals `.1` (as JSON).
     pub property: Option<(String, Value)>,
-}
-
-/// Events to append, written with one statement.
-#[derive(Default)]
-pub(crate) struct EventBuf {
-    object_id: Vec<String>,
-    workflow_id: Vec<Option<i64>>,
-    template: Vec<Option<String>>,
-    version: Vec<Option<i32>>,
-    step: Vec<Option<String>>,
-    kind: Vec<String>,
-    status: Vec<Option<String>>,
-    attempt: Vec<Option<i32>>,
-    actor: Vec<String>,
-    detail: Vec<Value>,
-}
-
-impl EventBuf {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn push(
-        &mut self,
-        object_id: &str,
-        workflow_id: Option<i64>,
-        template: Option<&str>,
-        version: Option<i32>,
-        step: Option<&str>,
-        kind: &str,
-        status: Option<&str>,
-        attempt: Option<i32>,
-        actor: &str,
-        detail: Value,
-    ) {
-        self.object_id.push(object_id.to_string());
-        self.workflow_id.push(workflow_id);
-        self.template.push(template.map(String::from));
-        self.version.push(version);
-        self.step.push(step.map(String::from));
-        self.kind.push(kind.to_string());
-        self.status.push(status.map(String::from));
-        self.attempt.push(attempt);
-        self.actor.push(actor.to_string());
-        self.detail.push(detail);
-    }
-
-    pub(crate) async fn flush(&mut self, conn: &mut PgConnection) -> Result<()> {
-        if self.kind.is_empty() {
-            return Ok(());
-        }
-        sqlx::query(
-            "insert into workdo.events
-                (object_id, workflow_id, template, version, step, kind, status, attempt, actor, detail)
-             select object_id, workflow_id, template, version, step, kind, status, attempt, actor,
-                    nullif(detail, 'null'::jsonb)
-               from unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::text[], $6::text[],
-                           $7::text[], $8::int[], $9::text[], $10::jsonb[])
-                    as t(object_id, workflow_id, template, version, step, kind, status, attempt, actor, detail)",
-        )
-        .bind(&self.object_id)
-        .bind(&self.workflow_id)
-        .bind(&self.template)
-        .bind(&self.version)
-        .bind(&self.step)
-        .bind(&self.kind)
-        .bind(&self.status)
-        .bind(&self.attempt)
-        .bind(&self.actor)
-        .bind(&self.detail)
-        .execute(conn)
-        .await?;
-        *self = EventBuf::default();
-        Ok(())
-    }
-}
-
-/// One NOTIFY per distinct `template:step`, delivered when the transaction commits.
-pub(crate) async fn notify_ready(conn: &mut PgConnection, keys: &[String]) -> Result<()> {
-    if keys.is_empty() {
-        return Ok(());
-    }
-    sqlx::query("select pg_notify($1, k) from unnest($2::text[]) as k")
-        .bind(READY_CHANNEL)
-        .bind(keys)
-        .execute(conn)
-        .await?;
-    Ok(())
 }
 
 /// A row of `workdo.apply`: a changed step, a dependant whose counter moved, or a workflow
@@ -665,16 +581,13 @@ impl Store {
         let mut events = EventBuf::default();
         for (object, wf, template, version, name, status) in &rows {
             events.push(
-                object,
-                Some(*wf),
-                Some(template),
-                Some(*version),
-                Some(name),
-                "prioritized",
-                Some(status),
-                None,
-                actor,
-                serde_json::json!({ "priority": priority }),
+                NewEvent::new(object, "prioritized", actor)
+                    .workflow(*wf)
+                    .template(template)
+                    .version(*version)
+                    .step(name)
+                    .status(status)
+                    .detail(serde_json::json!({ "priority": priority })),
             );
         }
         events.flush(&mut tx).await?;

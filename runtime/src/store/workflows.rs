@@ -1,13 +1,12 @@
 //! Objects and starting workflows on them.
 
-use std::collections::BTreeMap;
-
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 use sqlx::{Postgres, Transaction};
 
-use super::steps::{EventBuf, notify_ready};
+use super::events::{EventBuf, NewEvent, ReadyKeys};
+use super::objects::{object_registered, registered};
 use super::{Result, Store, StoreError, TraceStart, check_lane, check_object_id};
 use crate::model::status::Status;
 use crate::model::template::Template;
@@ -60,51 +59,6 @@ struct ObjectRow {
 }
 
 impl Store {
-    /// Register an object, or merge `properties` into an existing one and replace the named
-    /// documents. Returns whether it was new.
-    pub async fn object_put(
-        &self,
-        id: &str,
-        properties: &BTreeMap<String, Value>,
-        documents: &BTreeMap<String, String>,
-        actor: &str,
-    ) -> Result<bool> {
-        check_object_id(id)?;
-        let mut tx = self.pool.begin().await?;
-        let props = serde_json::to_value(properties).unwrap_or(Value::Null);
-        let created: bool = sqlx::query_scalar(
-            "insert into workdo.objects (id, properties) values ($1, $2)
-             on conflict (id) do update
-                set properties = workdo.objects.properties || excluded.properties,
-                    updated_at = now()
-             returning (xmax = 0)",
-        )
-        .bind(id)
-        .bind(&props)
-        .fetch_one(&mut *tx)
-        .await?;
-        documents_put(&mut tx, id, documents).await?;
-        let mut events = EventBuf::default();
-        if created {
-            registered(&mut tx, id, 1).await?;
-        }
-        events.push(
-            id,
-            None,
-            None,
-            None,
-            None,
-            if created { "object_registered" } else { "object_updated" },
-            None,
-            None,
-            actor,
-            serde_json::json!({ "properties": props, "documents": documents.keys().collect::<Vec<_>>() }),
-        );
-        events.flush(&mut tx).await?;
-        tx.commit().await?;
-        Ok(created)
-    }
-
     /// Start `req.template` (its current version) on every object in `req.objects`, in one
     /// transaction. An object not registered yet is registered. Starting the same template again
     /// for the same object version replaces its steps; a newer object version makes the steps of
@@ -144,7 +98,7 @@ impl Store {
         }
         let template = self.template_current(&req.template).await?;
         let mut events = EventBuf::default();
-        let mut notify = Vec::new();
+        let mut ready = ReadyKeys::default();
         // Objects needing no per-object case go through one set-based insert; re-creates,
         // version changes and repeated ids take the object-by-object path.
         let known: Vec<(String, i32, bool)> = sqlx::query_as(
@@ -192,7 +146,7 @@ impl Store {
         )
         .await?;
         if !out.is_empty() && out.iter().any(|s| !s.ready.is_empty()) {
-            notify.extend(out[0].ready.iter().map(|s| format!("{}:{s}", req.template)));
+            ready.add(&req.template, &out[0].ready);
         }
         for object in &slow {
             let started = start_one(
@@ -205,70 +159,13 @@ impl Store {
                 self.trace_start,
             )
             .await?;
-            if !started.ready.is_empty() {
-                notify.extend(
-                    started
-                        .ready
-                        .iter()
-                        .map(|s| format!("{}:{s}", req.template)),
-                );
-            }
+            ready.add(&req.template, &started.ready);
             out.push(started);
         }
         events.flush(tx).await?;
-        notify.sort();
-        notify.dedup();
-        notify_ready(tx, &notify).await?;
+        ready.notify(tx).await?;
         Ok(out)
     }
-}
-
-/// Replace (or add) named documents of an object.
-pub(crate) async fn documents_put(
-    conn: &mut sqlx::PgConnection,
-    object: &str,
-    documents: &BTreeMap<String, String>,
-) -> Result<()> {
-    for (name, content) in documents {
-        sqlx::query(
-            "insert into workdo.documents (object_id, name, content) values ($1, $2, $3)
-             on conflict (object_id, name) do update
-                set content = excluded.content, updated_at = now()",
-        )
-        .bind(object)
-        .bind(name)
-        .bind(content)
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(())
-}
-
-/// The event recording that an object (version) was registered.
-fn object_registered(events: &mut EventBuf, id: &str, version: i32, actor: &str) {
-    events.push(
-        id,
-        None,
-        None,
-        Some(version),
-        None,
-        "object_registered",
-        None,
-        None,
-        actor,
-        Value::Null,
-    );
-}
-
-async fn registered(tx: &mut Transaction<'_, Postgres>, id: &str, version: i32) -> Result<()> {
-    sqlx::query(
-        "insert into workdo.milestones (object_id, version, name) values ($1, $2, 'registered')",
-    )
-    .bind(id)
-    .bind(version)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
 }
 
 pub(crate) async fn start_one(
@@ -322,16 +219,9 @@ pub(crate) async fn start_one(
                 .await?
                 .rows_affected();
             events.push(
-                object,
-                None,
-                None,
-                Some(version),
-                None,
-                "versions_deactivated",
-                None,
-                None,
-                &req.actor,
-                serde_json::json!({"older_than": version, "steps": n}),
+                NewEvent::new(object, "versions_deactivated", &req.actor)
+                    .version(version)
+                    .detail(serde_json::json!({"older_than": version, "steps": n})),
             );
         }
         Some(_) => {}
@@ -390,16 +280,10 @@ impl Store {
         let mut events = EventBuf::default();
         for (id, t, v) in &deleted {
             events.push(
-                object,
-                Some(*id),
-                Some(t),
-                Some(*v),
-                None,
-                "workflow_deleted",
-                None,
-                None,
-                actor,
-                Value::Null,
+                NewEvent::new(object, "workflow_deleted", actor)
+                    .workflow(*id)
+                    .template(t)
+                    .version(*v),
             );
         }
         events.flush(&mut tx).await?;
@@ -615,23 +499,12 @@ async fn insert_workflows(
     let mut out = Vec::with_capacity(rows.len());
     for (id, object, version) in rows {
         let replaced = replaced.get(object.as_str()).copied().flatten();
-        events.push(
-            &object,
-            Some(id),
-            Some(&req.template),
-            Some(version),
-            None,
-            if replaced.is_some() {
+        events.push(NewEvent::new(&object, if replaced.is_some() {
                 "workflow_replaced"
             } else {
                 "workflow_started"
-            },
-            None,
-            None,
-            &req.actor,
-            serde_json::json!({"template_id": template_id, "priority": req.priority, "lane": req.lane,
-                               "start_at": start_at, "replaced_workflow": replaced}),
-        );
+            }, &req.actor).workflow(id).template(&req.template).version(version).detail(serde_json::json!({"template_id": template_id, "priority": req.priority, "lane": req.lane,
+                               "start_at": start_at, "replaced_workflow": replaced})));
         out.push(Started {
             workflow_id: id,
             object_id: object,

@@ -1,0 +1,159 @@
+//! What a write records besides its rows: events (the append-only log) and the NOTIFY that
+//! wakes workers of steps that became ready. Both are collected while a transaction works
+//! and written once, at its end.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+use sqlx::PgConnection;
+
+use super::Result;
+use super::steps::READY_CHANNEL;
+
+/// One event to append. Only the object, kind and actor are always known; the rest is set
+/// by name, so a call reads as what it records.
+#[derive(Debug, Clone)]
+pub(crate) struct NewEvent<'a> {
+    object_id: &'a str,
+    kind: &'a str,
+    actor: &'a str,
+    workflow_id: Option<i64>,
+    template: Option<&'a str>,
+    version: Option<i32>,
+    step: Option<&'a str>,
+    status: Option<&'a str>,
+    attempt: Option<i32>,
+    detail: Value,
+}
+
+impl<'a> NewEvent<'a> {
+    pub(crate) fn new(object_id: &'a str, kind: &'a str, actor: &'a str) -> Self {
+        NewEvent {
+            object_id,
+            kind,
+            actor,
+            workflow_id: None,
+            template: None,
+            version: None,
+            step: None,
+            status: None,
+            attempt: None,
+            detail: Value::Null,
+        }
+    }
+
+    pub(crate) fn workflow(mut self, id: i64) -> Self {
+        self.workflow_id = Some(id);
+        self
+    }
+
+    pub(crate) fn template(mut self, name: &'a str) -> Self {
+        self.template = Some(name);
+        self
+    }
+
+    pub(crate) fn version(mut self, version: i32) -> Self {
+        self.version = Some(version);
+        self
+    }
+
+    pub(crate) fn step(mut self, name: &'a str) -> Self {
+        self.step = Some(name);
+        self
+    }
+
+    pub(crate) fn status(mut self, status: &'a str) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    pub(crate) fn detail(mut self, detail: Value) -> Self {
+        self.detail = detail;
+        self
+    }
+}
+
+/// Events to append, written with one statement.
+#[derive(Default)]
+pub(crate) struct EventBuf {
+    object_id: Vec<String>,
+    workflow_id: Vec<Option<i64>>,
+    template: Vec<Option<String>>,
+    version: Vec<Option<i32>>,
+    step: Vec<Option<String>>,
+    kind: Vec<String>,
+    status: Vec<Option<String>>,
+    attempt: Vec<Option<i32>>,
+    actor: Vec<String>,
+    detail: Vec<Value>,
+}
+
+impl EventBuf {
+    pub(crate) fn push(&mut self, e: NewEvent<'_>) {
+        self.object_id.push(e.object_id.to_string());
+        self.workflow_id.push(e.workflow_id);
+        self.template.push(e.template.map(String::from));
+        self.version.push(e.version);
+        self.step.push(e.step.map(String::from));
+        self.kind.push(e.kind.to_string());
+        self.status.push(e.status.map(String::from));
+        self.attempt.push(e.attempt);
+        self.actor.push(e.actor.to_string());
+        self.detail.push(e.detail);
+    }
+
+    pub(crate) async fn flush(&mut self, conn: &mut PgConnection) -> Result<()> {
+        if self.kind.is_empty() {
+            return Ok(());
+        }
+        sqlx::query(
+            "insert into workdo.events
+                (object_id, workflow_id, template, version, step, kind, status, attempt, actor, detail)
+             select object_id, workflow_id, template, version, step, kind, status, attempt, actor,
+                    nullif(detail, 'null'::jsonb)
+               from unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::text[], $6::text[],
+                           $7::text[], $8::int[], $9::text[], $10::jsonb[])
+                    as t(object_id, workflow_id, template, version, step, kind, status, attempt, actor, detail)",
+        )
+        .bind(&self.object_id)
+        .bind(&self.workflow_id)
+        .bind(&self.template)
+        .bind(&self.version)
+        .bind(&self.step)
+        .bind(&self.kind)
+        .bind(&self.status)
+        .bind(&self.attempt)
+        .bind(&self.actor)
+        .bind(&self.detail)
+        .execute(conn)
+        .await?;
+        *self = EventBuf::default();
+        Ok(())
+    }
+}
+
+/// The `template:step` keys of steps that became ready in a transaction: one NOTIFY per
+/// distinct key, delivered when the transaction commits.
+#[derive(Debug, Default)]
+pub(crate) struct ReadyKeys(BTreeSet<String>);
+
+impl ReadyKeys {
+    pub(crate) fn add<'s>(&mut self, template: &str, steps: impl IntoIterator<Item = &'s String>) {
+        for s in steps {
+            self.0.insert(format!("{template}:{s}"));
+        }
+    }
+
+    pub(crate) async fn notify(self, conn: &mut PgConnection) -> Result<()> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<String> = self.0.into_iter().collect();
+        sqlx::query("select pg_notify($1, k) from unnest($2::text[]) as k")
+            .bind(READY_CHANNEL)
+            .bind(&keys)
+            .execute(conn)
+            .await?;
+        Ok(())
+    }
+}
