@@ -17,108 +17,122 @@ pub(super) async fn run(
     out: &mut impl Write,
 ) -> Result<()> {
     match cmd {
-        TemplatesCmd::Load { paths } => {
-            // Parse everything first: one bad file loads nothing, and every problem is reported.
-            let mut loaded = Vec::new();
-            let mut problems = Vec::new();
-            for path in &paths {
-                let files = template::find_files(path)
-                    .with_context(|| format!("cannot read {}", path.display()))?;
-                if files.is_empty() {
-                    problems.push(format!("{}: no .yaml, .yml or .xml files", path.display()));
-                }
-                for f in files {
-                    match template::parse_file(&f) {
-                        Ok(l) => loaded.push(l),
-                        Err(e) => problems.push(e.to_string()),
-                    }
-                }
-            }
-            if !problems.is_empty() {
-                bail!("nothing loaded:\n{}", problems.join("\n"));
-            }
-            let mut report = Vec::new();
-            for l in &loaded {
-                let (id, created) = store.template_save(l).await?;
-                report.push(serde_json::json!({
-                    "name": l.template.name, "sha256": l.sha256, "id": id, "new": created,
-                    "steps": l.template.steps.len(), "origin": l.origin,
-                }));
-            }
-            emit(out, json, &report, |o| {
-                for (l, r) in loaded.iter().zip(&report) {
-                    writeln!(
-                        o,
-                        "{} {} ({} steps, sha256 {}) from {}",
-                        if r["new"] == Value::Bool(true) {
-                            "loaded"
-                        } else {
-                            "unchanged"
-                        },
-                        l.template.name,
-                        l.template.steps.len(),
-                        &l.sha256[..12],
-                        l.origin
-                    )?;
-                }
-                Ok(())
-            })?;
+        TemplatesCmd::Load { paths } => load(store, &paths, json, out).await,
+        TemplatesCmd::List => list(store, json, out).await,
+        TemplatesCmd::Show { name } => show(store, &name, json, out).await,
+    }
+}
+
+/// Parse everything first: one bad file loads nothing, and every problem is reported.
+async fn load(
+    store: &Store,
+    paths: &[std::path::PathBuf],
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    // Parse everything first: one bad file loads nothing, and every problem is reported.
+    let mut loaded = Vec::new();
+    let mut problems = Vec::new();
+    for path in paths {
+        let files = template::find_files(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        if files.is_empty() {
+            problems.push(format!("{}: no .yaml, .yml or .xml files", path.display()));
         }
-        TemplatesCmd::List => {
-            let rows = store.template_list().await?;
-            emit(out, json, &rows, |o| {
-                table(
-                    o,
-                    &["template", "steps", "versions", "sha256", "loaded"],
-                    rows.iter().map(|r| {
-                        vec![
-                            r.name.clone(),
-                            r.spec.steps.len().to_string(),
-                            r.versions.to_string(),
-                            r.sha256[..12].to_string(),
-                            r.loaded_at.format("%Y-%m-%d %H:%M").to_string(),
-                        ]
-                    }),
-                )
-            })?;
-        }
-        TemplatesCmd::Show { name } => {
-            let row = store.template_current(&name).await?;
-            emit(out, json, &row, |o| {
-                writeln!(
-                    o,
-                    "{} (sha256 {}, {} version(s))",
-                    row.name, row.sha256, row.versions
-                )?;
-                table(
-                    o,
-                    &[
-                        "step",
-                        "prerequisites",
-                        "lifecycle",
-                        "error-limit",
-                        "function",
-                    ],
-                    row.spec.steps.iter().map(|s| {
-                        vec![
-                            s.name.clone(),
-                            s.prereqs.join(", "),
-                            s.lifecycle.clone().unwrap_or_default(),
-                            s.error_limit.to_string(),
-                            match (&s.function, s.skip_queue) {
-                                (_, true) => "skip-queue".into(),
-                                (None, _) => "human".into(),
-                                (Some(f), _) => format!("{:?}", f.runner)
-                                    .split_whitespace()
-                                    .next()
-                                    .unwrap_or_default()
-                                    .to_lowercase(),
-                            },
-                        ]
-                    }),
-                )
-            })?;
+        for f in files {
+            match template::parse_file(&f) {
+                Ok(l) => loaded.push(l),
+                Err(e) => problems.push(e.to_string()),
+            }
         }
     }
+    if !problems.is_empty() {
+        bail!("nothing loaded:\n{}", problems.join("\n"));
+    }
+    let mut report = Vec::new();
+    for l in &loaded {
+        let (id, created) = store.template_save(l).await?;
+        report.push(serde_json::json!({
+            "name": l.template.name, "sha256": l.sha256, "id": id, "new": created,
+            "steps": l.template.steps.len(), "origin": l.origin,
+        }));
+    }
+    emit(out, json, &report, |o| {
+        for (l, r) in loaded.iter().zip(&report) {
+            writeln!(
+                o,
+                "{} {} ({} steps, sha256 {}) from {}",
+                if r["new"] == Value::Bool(true) {
+                    "loaded"
+                } else {
+                    "unchanged"
+                },
+                l.template.name,
+                l.template.steps.len(),
+                &l.sha256[..12],
+                l.origin
+            )?;
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+async fn list(store: &Store, json: bool, out: &mut impl Write) -> Result<()> {
+    let rows = store.template_list().await?;
+    emit(out, json, &rows, |o| {
+        table(
+            o,
+            &["template", "steps", "versions", "sha256", "loaded"],
+            rows.iter().map(|r| {
+                vec![
+                    r.name.clone(),
+                    r.spec.steps.len().to_string(),
+                    r.versions.to_string(),
+                    r.sha256[..12].to_string(),
+                    r.loaded_at.format("%Y-%m-%d %H:%M").to_string(),
+                ]
+            }),
+        )
+    })?;
+    Ok(())
+}
+
+async fn show(store: &Store, name: &str, json: bool, out: &mut impl Write) -> Result<()> {
+    let row = store.template_current(name).await?;
+    emit(out, json, &row, |o| {
+        writeln!(
+            o,
+            "{} (sha256 {}, {} version(s))",
+            row.name, row.sha256, row.versions
+        )?;
+        table(
+            o,
+            &[
+                "step",
+                "prerequisites",
+                "lifecycle",
+                "error-limit",
+                "function",
+            ],
+            row.spec.steps.iter().map(|s| {
+                vec![
+                    s.name.clone(),
+                    s.prereqs.join(", "),
+                    s.lifecycle.clone().unwrap_or_default(),
+                    s.error_limit.to_string(),
+                    match (&s.function, s.skip_queue) {
+                        (_, true) => "skip-queue".into(),
+                        (None, _) => "human".into(),
+                        (Some(f), _) => format!("{:?}", f.runner)
+                            .split_whitespace()
+                            .next()
+                            .unwrap_or_default()
+                            .to_lowercase(),
+                    },
+                ]
+            }),
+        )
+    })?;
     Ok(())
 }

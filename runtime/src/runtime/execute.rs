@@ -7,8 +7,9 @@ use chrono::Utc;
 
 use super::{Binding, Config};
 use crate::invoke::Invoker;
+use crate::model::outcome::InvokeError;
 use crate::model::outcome::{Event, Outcome, PROTOCOL};
-use crate::model::retry::decide;
+use crate::model::retry::{Decision, decide};
 use crate::model::status::Status;
 use crate::store::{Change, Claimed, Effects, StepInputs, StepResult, WorkflowToStart};
 
@@ -21,24 +22,7 @@ pub(crate) async fn execute(
     input: StepInputs,
     timeout: Duration,
 ) -> StepResult {
-    let event = Event {
-        protocol: PROTOCOL.into(),
-        step_id: c.id,
-        workflow_id: c.workflow_id,
-        object: c.object_id.clone(),
-        template: c.template.clone(),
-        step: c.name.clone(),
-        version: c.version,
-        lane: c.lane.clone(),
-        attempt: c.attempts,
-        max_attempts: c.max_attempts,
-        properties: input.properties,
-        documents: input.documents,
-        context: input.context,
-        traceparent: input.trace_context,
-        deadline: (Utc::now() + chrono::Duration::from_std(timeout).unwrap_or_default())
-            .to_rfc3339(),
-    };
+    let event = event_of(c, input, timeout);
     let step_span = tracing::info_span!(
         "step",
         otel.name = %format!("step {}:{}", c.template, c.name),
@@ -106,26 +90,7 @@ pub(crate) async fn execute(
         Status::Retrying => metrics.retried.add(1, &labels),
         _ => {}
     }
-    let mut change = Change::new(c.id, status, decision.event());
-    change.note = decision.note.clone();
-    change.error_message = decision.failure().map(|f| f.message.clone());
-    change.error_text = decision.failure().and_then(|f| f.text.clone());
-    change.lifecycle = decision.lifecycle().map(String::from);
-    change.elapsed = decision.elapsed;
-    change.run_at = decision.run_at();
-    change.attempts_delta = decision.attempts_delta();
-    change.lease = Some(c.lease_token);
-    change.detail = serde_json::json!({ "worker": config.owner, "attempt": c.attempts });
-    let effects = match outcome {
-        Ok(o) if decision.applies_effects() => effects_of(o),
-        _ => Effects::default(),
-    };
-    StepResult {
-        change,
-        object_id: c.object_id.clone(),
-        workflow_id: c.workflow_id,
-        effects,
-    }
+    result_of(c, config, &decision, outcome)
 }
 
 /// What a completed outcome changes besides its step, as the store takes it.
@@ -153,5 +118,58 @@ fn effects_of(o: Outcome) -> Effects {
                     .map(|t| t.with_timezone(&Utc)),
             })
             .collect(),
+    }
+}
+
+/// The event a function gets for claimed step `c`.
+fn event_of(c: &Claimed, input: StepInputs, timeout: Duration) -> Event {
+    Event {
+        protocol: PROTOCOL.into(),
+        step_id: c.id,
+        workflow_id: c.workflow_id,
+        object: c.object_id.clone(),
+        template: c.template.clone(),
+        step: c.name.clone(),
+        version: c.version,
+        lane: c.lane.clone(),
+        attempt: c.attempts,
+        max_attempts: c.max_attempts,
+        properties: input.properties,
+        documents: input.documents,
+        context: input.context,
+        traceparent: input.trace_context,
+        deadline: (Utc::now() + chrono::Duration::from_std(timeout).unwrap_or_default())
+            .to_rfc3339(),
+    }
+}
+
+/// What committing `decision` for `c` writes: its change under the claim's lease, and the
+/// outcome's side effects when the decision applies them.
+fn result_of(
+    c: &Claimed,
+    config: &Config,
+    decision: &Decision,
+    outcome: Result<Outcome, InvokeError>,
+) -> StepResult {
+    let status = decision.status();
+    let mut change = Change::new(c.id, status, decision.event());
+    change.note = decision.note.clone();
+    change.error_message = decision.failure().map(|f| f.message.clone());
+    change.error_text = decision.failure().and_then(|f| f.text.clone());
+    change.lifecycle = decision.lifecycle().map(String::from);
+    change.elapsed = decision.elapsed;
+    change.run_at = decision.run_at();
+    change.attempts_delta = decision.attempts_delta();
+    change.lease = Some(c.lease_token);
+    change.detail = serde_json::json!({ "worker": config.owner, "attempt": c.attempts });
+    let effects = match outcome {
+        Ok(o) if decision.applies_effects() => effects_of(o),
+        _ => Effects::default(),
+    };
+    StepResult {
+        change,
+        object_id: c.object_id.clone(),
+        workflow_id: c.workflow_id,
+        effects,
     }
 }

@@ -20,7 +20,7 @@ use super::execute::execute;
 use super::{Binding, Config};
 use crate::invoke::Invoker;
 use crate::model::status::Status;
-use crate::store::{Change, Claimed, Effects, StepResult, Store};
+use crate::store::{Change, Claimed, Effects, StepResult, Store, StoreError};
 
 /// What every worker of a runtime shares.
 pub(super) struct Shared {
@@ -58,29 +58,7 @@ pub(super) async fn work(
                 Err(_) => break,
             }
         }
-        let claim_span = tracing::info_span!(
-            "claim",
-            otel.name = %format!("claim {}", binding.key()),
-            workdo.template = %binding.template,
-            workdo.step = %binding.step,
-            workdo.requested = permits.len(),
-        );
-        let began = std::time::Instant::now();
-        let claim = {
-            use tracing::Instrument;
-            shared
-                .store
-                .step_claim(
-                    &binding.template,
-                    &binding.step,
-                    None,
-                    permits.len() as i64,
-                    &cfg.owner,
-                    lease,
-                )
-                .instrument(claim_span)
-                .await
-        };
+        let claim = claim(&shared, &binding, permits.len(), lease).await;
         let mut claimed = match claim {
             Ok(c) => c,
             Err(e) => {
@@ -92,13 +70,6 @@ pub(super) async fn work(
                 }
             }
         };
-        crate::telemetry::metrics().claim.record(
-            began.elapsed().as_secs_f64(),
-            &[
-                opentelemetry::KeyValue::new("template", binding.template.clone()),
-                opentelemetry::KeyValue::new("step", binding.step.clone()),
-            ],
-        );
         debug!(step = %binding.key(), n = claimed.len(), "claimed");
         let mut inputs = match shared
             .store
@@ -157,7 +128,67 @@ pub(super) async fn work(
             }
         }
     }
-    // Shutdown: let calls in flight finish within the grace period, then give the rest back.
+    drain(&shared, calls, &inflight).await;
+    invoker.shutdown().await;
+}
+
+/// A claimed step given back to the queue uncalled, with its attempt.
+pub(super) fn released(c: Claimed, owner: &str, reason: &str) -> StepResult {
+    let mut change = Change::new(c.id, Status::Waiting, "released");
+    change.attempts_delta = -1;
+    change.lease = Some(c.lease_token);
+    change.detail = serde_json::json!({ "worker": owner, "reason": reason });
+    StepResult {
+        change,
+        object_id: c.object_id,
+        workflow_id: c.workflow_id,
+        effects: Effects::default(),
+    }
+}
+
+/// Claim up to `n` ready steps of `binding` under a lease of `lease`, traced and timed.
+async fn claim(
+    shared: &Shared,
+    binding: &Binding,
+    n: usize,
+    lease: Duration,
+) -> Result<Vec<Claimed>, StoreError> {
+    use tracing::Instrument;
+    let span = tracing::info_span!(
+        "claim",
+        otel.name = %format!("claim {}", binding.key()),
+        workdo.template = %binding.template,
+        workdo.step = %binding.step,
+        workdo.requested = n,
+    );
+    let began = std::time::Instant::now();
+    let claimed = shared
+        .store
+        .step_claim(
+            &binding.template,
+            &binding.step,
+            None,
+            n as i64,
+            &shared.config.owner,
+            lease,
+        )
+        .instrument(span)
+        .await;
+    if claimed.is_ok() {
+        crate::telemetry::metrics().claim.record(
+            began.elapsed().as_secs_f64(),
+            &[
+                opentelemetry::KeyValue::new("template", binding.template.clone()),
+                opentelemetry::KeyValue::new("step", binding.step.clone()),
+            ],
+        );
+    }
+    claimed
+}
+
+/// Shutdown: let calls in flight finish within the grace period, then give the rest back.
+async fn drain(shared: &Shared, mut calls: JoinSet<()>, inflight: &Mutex<HashMap<i64, Claimed>>) {
+    let cfg = &shared.config;
     let grace = tokio::time::sleep(cfg.grace);
     tokio::pin!(grace);
     loop {
@@ -179,20 +210,5 @@ pub(super) async fn work(
             .results
             .finish(released(c, &cfg.owner, "shutdown"))
             .await;
-    }
-    invoker.shutdown().await;
-}
-
-/// A claimed step given back to the queue uncalled, with its attempt.
-pub(super) fn released(c: Claimed, owner: &str, reason: &str) -> StepResult {
-    let mut change = Change::new(c.id, Status::Waiting, "released");
-    change.attempts_delta = -1;
-    change.lease = Some(c.lease_token);
-    change.detail = serde_json::json!({ "worker": owner, "reason": reason });
-    StepResult {
-        change,
-        object_id: c.object_id,
-        workflow_id: c.workflow_id,
-        effects: Effects::default(),
     }
 }

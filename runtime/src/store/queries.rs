@@ -258,6 +258,10 @@ impl Store {
     }
 
     /// Explain what keeps a step from running (or that nothing does).
+    ///
+    /// Long on purpose: one reason per way a step can be held back, checked in the order a person
+    /// would ask; split, the one explanation would be scattered over helpers that each need the
+    /// whole step.
     pub async fn why(&self, object: &str, template: &str, step: &str) -> Result<Why> {
         let row: Option<StepRow> = sqlx::query_as(
             "select s.* from workdo.steps s join workdo.workflows w on w.id = s.workflow_id

@@ -364,6 +364,10 @@ pub(crate) struct Entry {
 /// Insert workflows of the template with their steps, bootstrap milestones and events: one
 /// statement per table for all entries. Per-object cases (re-creation, a new object version) are
 /// settled by the caller before.
+///
+/// Long on purpose: one statement per table for all the objects at once (workflows, steps,
+/// milestones, events), in the order the rows refer to each other; each statement binds the same
+/// per-object arrays.
 async fn insert_workflows(
     tx: &mut Transaction<'_, Postgres>,
     events: &mut EventBuf,

@@ -295,6 +295,9 @@ pub(crate) fn valid_name(name: &str) -> bool {
 }
 
 /// Checks shared by both formats: names, duplicates, prerequisites, cycles, statuses.
+///
+/// Long on purpose: every rule a template must satisfy, in one place, so that all problems are
+/// collected and reported at once.
 pub(crate) fn validate(
     origin: &str,
     template: &Template,
