@@ -41,10 +41,11 @@ impl Locate for Lines {
         }
     }
 }
-/// Long on purpose: one pass over the document in source order, each element read next to its
-/// checks so every problem carries its position; issue 19 reworks it with the unknown-attribute
-/// checks.
 
+/// Read a `workflow-def` document into a template.
+///
+/// Long on purpose: one pass over the document in source order, each element read next to its
+/// checks so every problem carries its position.
 pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateError> {
     let doc = Document::parse(source).map_err(|e| {
         let pos = e.pos();
