@@ -1110,3 +1110,81 @@ async fn an_xml_only_robot_drives_the_demo_workflows_to_the_end() {
         assert!(lc.contains(">accessioned</milestone>"), "{lc}");
     }
 }
+
+#[tokio::test]
+async fn nul_characters_are_refused_naming_where_they_are() {
+    let a = api().await;
+    with_google(&a).await;
+    a.post_json(
+        "/api/objects",
+        &a.admin,
+        json!({"id": DRUID, "properties": {}}),
+    )
+    .await;
+    let put = |path: &'static str| {
+        a.call(
+            reqwest::Method::PUT,
+            path,
+            &a.robot,
+            Some((
+                "application/xml",
+                "<process name=\"x\" status=\"completed\"/>".into(),
+            )),
+        )
+    };
+    let cases: Vec<((StatusCode, String), &str)> = vec![
+        (a.get("/api/objects/a%00b").await, "path segment 3"),
+        (
+            put("/objects/druid:bb123cd4567/workflows/googleScannedBookWF/a%00b").await,
+            "path segment 5",
+        ),
+        (
+            a.get("/workflow_queue?error=a%00b:h1&workflow=googleScannedBookWF")
+                .await,
+            "query parameter \"error\"",
+        ),
+        (
+            a.post_json(
+                "/api/objects",
+                &a.admin,
+                json!({"id": "druid:cc123cd4567", "properties": {"a": "x\u{0}y"}}),
+            )
+            .await,
+            "body field \"properties.a\"",
+        ),
+        (
+            a.post_json("/api/retry", &a.robot, json!({"template": "a\u{0}b"}))
+                .await,
+            "body field \"template\"",
+        ),
+    ];
+    for ((status, body), field) in cases {
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{field}: {body}");
+        let e = err(&body);
+        assert!(
+            e.contains(field) && e.contains("NUL"),
+            "{field} not named in {e:?}"
+        );
+    }
+    // Nothing was written: the object with the NUL property does not exist.
+    let (status, _) = a.get("/api/objects/druid:cc123cd4567").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn the_frameworks_own_errors_have_json_bodies() {
+    let a = api().await;
+    let (status, body) = a.get("/no/such/route").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(err(&body).contains("no such route"), "{body}");
+    let (status, body) = a
+        .call(
+            reqwest::Method::POST,
+            "/api/objects",
+            &a.admin,
+            Some(("application/json", "x".repeat(2 * 1024 * 1024))),
+        )
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(err(&body).contains("over the limit"), "{body}");
+}

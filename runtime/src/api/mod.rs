@@ -3,6 +3,7 @@
 //! unchanged. Every request but `/health` and `/openapi.json` needs a bearer token; its role
 //! decides what it may do.
 
+mod input;
 mod json;
 mod openapi;
 mod workdo;
@@ -47,6 +48,8 @@ pub fn app(state: AppState) -> Router {
         .merge(json::router())
         .merge(workdo::router())
         .layer(DefaultBodyLimit::max(DEFAULT_BODY_LIMIT))
+        .layer(axum::middleware::from_fn(input::refuse_nul))
+        .layer(axum::middleware::from_fn(input::json_errors))
         .layer(
             tower_http::trace::TraceLayer::new_for_http().make_span_with(
                 tower_http::trace::DefaultMakeSpan::new().level(tracing::Level::INFO),
@@ -127,6 +130,13 @@ impl From<StoreError> for ApiError {
             StoreError::InvalidStatus { .. }
             | StoreError::Invalid { .. }
             | StoreError::Schedule(_) => StatusCode::BAD_REQUEST,
+            // The last line of defence for a character Postgres cannot store in a field the
+            // checks above do not see (e.g. inside an uploaded template).
+            StoreError::Sql(sqlx::Error::Database(d))
+                if matches!(d.code().as_deref(), Some("22021" | "22P05" | "22P02")) =>
+            {
+                return ApiError::bad_request(format!("a value cannot be stored: {}", d.message()));
+            }
             StoreError::CorruptTemplate(..) | StoreError::Sql(_) => {
                 tracing::error!(error = %e, "request failed");
                 return ApiError::new(
@@ -195,7 +205,14 @@ impl FromRequestParts<AppState> for Caller {
 
 /// Parse a JSON body, naming the problem when it is malformed.
 pub fn json_body<T: DeserializeOwned>(body: &Bytes) -> ApiResult<T> {
-    serde_json::from_slice(body)
+    let value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
+    if let Some(at) = input::nul_in_json(&value) {
+        return Err(ApiError::bad_request(format!(
+            "body field {at:?} contains a NUL character (U+0000), which workdo cannot store"
+        )));
+    }
+    serde_json::from_value(value)
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }
 
