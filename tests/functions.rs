@@ -852,3 +852,76 @@ async fn steps_whose_inputs_cannot_be_read_are_given_back_not_run() {
     );
     assert_eq!(k.last().map(String::as_str), Some("completed"), "{k:?}");
 }
+
+/// A result the database refuses fails its own step with the reason; the other results of its
+/// batch commit, later work flows, and the runtime still stops when told to.
+#[tokio::test]
+async fn a_result_the_database_refuses_fails_only_its_own_step() {
+    let t = db().await;
+    // Stand-in for any value Postgres refuses (a NUL in text, a value over a limit): a check
+    // this test adds.
+    sqlx::query("alter table workdo.steps add constraint test_refuses_poison check (note is distinct from 'poison')")
+        .execute(t.pool())
+        .await
+        .expect("add the check");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = script(
+        dir.path(),
+        "poison.sh",
+        "#!/bin/sh\nx=$(cat)\ncase \"$x\" in *obj:bad*) echo '{\"status\":\"completed\",\"note\":\"poison\"}';; *) echo '{\"status\":\"completed\",\"note\":\"fine\"}';; esac\n",
+    );
+    load(
+        &t.store,
+        "poison.yaml",
+        &format!(
+            "name: poisonWF\nsteps:\n  - name: run\n    function: {{ exec: [{f:?}], concurrency: 8 }}\n"
+        ),
+    )
+    .await;
+    let mut ids: Vec<String> = (0..15).map(|i| format!("obj:ok{i}")).collect();
+    ids.push("obj:bad".into());
+    let mut req = StartRequest::new("poisonWF", &[]);
+    req.objects = ids;
+    t.store.workflow_start(&req).await.expect("start");
+    let rt = start(&t.store, config()).await;
+    wait_until(
+        t.pool(),
+        "select bool_and(status in ('completed', 'error')) from workdo.steps",
+        30,
+    )
+    .await;
+    // Work after the refusal still flows.
+    t.store
+        .workflow_start(&StartRequest::new("poisonWF", &["obj:later"]))
+        .await
+        .expect("start later");
+    wait_until(
+        t.pool(),
+        "select status = 'completed' from workdo.steps where object_id = 'obj:later'",
+        30,
+    )
+    .await;
+    rt.stop().await;
+    let bad = step(t.pool(), "obj:bad", "run").await;
+    assert_eq!(bad.status, "error");
+    let message = bad.error_message.unwrap_or_default();
+    assert!(
+        message.contains("could not be stored") && message.contains("test_refuses_poison"),
+        "{message}"
+    );
+    let fine: i64 = sqlx::query_scalar(
+        "select count(*) from workdo.steps where status = 'completed' and note = 'fine'",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("count");
+    assert_eq!(fine, 16);
+    // The alert for the step in error was written with it.
+    let alerts: i64 = sqlx::query_scalar(
+        "select count(*) from workdo.alert_outbox where payload ->> 'object' = 'obj:bad'",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("alerts");
+    assert_eq!(alerts, 1);
+}

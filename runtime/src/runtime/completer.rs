@@ -9,9 +9,11 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tracing::warn;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, warn};
 
-use crate::store::{StepResult, Store};
+use crate::model::status::Status;
+use crate::store::{Change, Effects, StepResult, Store};
 
 /// Where workers hand their results: one channel per completer.
 #[derive(Clone)]
@@ -36,6 +38,7 @@ pub(super) fn start(
     n: usize,
     max: usize,
     actor: &str,
+    stop: &CancellationToken,
 ) -> (Results, Vec<JoinHandle<()>>) {
     let mut senders = Vec::new();
     let mut handles = Vec::new();
@@ -47,6 +50,7 @@ pub(super) fn start(
             rx,
             max,
             actor.to_string(),
+            stop.clone(),
         )));
     }
     (Results { senders }, handles)
@@ -65,7 +69,13 @@ fn shard(object_id: &str, n: usize) -> usize {
 }
 
 /// Commit results in batches: whatever has arrived while the last commit ran goes in the next.
-async fn complete(store: Store, mut rx: mpsc::Receiver<StepResult>, max: usize, actor: String) {
+async fn complete(
+    store: Store,
+    mut rx: mpsc::Receiver<StepResult>,
+    max: usize,
+    actor: String,
+    stop: CancellationToken,
+) {
     let mut batch: Vec<StepResult> = Vec::with_capacity(max);
     while let Some(first) = rx.recv().await {
         batch.push(first);
@@ -75,30 +85,86 @@ async fn complete(store: Store, mut rx: mpsc::Receiver<StepResult>, max: usize, 
                 Err(_) => break,
             }
         }
-        let mut delay = Duration::from_millis(100);
-        loop {
-            let span = tracing::info_span!("commit", workdo.results = batch.len());
-            let committed = {
-                use tracing::Instrument;
-                store.results_commit(&batch, &actor).instrument(span).await
-            };
-            match committed {
-                Ok(applied) => {
-                    if !applied.lost.is_empty() {
-                        warn!(steps = ?applied.lost, "results dropped: their leases were lost");
+        commit(&store, &batch, &actor, &stop).await;
+        batch.clear();
+    }
+}
+
+/// Commit `batch` (one transaction). While the database is unreachable, keep the results
+/// and try again with back-off; once `stop` is cancelled, give up after a few tries (the steps
+/// run again when their leases expire: nothing is lost, and shutdown is not held hostage). When
+/// the database refuses the data itself, commit the results one at a time so that only the
+/// result at fault fails, and record that one as its step's error.
+async fn commit(store: &Store, batch: &[StepResult], actor: &str, stop: &CancellationToken) {
+    let mut delay = Duration::from_millis(100);
+    let mut tries = 0;
+    loop {
+        let span = tracing::info_span!("commit", workdo.results = batch.len());
+        let committed = {
+            use tracing::Instrument;
+            store.results_commit(batch, actor).instrument(span).await
+        };
+        match committed {
+            Ok(applied) => {
+                if !applied.lost.is_empty() {
+                    warn!(steps = ?applied.lost, "results dropped: their leases were lost");
+                }
+                return;
+            }
+            Err(e) if e.is_refusal() => {
+                match batch {
+                    [one] => refused(store, one, actor, &e.to_string()).await,
+                    _ => {
+                        warn!(error = %e, n = batch.len(), "the database refused a batch; committing its results one by one");
+                        for r in batch {
+                            Box::pin(commit(store, std::slice::from_ref(r), actor, stop)).await;
+                        }
                     }
-                    break;
                 }
-                Err(e) => {
-                    // The database is unreachable or refused: keep the results and try again.
-                    // If leases expire meanwhile the steps run again; nothing is applied twice.
-                    warn!(error = %e, n = batch.len(), "commit failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
+                return;
+            }
+            Err(e) => {
+                tries += 1;
+                if stop.is_cancelled() && tries >= 3 {
+                    error!(error = %e, n = batch.len(), "shutting down with the database unreachable: these results are not committed; their steps run again when their leases expire");
+                    return;
                 }
+                // The database is unreachable: keep the results and try again. If leases
+                // expire meanwhile the steps run again; nothing is applied twice.
+                warn!(error = %e, n = batch.len(), "commit failed; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = stop.cancelled() => {}
+                }
+                delay = (delay * 2).min(Duration::from_secs(5));
             }
         }
-        batch.clear();
+    }
+}
+
+/// A result the database refused: its step goes into `error` (under the same lease, with an
+/// alert) saying why, and none of its side effects apply.
+async fn refused(store: &Store, r: &StepResult, actor: &str, reason: &str) {
+    let mut change = Change::new(r.change.id, Status::Error, "failed");
+    change.lease = r.change.lease;
+    change.error_message = Some(format!(
+        "the function's result could not be stored: {reason}"
+    ));
+    change.detail = serde_json::json!({ "refused": r.change.status.as_str() });
+    let failed = StepResult {
+        change,
+        object_id: r.object_id.clone(),
+        workflow_id: r.workflow_id,
+        effects: Effects::default(),
+    };
+    warn!(step = r.change.id, %reason, "the database refused a result; its step is put in error");
+    if let Err(e) = store
+        .results_commit(std::slice::from_ref(&failed), actor)
+        .await
+    {
+        // Not even the error could be stored (or the database went away): the lease expires
+        // and the step runs again.
+        error!(step = r.change.id, error = %e, "recording a refused result failed");
     }
 }
 

@@ -200,6 +200,7 @@ pub async fn run(
         config.completers,
         config.commit_batch,
         &config.owner,
+        &shutdown,
     );
     let notifies: HashMap<String, Arc<Notify>> = bindings
         .iter()

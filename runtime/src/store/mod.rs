@@ -80,6 +80,22 @@ pub enum StoreError {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+impl StoreError {
+    /// Whether the database refused the data itself (a value it cannot store, a constraint),
+    /// as opposed to being unreachable: sending the same data again fails again.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            StoreError::Sql(sqlx::Error::Database(d)) => d.code().is_some_and(|c| {
+                // 22: data exception (e.g. a NUL in text), 23: integrity constraint,
+                // 54: program limit exceeded (e.g. a value too large).
+                c.starts_with("22") || c.starts_with("23") || c.starts_with("54")
+            }),
+            StoreError::Sql(_) => false,
+            _ => true,
+        }
+    }
+}
+
 /// Starts a trace for a new workflow and returns its W3C `traceparent`, or `None` when
 /// nothing is traced: (object, template, version, lane). The store keeps the answer on the
 /// workflow row; it does not know how traces are made.
