@@ -8,6 +8,8 @@
 
 mod alerts;
 mod bench;
+mod bulk;
+mod claim;
 pub mod db;
 mod demo;
 mod events;
@@ -24,13 +26,12 @@ pub use alerts::{FoldedRow, Outbox, OutboxMark, OutboxRow};
 pub use demo::{DemoProgress, DemoSummary, DemoTotals};
 pub use schedules::{Fired, ScheduleRow};
 
+pub use bulk::StepFilter;
 pub use queries::{
     EventRow, Facet, Milestone, ObjectView, QueueEntry, Why, WorkflowRow, WorkflowView,
 };
 pub use results::{Effects, StepInputs, StepResult, WorkflowToStart};
-pub use steps::{
-    Applied, Change, ClaimRequest, Claimed, READY_CHANNEL, SetOutcome, SetRequest, StepFilter,
-};
+pub use steps::{Applied, Change, ClaimRequest, Claimed, READY_CHANNEL, SetOutcome, SetRequest};
 pub use templates::TemplateRow;
 pub use tokens::{Role, TokenRow};
 pub use workflows::{StartRequest, Started};

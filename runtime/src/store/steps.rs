@@ -6,7 +6,6 @@ use serde_json::Value;
 use sqlx::{FromRow, PgConnection, Postgres, Row, Transaction};
 use uuid::Uuid;
 
-use super::events::{EventBuf, NewEvent};
 use super::{Result, StepRow, Store, StoreError};
 use crate::model::status::Status;
 
@@ -153,19 +152,6 @@ pub struct SetOutcome {
     pub step: StepRow,
     /// Steps of the workflow that became ready through this change.
     pub next_steps: Vec<String>,
-}
-
-/// Which steps a bulk command (retry, skip, prioritize) touches. Every `Some` must match.
-#[derive(Debug, Clone, Default)]
-pub struct StepFilter {
-    pub object: Option<String>,
-    pub workflow: Option<i64>,
-    pub template: Option<String>,
-    pub step: Option<String>,
-    /// Only steps in this status.
-    pub status: Option<String>,
-    /// Objects whose property `.0` equals `.1` (as JSON).
-    pub property: Option<(String, Value)>,
 }
 
 /// A row of `workdo.apply`: a changed step, a dependant whose counter moved, or a workflow
@@ -402,75 +388,6 @@ impl Store {
         })
     }
 
-    /// Claim up to `limit` ready steps of `template:step` (optionally of one lane): highest
-    /// priority first, then longest ready; each gets an attempt and a lease until `lease`.
-    pub async fn step_claim(
-        &self,
-        template: &str,
-        step: &str,
-        lane: Option<&str>,
-        limit: i64,
-        owner: &str,
-        lease: std::time::Duration,
-    ) -> Result<Vec<Claimed>> {
-        let mut conn = self.pool.acquire().await?;
-        Self::step_claim_on(&mut conn, template, step, lane, limit, owner, lease).await
-    }
-
-    /// [`Store::step_claim`] on a connection (or transaction) of the caller's.
-    pub async fn step_claim_on(
-        conn: &mut PgConnection,
-        template: &str,
-        step: &str,
-        lane: Option<&str>,
-        limit: i64,
-        owner: &str,
-        lease: std::time::Duration,
-    ) -> Result<Vec<Claimed>> {
-        // workdo.claim (migrations/0004) plans the claim once per session.
-        let claimed: Vec<Claimed> =
-            sqlx::query_as("select * from workdo.claim($1, $2, $3, $4, $5, $6)")
-                .bind(template)
-                .bind(step)
-                .bind(lane)
-                .bind(limit)
-                .bind(owner)
-                .bind(lease.as_secs_f64())
-                .fetch_all(&mut *conn)
-                .await?;
-        Ok(claimed)
-    }
-
-    /// Task injection: claim `template:step` of these objects now, ahead of the queue — when
-    /// ready, scheduled, retrying or in error (not waiting for prerequisites, running or done).
-    pub async fn step_claim_objects(
-        &self,
-        template: &str,
-        step: &str,
-        objects: &[String],
-        owner: &str,
-        lease: std::time::Duration,
-    ) -> Result<Vec<Claimed>> {
-        // workdo.lease (migrations/0004) leases them, as workdo.claim does the queue's head.
-        let claimed: Vec<Claimed> = sqlx::query_as(
-            "select * from workdo.lease(array(
-                select s.id from workdo.steps s join workdo.workflows w on w.id = s.workflow_id
-                 where w.template = $1 and s.name = $2 and w.object_id = any($3) and s.active
-                   and s.status in ('ready', 'scheduled', 'retrying', 'error')
-                 limit $4
-                   for update of s skip locked), $5, $6)",
-        )
-        .bind(template)
-        .bind(step)
-        .bind(objects)
-        .bind(objects.len() as i64)
-        .bind(owner)
-        .bind(lease.as_secs_f64())
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(claimed)
-    }
-
     /// Make due `scheduled` and `retrying` steps ready. Returns how many.
     pub async fn steps_promote_due(&self, limit: i64) -> Result<usize> {
         let mut tx = self.pool.begin().await?;
@@ -536,101 +453,6 @@ impl Store {
         tx.commit().await?;
         Ok(n)
     }
-
-    /// Put steps matching `filter` (default: those in `error`) back in the queue, with their
-    /// attempts reset. Returns how many.
-    pub async fn steps_retry(&self, filter: &StepFilter, actor: &str) -> Result<usize> {
-        let mut f = filter.clone();
-        if f.status.is_none() {
-            f.status = Some("error".into());
-        }
-        self.bulk(&f, actor, |id| {
-            let mut c = Change::new(id, Status::Waiting, "retried");
-            c.reset_attempts = true;
-            c
-        })
-        .await
-    }
-
-    /// Skip every unfinished step matching `filter`. Returns how many.
-    pub async fn steps_skip(&self, filter: &StepFilter, actor: &str) -> Result<usize> {
-        self.bulk(filter, actor, |id| {
-            Change::new(id, Status::Skipped, "skipped")
-        })
-        .await
-    }
-
-    /// Set the priority of the unfinished steps matching `filter`. Returns how many.
-    pub async fn steps_prioritize(
-        &self,
-        filter: &StepFilter,
-        priority: i32,
-        actor: &str,
-    ) -> Result<usize> {
-        let mut tx = self.pool.begin().await?;
-        let ids = filtered_ids(&mut tx, filter).await?;
-        let rows: Vec<(String, i64, String, i32, String, String)> = sqlx::query_as(
-            "update workdo.steps set priority = $2, updated_at = now()
-              where id = any($1)
-             returning object_id, workflow_id, template, version, name, status",
-        )
-        .bind(&ids)
-        .bind(priority)
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut events = EventBuf::default();
-        for (object, wf, template, version, name, status) in &rows {
-            events.push(
-                NewEvent::new(object, "prioritized", actor)
-                    .workflow(*wf)
-                    .template(template)
-                    .version(*version)
-                    .step(name)
-                    .status(status)
-                    .detail(serde_json::json!({ "priority": priority })),
-            );
-        }
-        events.flush(&mut tx).await?;
-        tx.commit().await?;
-        Ok(rows.len())
-    }
-
-    async fn bulk(
-        &self,
-        filter: &StepFilter,
-        actor: &str,
-        make: impl Fn(i64) -> Change,
-    ) -> Result<usize> {
-        let mut tx = self.pool.begin().await?;
-        let ids = filtered_ids(&mut tx, filter).await?;
-        let changes: Vec<Change> = ids.into_iter().map(make).collect();
-        let n = Self::steps_apply(&mut tx, &changes, actor)
-            .await?
-            .changed
-            .len();
-        tx.commit().await?;
-        Ok(n)
-    }
-
-    /// All steps of the object's active workflow of `template` skipped in one transaction.
-    pub async fn workflow_skip_all(
-        &self,
-        object: &str,
-        template: &str,
-        actor: &str,
-    ) -> Result<usize> {
-        let n = self
-            .steps_skip(
-                &StepFilter {
-                    object: Some(object.into()),
-                    template: Some(template.into()),
-                    ..Default::default()
-                },
-                actor,
-            )
-            .await?;
-        Ok(n)
-    }
 }
 
 /// Workers' results must each name the lease they hold.
@@ -643,40 +465,6 @@ pub(crate) fn require_leases<'a>(changes: impl IntoIterator<Item = &'a Change>) 
         }),
         None => Ok(()),
     }
-}
-
-/// Ids of the active, unfinished steps matching `filter`, locked.
-async fn filtered_ids(tx: &mut Transaction<'_, Postgres>, f: &StepFilter) -> Result<Vec<i64>> {
-    let (prop_key, prop_value) = match &f.property {
-        Some((k, v)) => (Some(k.as_str()), Some(v.clone())),
-        None => (None, None),
-    };
-    let ids: Vec<i64> = sqlx::query_scalar(
-        "select s.id from workdo.steps s
-          where s.active
-            and s.status not in ('completed', 'skipped')
-            and ($1::text is null
-                 or s.workflow_id in (select w.id from workdo.workflows w where w.object_id = $1))
-            and ($2::text is null or s.template = $2)
-            and ($3::text is null or s.name = $3)
-            and ($4::text is null or s.status = $4)
-            and ($7::bigint is null or s.workflow_id = $7)
-            and ($5::text is null or exists (
-                  select 1 from workdo.objects o
-                   where o.id = s.object_id and o.properties -> $5 = $6::jsonb))
-          order by s.id
-            for update",
-    )
-    .bind(&f.object)
-    .bind(&f.template)
-    .bind(&f.step)
-    .bind(&f.status)
-    .bind(prop_key)
-    .bind(prop_value)
-    .bind(f.workflow)
-    .fetch_all(&mut **tx)
-    .await?;
-    Ok(ids)
 }
 
 /// The step `template:step` of the object's active workflow (or of `version`), locked.

@@ -1,0 +1,154 @@
+//! Bulk changes from outside (CLI, API, web page): retry, skip and prioritize the steps a
+//! filter selects, and skip a whole workflow.
+
+use serde_json::Value;
+use sqlx::{Postgres, Transaction};
+
+use super::events::{EventBuf, NewEvent};
+use super::steps::Change;
+use super::{Result, Store};
+use crate::model::status::Status;
+
+/// Which steps a bulk command (retry, skip, prioritize) touches. Every `Some` must match.
+#[derive(Debug, Clone, Default)]
+pub struct StepFilter {
+    pub object: Option<String>,
+    pub workflow: Option<i64>,
+    pub template: Option<String>,
+    pub step: Option<String>,
+    /// Only steps in this status.
+    pub status: Option<String>,
+    /// Objects whose property `.0` equals `.1` (as JSON).
+    pub property: Option<(String, Value)>,
+}
+
+impl Store {
+    /// Put steps matching `filter` (default: those in `error`) back in the queue, with their
+    /// attempts reset. Returns how many.
+    pub async fn steps_retry(&self, filter: &StepFilter, actor: &str) -> Result<usize> {
+        let mut f = filter.clone();
+        if f.status.is_none() {
+            f.status = Some("error".into());
+        }
+        self.bulk(&f, actor, |id| {
+            let mut c = Change::new(id, Status::Waiting, "retried");
+            c.reset_attempts = true;
+            c
+        })
+        .await
+    }
+
+    /// Skip every unfinished step matching `filter`. Returns how many.
+    pub async fn steps_skip(&self, filter: &StepFilter, actor: &str) -> Result<usize> {
+        self.bulk(filter, actor, |id| {
+            Change::new(id, Status::Skipped, "skipped")
+        })
+        .await
+    }
+
+    /// Set the priority of the unfinished steps matching `filter`. Returns how many.
+    pub async fn steps_prioritize(
+        &self,
+        filter: &StepFilter,
+        priority: i32,
+        actor: &str,
+    ) -> Result<usize> {
+        let mut tx = self.pool.begin().await?;
+        let ids = filtered_ids(&mut tx, filter).await?;
+        let rows: Vec<(String, i64, String, i32, String, String)> = sqlx::query_as(
+            "update workdo.steps set priority = $2, updated_at = now()
+              where id = any($1)
+             returning object_id, workflow_id, template, version, name, status",
+        )
+        .bind(&ids)
+        .bind(priority)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut events = EventBuf::default();
+        for (object, wf, template, version, name, status) in &rows {
+            events.push(
+                NewEvent::new(object, "prioritized", actor)
+                    .workflow(*wf)
+                    .template(template)
+                    .version(*version)
+                    .step(name)
+                    .status(status)
+                    .detail(serde_json::json!({ "priority": priority })),
+            );
+        }
+        events.flush(&mut tx).await?;
+        tx.commit().await?;
+        Ok(rows.len())
+    }
+
+    async fn bulk(
+        &self,
+        filter: &StepFilter,
+        actor: &str,
+        make: impl Fn(i64) -> Change,
+    ) -> Result<usize> {
+        let mut tx = self.pool.begin().await?;
+        let ids = filtered_ids(&mut tx, filter).await?;
+        let changes: Vec<Change> = ids.into_iter().map(make).collect();
+        let n = Self::steps_apply(&mut tx, &changes, actor)
+            .await?
+            .changed
+            .len();
+        tx.commit().await?;
+        Ok(n)
+    }
+
+    /// All steps of the object's active workflow of `template` skipped in one transaction.
+    pub async fn workflow_skip_all(
+        &self,
+        object: &str,
+        template: &str,
+        actor: &str,
+    ) -> Result<usize> {
+        let n = self
+            .steps_skip(
+                &StepFilter {
+                    object: Some(object.into()),
+                    template: Some(template.into()),
+                    ..Default::default()
+                },
+                actor,
+            )
+            .await?;
+        Ok(n)
+    }
+}
+
+/// Ids of the active, unfinished steps matching `filter`, locked.
+async fn filtered_ids(tx: &mut Transaction<'_, Postgres>, f: &StepFilter) -> Result<Vec<i64>> {
+    let (prop_key, prop_value) = match &f.property {
+        Some((k, v)) => (Some(k.as_str()), Some(v.clone())),
+        None => (None, None),
+    };
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "select s.id from workdo.steps s
+          where s.active
+            and s.status not in ('completed', 'skipped')
+            and ($1::text is null
+                 or s.workflow_id in (select w.id from workdo.workflows w where w.object_id = $1))
+            and ($2::text is null or s.template = $2)
+            and ($3::text is null or s.name = $3)
+            and ($4::text is null or s.status = $4)
+            and ($7::bigint is null or s.workflow_id = $7)
+            and ($5::text is null or exists (
+                  select 1 from workdo.objects o
+                   where o.id = s.object_id and o.properties -> $5 = $6::jsonb))
+          order by s.id
+            for update",
+    )
+    .bind(&f.object)
+    .bind(&f.template)
+    .bind(&f.step)
+    .bind(&f.status)
+    .bind(prop_key)
+    .bind(prop_value)
+    .bind(f.workflow)
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(ids)
+}

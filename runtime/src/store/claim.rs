@@ -1,0 +1,78 @@
+//! Claims: ready steps leased to a worker (`workdo.claim`), or chosen steps leased now for
+//! task injection (`workdo.lease`).
+
+use sqlx::PgConnection;
+
+use super::steps::Claimed;
+use super::{Result, Store};
+
+impl Store {
+    /// Claim up to `limit` ready steps of `template:step` (optionally of one lane): highest
+    /// priority first, then longest ready; each gets an attempt and a lease until `lease`.
+    pub async fn step_claim(
+        &self,
+        template: &str,
+        step: &str,
+        lane: Option<&str>,
+        limit: i64,
+        owner: &str,
+        lease: std::time::Duration,
+    ) -> Result<Vec<Claimed>> {
+        let mut conn = self.pool.acquire().await?;
+        Self::step_claim_on(&mut conn, template, step, lane, limit, owner, lease).await
+    }
+
+    /// [`Store::step_claim`] on a connection (or transaction) of the caller's.
+    pub async fn step_claim_on(
+        conn: &mut PgConnection,
+        template: &str,
+        step: &str,
+        lane: Option<&str>,
+        limit: i64,
+        owner: &str,
+        lease: std::time::Duration,
+    ) -> Result<Vec<Claimed>> {
+        // workdo.claim (migrations/0004) plans the claim once per session.
+        let claimed: Vec<Claimed> =
+            sqlx::query_as("select * from workdo.claim($1, $2, $3, $4, $5, $6)")
+                .bind(template)
+                .bind(step)
+                .bind(lane)
+                .bind(limit)
+                .bind(owner)
+                .bind(lease.as_secs_f64())
+                .fetch_all(&mut *conn)
+                .await?;
+        Ok(claimed)
+    }
+
+    /// Task injection: claim `template:step` of these objects now, ahead of the queue — when
+    /// ready, scheduled, retrying or in error (not waiting for prerequisites, running or done).
+    pub async fn step_claim_objects(
+        &self,
+        template: &str,
+        step: &str,
+        objects: &[String],
+        owner: &str,
+        lease: std::time::Duration,
+    ) -> Result<Vec<Claimed>> {
+        // workdo.lease (migrations/0004) leases them, as workdo.claim does the queue's head.
+        let claimed: Vec<Claimed> = sqlx::query_as(
+            "select * from workdo.lease(array(
+                select s.id from workdo.steps s join workdo.workflows w on w.id = s.workflow_id
+                 where w.template = $1 and s.name = $2 and w.object_id = any($3) and s.active
+                   and s.status in ('ready', 'scheduled', 'retrying', 'error')
+                 limit $4
+                   for update of s skip locked), $5, $6)",
+        )
+        .bind(template)
+        .bind(step)
+        .bind(objects)
+        .bind(objects.len() as i64)
+        .bind(owner)
+        .bind(lease.as_secs_f64())
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(claimed)
+    }
+}
