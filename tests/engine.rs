@@ -11,7 +11,7 @@ use chrono::Utc;
 use support::{GOOGLE_XML, db, event_kinds, load};
 use workdo::model::status::Status;
 use workdo::store::{
-    Applied, Change, ClaimRequest, SetRequest, StartRequest, StepFilter, Store, StoreError,
+    Applied, Change, SetRequest, StartRequest, StepFilter, StepResult, Store, StoreError,
 };
 
 const WF: &str = "googleScannedBookWF";
@@ -26,6 +26,32 @@ async fn statuses(pool: &PgPool, object: &str, template: &str) -> Vec<(String, S
     .fetch_all(pool)
     .await
     .expect("read statuses")
+}
+
+/// Commit `changes` (each under its lease) through the one commit path, as a worker's
+/// results without side effects.
+async fn commit(
+    store: &Store,
+    pool: &PgPool,
+    changes: &[Change],
+    actor: &str,
+) -> Result<workdo::store::Applied, StoreError> {
+    let mut results = Vec::new();
+    for c in changes {
+        let (object_id, workflow_id): (String, i64) =
+            sqlx::query_as("select object_id, workflow_id from workdo.steps where id = $1")
+                .bind(c.id)
+                .fetch_one(pool)
+                .await
+                .expect("the step exists");
+        results.push(StepResult {
+            change: c.clone(),
+            object_id,
+            workflow_id,
+            effects: Default::default(),
+        });
+    }
+    store.results_commit(&results, actor).await
 }
 
 fn status_of<'a>(all: &'a [(String, String)], step: &str) -> &'a str {
@@ -632,7 +658,7 @@ async fn expired_leases_return_to_the_queue_then_error_at_the_limit() {
     // A late result under the old lease is dropped.
     let mut late = workdo::store::Change::new(first[0].id, workdo::Status::Completed, "completed");
     late.lease = Some(first[0].lease_token);
-    let applied = t.store.steps_apply_leased(&[late], "test").await.unwrap();
+    let applied = commit(&t.store, t.pool(), &[late], "test").await.unwrap();
     assert_eq!(applied.lost, vec![first[0].id], "lost lease reported");
     assert!(applied.changed.is_empty(), "nothing applied");
     let second = t
@@ -728,7 +754,7 @@ async fn unknown_template_and_bad_input_are_refused_whole() {
 }
 
 #[tokio::test]
-async fn results_and_the_next_claim_share_one_transaction() {
+async fn results_apply_only_under_their_lease_and_ready_the_next_steps() {
     let t = db().await;
     load(
         &t.store,
@@ -740,20 +766,11 @@ async fn results_and_the_next_claim_share_one_transaction() {
         .workflow_start(&StartRequest::new("twoWF", &["obj:1", "obj:2"]))
         .await
         .unwrap();
-    let take_a = ClaimRequest {
-        template: "twoWF",
-        step: "a",
-        lane: None,
-        limit: 10,
-        owner: "w",
-        lease: LEASE,
-    };
-    let (applied, claimed) = t
+    let claimed = t
         .store
-        .steps_apply_and_claim(&[], "w", &take_a)
+        .step_claim("twoWF", "a", None, 10, "w", LEASE)
         .await
         .unwrap();
-    assert!(applied.changed.is_empty());
     assert_eq!(claimed.len(), 2);
     assert_eq!(
         claimed[0].properties,
@@ -775,32 +792,28 @@ async fn results_and_the_next_claim_share_one_transaction() {
             ch
         })
         .collect();
-    let take_b = ClaimRequest {
-        step: "b",
-        ..take_a.clone()
-    };
-    let (applied, next) = t
-        .store
-        .steps_apply_and_claim(&changes, "w", &take_b)
-        .await
-        .unwrap();
+    let applied = commit(&t.store, t.pool(), &changes, "w").await.unwrap();
     assert_eq!(applied.lost, vec![claimed[1].id]);
     assert_eq!(applied.changed.len(), 1);
-    // The dependant made ready by this transaction's result is claimed by it.
+    // The dependant made ready by the result that held its lease is the one to claim.
+    let next = t
+        .store
+        .step_claim("twoWF", "b", None, 10, "w", LEASE)
+        .await
+        .unwrap();
     let objects: Vec<&str> = next.iter().map(|c| c.object_id.as_str()).collect();
     assert_eq!(objects, vec![claimed[0].object_id.as_str()]);
     assert_eq!(next[0].name, "b");
 
     // A result without a lease is refused before anything changes.
-    let err = t
-        .store
-        .steps_apply_and_claim(
-            &[Change::new(next[0].id, Status::Completed, "completed")],
-            "w",
-            &take_b,
-        )
-        .await
-        .unwrap_err();
+    let err = commit(
+        &t.store,
+        t.pool(),
+        &[Change::new(next[0].id, Status::Completed, "completed")],
+        "w",
+    )
+    .await
+    .unwrap_err();
     assert!(err.to_string().contains("lease"), "{err}");
 }
 
@@ -1162,14 +1175,15 @@ async fn one_completion_and_a_batch_record_the_same() {
                 ch
             };
             let (one, two): (Vec<_>, Vec<_>) = claimed.iter().partition(|c| c.object_id == "one:1");
-            let a = store
-                .steps_apply_leased(&[change(one[0])], "w")
-                .await
-                .unwrap();
-            let b = store
-                .steps_apply_leased(&two.iter().map(|c| change(c)).collect::<Vec<_>>(), "w")
-                .await
-                .unwrap();
+            let a = commit(&store, &pool, &[change(one[0])], "w").await.unwrap();
+            let b = commit(
+                &store,
+                &pool,
+                &two.iter().map(|c| change(c)).collect::<Vec<_>>(),
+                "w",
+            )
+            .await
+            .unwrap();
             assert!(a.lost.is_empty() && b.lost.is_empty());
             singles.push(report_of(&a, one[0].id, one[0].workflow_id));
             let b1 = two.iter().find(|c| c.object_id == "batch:1").unwrap();
@@ -1249,7 +1263,7 @@ async fn events_record_each_change_with_its_detail() {
     change.lease = Some(claimed[0].lease_token);
     change.run_at = Some(due);
     change.detail = serde_json::json!({ "worker": "w", "attempt": 1 });
-    t.store.steps_apply_leased(&[change], "w").await.unwrap();
+    commit(&t.store, t.pool(), &[change], "w").await.unwrap();
 
     let events: Vec<EventRow> = sqlx::query_as(
         "select kind, status, attempt, actor, coalesce(detail, 'null') from workdo.events
@@ -1316,9 +1330,7 @@ async fn two_changes_for_one_step_in_a_batch_apply_the_last_once() {
     first.lease = Some(c.lease_token);
     let mut last = Change::new(c.id, Status::Completed, "completed");
     last.lease = Some(c.lease_token);
-    let applied = t
-        .store
-        .steps_apply_leased(&[first, last], "w")
+    let applied = commit(&t.store, t.pool(), &[first, last], "w")
         .await
         .unwrap();
     assert_eq!(

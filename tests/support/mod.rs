@@ -126,6 +126,20 @@ impl TestDb {
     }
 }
 
+/// A fresh database that nothing has migrated yet; its URL.
+pub async fn empty_db() -> String {
+    let server = server().await;
+    let name = format!(
+        "workdo_t_{}_{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    );
+    db::create_database(&server.admin_url, &name)
+        .await
+        .expect("create an empty test database");
+    with_database(&server.admin_url, &name)
+}
+
 pub async fn db() -> TestDb {
     let server = server().await;
     let name = format!(

@@ -32,17 +32,19 @@ impl Store {
         owner: &str,
         lease: std::time::Duration,
     ) -> Result<Vec<Claimed>> {
-        // workdo.claim (migrations/0004) plans the claim once per session.
-        let claimed: Vec<Claimed> =
-            sqlx::query_as("select * from workdo.claim($1, $2, $3, $4, $5, $6)")
-                .bind(template)
-                .bind(step)
-                .bind(lane)
-                .bind(limit)
-                .bind(owner)
-                .bind(lease.as_secs_f64())
-                .fetch_all(&mut *conn)
-                .await?;
+        // workdo.claim (migrations/engine/10_claim.sql) plans the claim once per session.
+        let claimed: Vec<Claimed> = sqlx::query_as(
+            "select * from workdo.claim(p_template => $1, p_step => $2, p_lane => $3,
+                                            p_limit => $4, p_owner => $5, p_lease_secs => $6)",
+        )
+        .bind(template)
+        .bind(step)
+        .bind(lane)
+        .bind(limit)
+        .bind(owner)
+        .bind(lease.as_secs_f64())
+        .fetch_all(&mut *conn)
+        .await?;
         Ok(claimed)
     }
 
@@ -56,14 +58,14 @@ impl Store {
         owner: &str,
         lease: std::time::Duration,
     ) -> Result<Vec<Claimed>> {
-        // workdo.lease (migrations/0004) leases them, as workdo.claim does the queue's head.
+        // workdo.lease (migrations/engine) leases them, as workdo.claim does the queue's head.
         let claimed: Vec<Claimed> = sqlx::query_as(
-            "select * from workdo.lease(array(
+            "select * from workdo.lease(p_ids => array(
                 select s.id from workdo.steps s join workdo.workflows w on w.id = s.workflow_id
                  where w.template = $1 and s.name = $2 and w.object_id = any($3) and s.active
                    and s.status in ('ready', 'scheduled', 'retrying', 'error')
                  limit $4
-                   for update of s skip locked), $5, $6)",
+                   for update of s skip locked), p_owner => $5, p_lease_secs => $6)",
         )
         .bind(template)
         .bind(step)

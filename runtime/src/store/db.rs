@@ -12,6 +12,53 @@ use crate::pg::{Cluster, ClusterOptions, PgError};
 /// The migrations in `migrations/`, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 
+/// The engine's functions (`migrations/engine/`), applied after the versioned migrations in
+/// this order, in one transaction, whenever their combined SHA-256 changes.
+const ENGINE: &[(&str, &str)] = &[
+    (
+        "10_claim.sql",
+        include_str!("../../../migrations/engine/10_claim.sql"),
+    ),
+    (
+        "20_apply.sql",
+        include_str!("../../../migrations/engine/20_apply.sql"),
+    ),
+    (
+        "30_templates.sql",
+        include_str!("../../../migrations/engine/30_templates.sql"),
+    ),
+    (
+        "40_workflows.sql",
+        include_str!("../../../migrations/engine/40_workflows.sql"),
+    ),
+    (
+        "50_prioritize.sql",
+        include_str!("../../../migrations/engine/50_prioritize.sql"),
+    ),
+];
+
+/// Key of the advisory lock that serialises migrating one database (any number of processes
+/// may start at once on a new one).
+const MIGRATE_LOCK: i64 = 0x776f_726b_646f_0001;
+
+/// The engine files' combined SHA-256 (names and contents).
+pub fn engine_sha256() -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for (name, sql) in ENGINE {
+        h.update(name.as_bytes());
+        h.update([0]);
+        h.update(sql.as_bytes());
+        h.update([0]);
+    }
+    hex::encode(h.finalize())
+}
+
+/// The names of the engine files, in the order they are applied.
+pub fn engine_files() -> impl Iterator<Item = (&'static str, &'static str)> {
+    ENGINE.iter().copied()
+}
+
 /// Database name used on the embedded cluster.
 pub const EMBEDDED_DATABASE: &str = "workdo";
 
@@ -29,6 +76,12 @@ pub enum DbError {
     },
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("applying the engine file migrations/engine/{file} failed: {source}")]
+    Engine {
+        file: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
     #[error(transparent)]
     Sql(#[from] sqlx::Error),
 }
@@ -143,16 +196,65 @@ pub async fn drop_database(admin_url: &str, name: &str) -> Result<(), DbError> {
 /// When a migration fails or an applied one was changed.
 pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
     let mut conn = pool.acquire().await?;
+    // One process at a time per database: `create schema if not exists` and the engine's
+    // CREATE OR REPLACE both fail when two sessions run them at once.
+    sqlx::query("select pg_advisory_lock($1)")
+        .bind(MIGRATE_LOCK)
+        .execute(&mut *conn)
+        .await?;
+    let result = migrate_locked(&mut conn).await;
+    // The connection goes back to the pool: leave it as the others are.
+    sqlx::query("reset search_path").execute(&mut *conn).await?;
+    sqlx::query("select pg_advisory_unlock($1)")
+        .bind(MIGRATE_LOCK)
+        .execute(&mut *conn)
+        .await?;
+    result
+}
+
+async fn migrate_locked(conn: &mut sqlx::PgConnection) -> Result<(), DbError> {
     sqlx::query("create schema if not exists workdo")
         .execute(&mut *conn)
         .await?;
     sqlx::query("set search_path to workdo, public")
         .execute(&mut *conn)
         .await?;
-    let result = MIGRATOR.run(&mut *conn).await;
-    // The connection goes back to the pool: leave it as the others are.
-    sqlx::query("reset search_path").execute(&mut *conn).await?;
-    result?;
+    MIGRATOR.run(&mut *conn).await?;
+    apply_engine(conn).await
+}
+
+/// Apply the engine files unless the recorded SHA-256 says they are applied already, in one
+/// transaction (BEGIN and COMMIT as statements: `Connection::begin` on a borrowed connection
+/// makes the future not `Send` for every lifetime, and callers spawn this).
+async fn apply_engine(conn: &mut sqlx::PgConnection) -> Result<(), DbError> {
+    let sha = engine_sha256();
+    let applied: Option<String> = sqlx::query_scalar("select sha256 from workdo.engine")
+        .fetch_optional(&mut *conn)
+        .await?;
+    if applied.as_deref() == Some(sha.as_str()) {
+        return Ok(());
+    }
+    sqlx::raw_sql("begin").execute(&mut *conn).await?;
+    let result = apply_engine_files(conn, &sha).await;
+    let end = if result.is_ok() { "commit" } else { "rollback" };
+    sqlx::raw_sql(end).execute(&mut *conn).await?;
+    result
+}
+
+async fn apply_engine_files(conn: &mut sqlx::PgConnection, sha: &str) -> Result<(), DbError> {
+    for (file, sql) in ENGINE {
+        sqlx::raw_sql(*sql)
+            .execute(&mut *conn)
+            .await
+            .map_err(|source| DbError::Engine { file, source })?;
+    }
+    sqlx::query(
+        "insert into workdo.engine (sha256) values ($1)
+         on conflict (one) do update set sha256 = excluded.sha256, applied_at = now()",
+    )
+    .bind(sha)
+    .execute(&mut *conn)
+    .await?;
     Ok(())
 }
 

@@ -31,7 +31,7 @@ pub use queries::{
     EventRow, Facet, Milestone, ObjectView, QueueEntry, Why, WorkflowRow, WorkflowView,
 };
 pub use results::{Effects, StepInputs, StepResult, WorkflowToStart};
-pub use steps::{Applied, Change, ClaimRequest, Claimed, READY_CHANNEL, SetOutcome, SetRequest};
+pub use steps::{Applied, Change, Claimed, READY_CHANNEL, SetOutcome, SetRequest};
 pub use templates::TemplateRow;
 pub use tokens::{Role, TokenRow};
 pub use workflows::{StartRequest, Started};

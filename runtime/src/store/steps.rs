@@ -3,14 +3,14 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::{FromRow, PgConnection, Postgres, Row, Transaction};
+use sqlx::{FromRow, PgConnection, Postgres, Transaction};
 use uuid::Uuid;
 
 use super::{Result, StepRow, Store, StoreError};
 use crate::model::status::Status;
 
 /// NOTIFY channel carrying `template:step` of steps that became ready. `workdo.apply`
-/// (migrations/0005) notifies on the same name.
+/// (migrations/engine/20_apply.sql) notifies on the same name.
 pub const READY_CHANNEL: &str = "workdo_ready";
 
 /// A status change for one step, applied by [`Store::steps_apply`].
@@ -97,18 +97,6 @@ pub struct Claimed {
     pub trace_context: Option<String>,
 }
 
-/// What [`Store::steps_apply_and_claim`] claims: up to `limit` ready steps of `template:step`
-/// (of one lane, if given) for `owner`, leased for `lease`.
-#[derive(Debug, Clone)]
-pub struct ClaimRequest<'a> {
-    pub template: &'a str,
-    pub step: &'a str,
-    pub lane: Option<&'a str>,
-    pub limit: i64,
-    pub owner: &'a str,
-    pub lease: std::time::Duration,
-}
-
 /// Set one step's status from outside (CLI, API, web page): the WorkDo update call.
 #[derive(Debug, Clone)]
 pub struct SetRequest {
@@ -166,7 +154,7 @@ struct AppliedRow {
     status: String,
 }
 
-/// The statement arguments $1–$14 of `workdo.apply` (and `workdo.apply_and_claim`): one array
+/// The statement arguments $1–$14 of `workdo.apply` (named `p_ids` … `p_actor`): one array
 /// element per change, one change per step (the last one given for a step wins), then the actor.
 fn bind_changes<'q>(
     query: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
@@ -242,7 +230,7 @@ fn report(changes: &[&Change], rows: &[AppliedRow]) -> Applied {
 impl Store {
     /// Apply status changes, with every consequence — dependants' readiness, workflow
     /// completion, milestones, events, alert outbox, NOTIFY — in one statement (`workdo.apply`,
-    /// migrations/0005), on a connection or in a transaction of the caller's.
+    /// migrations/engine/20_apply.sql), on a connection or in a transaction of the caller's.
     ///
     /// Changes carrying a lease apply only while the step is still `started` under it; the
     /// others are reported in [`Applied::lost`] and change nothing.
@@ -256,7 +244,11 @@ impl Store {
             return Ok(Applied::default());
         }
         let query = sqlx::query(
-            "select * from workdo.apply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+            "select * from workdo.apply(p_ids => $1, p_statuses => $2, p_notes => $3, p_messages => $4,
+                                        p_texts => $5, p_lifecycles => $6, p_elapsed => $7,
+                                        p_due => $8, p_attempts => $9, p_reset => $10,
+                                        p_leases => $11, p_events => $12, p_details => $13,
+                                        p_actor => $14)",
         );
         let rows = bind_changes(query, &changes, actor)
             .fetch_all(&mut *conn)
@@ -266,54 +258,6 @@ impl Store {
             .map(AppliedRow::from_row)
             .collect::<std::result::Result<Vec<_>, _>>()?;
         Ok(report(&changes, &rows))
-    }
-
-    /// Record workers' results for steps they hold, atomically (group commit: one statement,
-    /// one commit). Each change must carry the lease it was claimed under; results whose lease
-    /// was lost (expired and swept, or the step was changed from outside) are dropped and
-    /// listed in [`Applied::lost`].
-    pub async fn steps_apply_leased(&self, changes: &[Change], actor: &str) -> Result<Applied> {
-        require_leases(changes)?;
-        let mut conn = self.pool.acquire().await?;
-        Self::steps_apply(&mut conn, changes, actor).await
-    }
-
-    /// Record results for steps held (as [`Store::steps_apply_leased`]) and claim the next
-    /// batch, atomically, in one round trip (`workdo.apply_and_claim`): one commit per batch
-    /// instead of two. A worker that drains a queue calls this in a loop, with no changes the
-    /// first time; once it claims nothing, its last results are committed and it is done.
-    pub async fn steps_apply_and_claim(
-        &self,
-        changes: &[Change],
-        actor: &str,
-        next: &ClaimRequest<'_>,
-    ) -> Result<(Applied, Vec<Claimed>)> {
-        require_leases(changes)?;
-        let changes = unique_changes(changes);
-        let query = sqlx::query(
-            "select * from workdo.apply_and_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-                                                  $12, $13, $14, $15, $16, $17, $18, $19, $20)",
-        );
-        let rows = bind_changes(query, &changes, actor)
-            .bind(next.template)
-            .bind(next.step)
-            .bind(next.lane)
-            .bind(next.limit)
-            .bind(next.owner)
-            .bind(next.lease.as_secs_f64())
-            .fetch_all(&self.pool)
-            .await?;
-        let mut applied = Vec::new();
-        let mut claimed = Vec::new();
-        for row in &rows {
-            let kind: &str = row.try_get("kind")?;
-            if kind == "claimed" {
-                claimed.push(Claimed::from_row(row)?);
-            } else {
-                applied.push(AppliedRow::from_row(row)?);
-            }
-        }
-        Ok((report(&changes, &applied), claimed))
     }
 
     /// Set one step's status: the WorkDo update call. Honours a `current_status` precondition

@@ -1,0 +1,79 @@
+-- The current SQL engine: every function in schema `workdo`, in one place. These files are
+-- applied after the versioned migrations, in file-name order, in one transaction, whenever
+-- their combined SHA-256 differs from the one recorded in `workdo.engine` (store/db.rs). A
+-- function changes here, in place; a versioned migration only drops a signature that changes
+-- (Postgres cannot rename a parameter with CREATE OR REPLACE). Reasons with their numbers
+-- are in ARCHITECTURE.md ("Decisions") and in the migration that first measured them.
+
+-- workdo.claim: the head of a queue (template, step, optionally one lane), leased in one
+-- UPDATE whose WHERE takes the head with SKIP LOCKED, returned in claim order (priority desc,
+-- ready since, id), with the inputs a function gets. One statement instead of gathering ids
+-- and calling workdo.lease: -14% instructions per batch-1 claim (migrations/0008). Planned
+-- once per session (force_generic_plan): as a prepared statement it was re-planned on every
+-- call, planning costing as much as executing.
+CREATE OR REPLACE FUNCTION workdo.claim(p_template text, p_step text, p_lane text, p_limit bigint, p_owner text, p_lease_secs double precision)
+ RETURNS SETOF workdo.claimed
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+begin
+    return query
+    with leased as (
+        update workdo.steps s set
+            status = 'started',
+            attempts = s.attempts + 1,
+            lease_owner = p_owner,
+            lease_token = gen_random_uuid(),
+            lease_expires_at = now() + make_interval(secs => p_lease_secs),
+            started_at = now(),
+            updated_at = now()
+         where s.id = any(array(
+                   select c.id from workdo.steps c
+                    where c.template = p_template and c.name = p_step and c.status = 'ready'
+                      and c.active and (p_lane is null or c.lane = p_lane)
+                    order by c.priority desc, c.run_at, c.id
+                    limit p_limit
+                      for update skip locked))
+        returning s.id, s.workflow_id, s.object_id, s.template, s.name, s.version, s.lane,
+                  s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at,
+                  (select o.properties from workdo.objects o where o.id = s.object_id) as properties,
+                  (select w from workdo.workflows w where w.id = s.workflow_id) as wf,
+                  s.run_at
+    )
+    select l.id, l.workflow_id, l.object_id, l.template, l.name, l.version, l.lane, l.attempts,
+           l.max_attempts, l.priority, l.lease_token, l.lease_expires_at, l.properties,
+           (l.wf).context, (l.wf).trace_context
+      from leased l order by l.priority desc, l.run_at, l.id;
+end
+$function$;
+
+-- workdo.lease: steps the caller chose become `started` under a lease (task injection,
+-- `workdo run`); sets what workdo.claim sets.
+CREATE OR REPLACE FUNCTION workdo.lease(p_ids bigint[], p_owner text, p_lease_secs double precision)
+ RETURNS SETOF workdo.claimed
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+begin
+    return query
+    with leased as (
+        update workdo.steps s set
+            status = 'started',
+            attempts = s.attempts + 1,
+            lease_owner = p_owner,
+            lease_token = gen_random_uuid(),
+            lease_expires_at = now() + make_interval(secs => p_lease_secs),
+            started_at = now(),
+            updated_at = now()
+         where s.id = any(p_ids)
+        returning s.id, s.workflow_id, s.object_id, s.template, s.name, s.version, s.lane,
+                  s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at,
+                  (select o.properties from workdo.objects o where o.id = s.object_id) as properties,
+                  (select w from workdo.workflows w where w.id = s.workflow_id) as wf
+    )
+    select l.id, l.workflow_id, l.object_id, l.template, l.name, l.version, l.lane, l.attempts,
+           l.max_attempts, l.priority, l.lease_token, l.lease_expires_at, l.properties,
+           (l.wf).context, (l.wf).trace_context
+      from leased l order by array_position(p_ids, l.id);
+end
+$function$;

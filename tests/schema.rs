@@ -1,0 +1,116 @@
+//! The SQL engine lives in one place (migrations/engine) and is applied safely: once per
+//! change, by one process at a time, however many start together.
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use workdo::store::db;
+
+/// Names of the functions an engine file defines (`create or replace function workdo.NAME(`).
+fn defined_in_engine_files() -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for (_, sql) in db::engine_files() {
+        let lower = sql.to_lowercase();
+        for (i, _) in lower.match_indices("function workdo.") {
+            let rest = &lower[i + "function workdo.".len()..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            names.insert(name);
+        }
+    }
+    names
+}
+
+#[tokio::test]
+async fn every_function_is_defined_in_an_engine_file() {
+    let t = support::db().await;
+    let live: BTreeSet<String> = sqlx::query_scalar(
+        "select p.proname::text from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+          where n.nspname = 'workdo'",
+    )
+    .fetch_all(t.pool())
+    .await
+    .expect("functions")
+    .into_iter()
+    .collect();
+    let defined = defined_in_engine_files();
+    assert!(!live.is_empty());
+    let missing: Vec<&String> = live.difference(&defined).collect();
+    assert!(
+        missing.is_empty(),
+        "functions defined outside migrations/engine: {missing:?}"
+    );
+    // One definition each: no function is overloaded by a leftover signature.
+    let overloads: Vec<String> = sqlx::query_scalar(
+        "select p.proname::text from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+          where n.nspname = 'workdo' group by 1 having count(*) > 1",
+    )
+    .fetch_all(t.pool())
+    .await
+    .expect("overloads");
+    assert!(overloads.is_empty(), "overloaded: {overloads:?}");
+    let sha: String = sqlx::query_scalar("select sha256 from workdo.engine")
+        .fetch_one(t.pool())
+        .await
+        .expect("the engine is recorded");
+    assert_eq!(sha, db::engine_sha256());
+}
+
+#[tokio::test]
+async fn migrating_again_changes_nothing() {
+    let t = support::db().await;
+    let before: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("select applied_at from workdo.engine")
+            .fetch_one(t.pool())
+            .await
+            .expect("applied_at");
+    db::migrate(t.pool()).await.expect("migrate again");
+    let after: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("select applied_at from workdo.engine")
+            .fetch_one(t.pool())
+            .await
+            .expect("applied_at");
+    assert_eq!(before, after, "an unchanged engine is not applied again");
+    // A changed engine (here: a different recorded hash) is applied again.
+    sqlx::query("update workdo.engine set sha256 = 'old'")
+        .execute(t.pool())
+        .await
+        .expect("pretend an older engine");
+    db::migrate(t.pool())
+        .await
+        .expect("migrate a changed engine");
+    let sha: String = sqlx::query_scalar("select sha256 from workdo.engine")
+        .fetch_one(t.pool())
+        .await
+        .expect("sha");
+    assert_eq!(sha, db::engine_sha256());
+}
+
+#[tokio::test]
+async fn processes_starting_together_on_a_new_database_all_migrate_it() {
+    let url = support::empty_db().await;
+    // Four sessions at once (joined on this task: `migrate` borrows its connection in a way
+    // that cannot be spawned; the database sees four concurrent sessions all the same).
+    let one = || async {
+        let pool = db::connect(&url, 2).await?;
+        db::migrate(&pool).await?;
+        pool.close().await;
+        Ok::<(), db::DbError>(())
+    };
+    let (a, b, c, d) = tokio::join!(one(), one(), one(), one());
+    for r in [a, b, c, d] {
+        r.expect("every process migrates");
+    }
+    let pool = db::connect(&url, 1).await.expect("connect");
+    let n: i64 = sqlx::query_scalar(
+        "select count(*) from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+          where n.nspname = 'workdo' and p.proname = 'apply'",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("count");
+    assert_eq!(n, 1);
+}
