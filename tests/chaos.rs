@@ -1,0 +1,186 @@
+//! Chaos: runtimes killed with SIGKILL at random moments, again and again, while they work.
+//! Whatever the moment, no step is lost and none completes twice.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sqlx::PgPool;
+use support::{db, load};
+use workdo::store::StartRequest;
+
+const WORKDO: &str = env!("CARGO_BIN_EXE_workdo");
+/// Workflows of three steps each.
+const WORKFLOWS: usize = 600;
+/// Kills of a runtime process, at least.
+const KILLS: usize = 24;
+
+fn spawn_runtime(url: &str) -> Child {
+    Command::new(WORKDO)
+        .args([
+            "up",
+            "--no-api",
+            "--lease-margin",
+            "1s",
+            "--poll-interval",
+            "200ms",
+            "--grace",
+            "1s",
+            "--no-schedules",
+        ])
+        .env("DATABASE_URL", url)
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn workdo up")
+}
+
+async fn scalar(pool: &PgPool, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql)
+        .fetch_one(pool)
+        .await
+        .expect("count")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_runtimes_lose_no_step_and_complete_none_twice() {
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("step.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\ncat >/dev/null\necho '{\"status\":\"completed\"}'\n",
+    )
+    .expect("write the function");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let f = format!(
+        "{{ exec: [{:?}], timeout: 2s, concurrency: 4 }}",
+        script.display().to_string()
+    );
+    load(
+        &t.store,
+        "chaos.yaml",
+        &format!(
+            "name: chaosWF\nsteps:\n  - {{ name: a, function: {f} }}\n  - {{ name: b, prereqs: [a], function: {f} }}\n  - {{ name: c, prereqs: [b], function: {f} }}\n"
+        ),
+    )
+    .await;
+    let mut req = StartRequest::new("chaosWF", &[]);
+    req.objects = (0..WORKFLOWS).map(|i| format!("chaos:{i:05}")).collect();
+    t.store.workflow_start(&req).await.expect("start");
+
+    let mut procs = [spawn_runtime(&t.url), spawn_runtime(&t.url)];
+    let began = Instant::now();
+    let mut kills = 0;
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        // xorshift: a different moment and victim each time, the same sequence each run.
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    while kills < KILLS {
+        // The chaos schedule itself: a kill every 80–330 ms.
+        tokio::time::sleep(Duration::from_millis(80 + next() % 250)).await;
+        let victim = (next() % 2) as usize;
+        let p = &mut procs[victim];
+        p.kill().expect("kill -9");
+        p.wait().expect("reap");
+        kills += 1;
+        procs[victim] = spawn_runtime(&t.url);
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "kill loop took too long"
+        );
+    }
+    // Let the survivors finish the work: every workflow completes.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let open = scalar(
+            t.pool(),
+            "select count(*) from workdo.workflows where status <> 'completed'",
+        )
+        .await;
+        if open == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{open} workflows unfinished after the kills"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for p in &mut procs {
+        // SIGTERM: a clean stop still works after all this.
+        let _ = Command::new("kill")
+            .arg(p.id().to_string())
+            .status()
+            .expect("send SIGTERM");
+        let status = p.wait().expect("wait");
+        assert!(status.success(), "runtime exited with {status}");
+    }
+
+    let steps = (3 * WORKFLOWS) as i64;
+    // No step lost: every step completed, no lease left behind.
+    assert_eq!(
+        scalar(
+            t.pool(),
+            "select count(*) from workdo.steps where status = 'completed'"
+        )
+        .await,
+        steps
+    );
+    assert_eq!(
+        scalar(
+            t.pool(),
+            "select count(*) from workdo.steps where lease_token is not null"
+        )
+        .await,
+        0
+    );
+    // None completed twice: one `completed` event per step.
+    let completions = scalar(
+        t.pool(),
+        "select count(*) from workdo.events where kind = 'completed'",
+    )
+    .await;
+    let distinct = scalar(
+        t.pool(),
+        "select count(distinct (workflow_id, step)) from workdo.events where kind = 'completed'",
+    )
+    .await;
+    assert_eq!((completions, distinct), (steps, steps));
+    // Counters consistent with the rows.
+    assert_eq!(
+        scalar(
+            t.pool(),
+            "select count(*) from workdo.workflows where unfinished <> 0 or completed_at is null"
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        scalar(
+            t.pool(),
+            "select count(*) from workdo.steps where pending <> 0"
+        )
+        .await,
+        0
+    );
+    let released = scalar(
+        t.pool(),
+        "select count(*) from workdo.events where kind in ('lease_expired', 'released')",
+    )
+    .await;
+    println!(
+        "chaos: {kills} kills, {steps} steps, 0 lost, 0 completed twice, {released} steps given back after a kill, {:.1} s",
+        began.elapsed().as_secs_f64()
+    );
+}

@@ -1,0 +1,143 @@
+//! Postgres stopped hard in the middle of a run and started again: the runtime resumes by
+//! itself, and nothing is lost or completed twice. A test binary of its own, since it stops
+//! its own cluster.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use workdo::model::template;
+use workdo::pg::{Cluster, ClusterOptions};
+use workdo::store::{StartRequest, Store, db};
+
+const WORKDO: &str = env!("CARGO_BIN_EXE_workdo");
+const WORKFLOWS: usize = 300;
+
+fn spawn_runtime(url: &str) -> Child {
+    Command::new(WORKDO)
+        .args([
+            "up",
+            "--no-api",
+            "--lease-margin",
+            "2s",
+            "--poll-interval",
+            "200ms",
+        ])
+        .env("DATABASE_URL", url)
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn workdo up")
+}
+
+/// Completed workflows, or `None` while the server cannot be reached.
+async fn completed(url: &str) -> Option<i64> {
+    let pool = db::connect(url, 1).await.ok()?;
+    let n = sqlx::query_scalar("select count(*) from workdo.workflows where status = 'completed'")
+        .fetch_one(&pool)
+        .await
+        .ok();
+    pool.close().await;
+    n
+}
+
+async fn wait_for(url: &str, at_least: i64, secs: u64) -> i64 {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(n) = completed(url).await
+            && n >= at_least
+        {
+            return n;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "fewer than {at_least} workflows completed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runtime_resumes_after_postgres_restarts() {
+    let dir = tempfile::Builder::new()
+        .prefix("workdo-restart-")
+        .tempdir()
+        .expect("tempdir");
+    let opts = ClusterOptions {
+        dir: dir.path().to_path_buf(),
+        ephemeral: true,
+    };
+    let cluster = Cluster::ensure(&opts).expect("start a private cluster");
+    db::create_database(&cluster.url("postgres"), "restart")
+        .await
+        .expect("create the database");
+    let url = cluster.url("restart");
+    let pool = db::connect(&url, 2).await.expect("connect");
+    db::migrate(&pool).await.expect("migrate");
+    let store = Store::new(pool.clone());
+    let fdir = tempfile::tempdir().expect("tempdir");
+    let script = fdir.path().join("step.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\ncat >/dev/null\nsleep 0.02\necho '{\"status\":\"completed\"}'\n",
+    )
+    .expect("write the function");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let f = format!(
+        "{{ exec: [{:?}], timeout: 5s, concurrency: 8 }}",
+        script.display().to_string()
+    );
+    let source = format!(
+        "name: restartWF\nsteps:\n  - {{ name: a, function: {f} }}\n  - {{ name: b, prereqs: [a], function: {f} }}\n"
+    );
+    let loaded =
+        template::parse("restart.yaml", template::Format::Yaml, &source).expect("template");
+    store.template_save(&loaded).await.expect("save");
+    let mut req = StartRequest::new("restartWF", &[]);
+    req.objects = (0..WORKFLOWS).map(|i| format!("restart:{i:04}")).collect();
+    store.workflow_start(&req).await.expect("start");
+    pool.close().await;
+
+    let mut runtime = spawn_runtime(&url);
+    let before = wait_for(&url, 20, 60).await;
+    // Stop the server hard (immediate: no checkpoint, connections cut), then start it again.
+    let stopped = Command::new("sh")
+        .arg("-c")
+        .arg(cluster.stop_command())
+        .status()
+        .expect("stop postgres");
+    assert!(stopped.success());
+    assert_eq!(completed(&url).await, None, "the server is down");
+    let again = Cluster::ensure(&opts).expect("start postgres again");
+    assert_eq!(again.port, cluster.port, "same address after the restart");
+    // The runtime reconnects by itself and finishes the run.
+    let after = wait_for(&url, WORKFLOWS as i64, 120).await;
+    assert!(after > before);
+    let _ = Command::new("kill")
+        .arg(runtime.id().to_string())
+        .status()
+        .expect("SIGTERM");
+    let status = runtime.wait().expect("wait");
+    assert!(status.success(), "runtime exited with {status}");
+
+    let pool = db::connect(&url, 1).await.expect("connect");
+    let (steps, completions, distinct): (i64, i64, i64) = sqlx::query_as(
+        "select (select count(*) from workdo.steps where status = 'completed'),
+                (select count(*) from workdo.events where kind = 'completed'),
+                (select count(distinct (workflow_id, step)) from workdo.events where kind = 'completed')",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("counts");
+    let expected = 2 * WORKFLOWS as i64;
+    assert_eq!(
+        (steps, completions, distinct),
+        (expected, expected, expected)
+    );
+    pool.close().await;
+    let _ = again.stop();
+}
