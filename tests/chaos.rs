@@ -3,24 +3,22 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 use support::{db, load};
 use workdo::store::StartRequest;
 
-const WORKDO: &str = env!("CARGO_BIN_EXE_workdo");
 /// Workflows of three steps each.
 const WORKFLOWS: usize = 600;
 /// Kills of a runtime process, at least.
 const KILLS: usize = 24;
 
 fn spawn_runtime(url: &str) -> Child {
-    Command::new(WORKDO)
-        .args([
-            "up",
-            "--no-api",
+    support::spawn_up(
+        url,
+        &[
             "--lease-margin",
             "1s",
             "--poll-interval",
@@ -28,14 +26,8 @@ fn spawn_runtime(url: &str) -> Child {
             "--grace",
             "1s",
             "--no-schedules",
-        ])
-        .env("DATABASE_URL", url)
-        .env("RUST_LOG", "error")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn workdo up")
+        ],
+    )
 }
 
 async fn scalar(pool: &PgPool, sql: &'static str) -> i64 {
@@ -49,20 +41,12 @@ async fn scalar(pool: &PgPool, sql: &'static str) -> i64 {
 async fn killed_runtimes_lose_no_step_and_complete_none_twice() {
     let t = db().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let script = dir.path().join("step.sh");
-    std::fs::write(
-        &script,
+    let script = support::function_script(
+        dir.path(),
+        "step.sh",
         "#!/bin/sh\ncat >/dev/null\necho '{\"status\":\"completed\"}'\n",
-    )
-    .expect("write the function");
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    }
-    let f = format!(
-        "{{ exec: [{:?}], timeout: 2s, concurrency: 4 }}",
-        script.display().to_string()
     );
+    let f = format!("{{ exec: [{:?}], timeout: 2s, concurrency: 4 }}", script);
     load(
         &t.store,
         "chaos.yaml",

@@ -2,33 +2,19 @@
 //! itself, and nothing is lost or completed twice. A test binary of its own, since it stops
 //! its own cluster.
 
-use std::process::{Child, Command, Stdio};
+mod support;
+
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use workdo::model::template;
 use workdo::pg::{Cluster, ClusterOptions};
 use workdo::store::{StartRequest, Store, db};
 
-const WORKDO: &str = env!("CARGO_BIN_EXE_workdo");
 const WORKFLOWS: usize = 300;
 
 fn spawn_runtime(url: &str) -> Child {
-    Command::new(WORKDO)
-        .args([
-            "up",
-            "--no-api",
-            "--lease-margin",
-            "2s",
-            "--poll-interval",
-            "200ms",
-        ])
-        .env("DATABASE_URL", url)
-        .env("RUST_LOG", "error")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn workdo up")
+    support::spawn_up(url, &["--lease-margin", "2s", "--poll-interval", "200ms"])
 }
 
 /// Completed workflows, or `None` while the server cannot be reached.
@@ -77,20 +63,12 @@ async fn the_runtime_resumes_after_postgres_restarts() {
     db::migrate(&pool).await.expect("migrate");
     let store = Store::new(pool.clone());
     let fdir = tempfile::tempdir().expect("tempdir");
-    let script = fdir.path().join("step.sh");
-    std::fs::write(
-        &script,
+    let script = support::function_script(
+        fdir.path(),
+        "step.sh",
         "#!/bin/sh\ncat >/dev/null\nsleep 0.02\necho '{\"status\":\"completed\"}'\n",
-    )
-    .expect("write the function");
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    }
-    let f = format!(
-        "{{ exec: [{:?}], timeout: 5s, concurrency: 8 }}",
-        script.display().to_string()
     );
+    let f = format!("{{ exec: [{:?}], timeout: 5s, concurrency: 8 }}", script);
     let source = format!(
         "name: restartWF\nsteps:\n  - {{ name: a, function: {f} }}\n  - {{ name: b, prereqs: [a], function: {f} }}\n"
     );

@@ -126,14 +126,19 @@ impl TestDb {
     }
 }
 
-/// A fresh database that nothing has migrated yet; its URL.
-pub async fn empty_db() -> String {
-    let server = server().await;
-    let name = format!(
+/// A database name no other test of any test process uses.
+fn unique_name() -> String {
+    format!(
         "workdo_t_{}_{}",
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
-    );
+    )
+}
+
+/// A fresh database that nothing has migrated yet; its URL.
+pub async fn empty_db() -> String {
+    let server = server().await;
+    let name = unique_name();
     db::create_database(&server.admin_url, &name)
         .await
         .expect("create an empty test database");
@@ -142,11 +147,7 @@ pub async fn empty_db() -> String {
 
 pub async fn db() -> TestDb {
     let server = server().await;
-    let name = format!(
-        "workdo_t_{}_{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    );
+    let name = unique_name();
     let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&server.admin_url)
         .await
         .expect("connect to the test server");
@@ -214,3 +215,26 @@ pub const GOOGLE_XML: &str = r#"<workflow-def id="googleScannedBookWF" repositor
   <process name="cleanup" lifecycle="accessioned"><prereq>sdr-ingest-transfer</prereq></process>
 </workflow-def>
 "#;
+
+/// An executable shell script `name` in `dir` with `body`; its path, for a function's argv.
+pub fn function_script(dir: &Path, name: &str, body: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, body).expect("write the function script");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    path.display().to_string()
+}
+
+/// `workdo up --no-api` against the database at `url`, with `args` added, output discarded.
+pub fn spawn_up(url: &str, args: &[&str]) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_workdo"))
+        .args(["up", "--no-api"])
+        .args(args)
+        .env("DATABASE_URL", url)
+        .env("RUST_LOG", "error")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn workdo up")
+}
