@@ -167,6 +167,9 @@ impl<'a> Answer<'a> {
     }
 }
 
+/// The furthest a function may defer its step: 10 years.
+const MAX_DEFER_SECS: f64 = 10.0 * 365.0 * 86400.0;
+
 /// Decide a step's next status from its function's result.
 ///
 /// `attempt` is the attempt that just ran (from 1); `declared` are the intermediate statuses the
@@ -212,18 +215,27 @@ pub fn decide(
                 (Some(t), _) => DateTime::parse_from_rfc3339(t)
                     .ok()
                     .map(|t| t.with_timezone(&Utc)),
-                (None, Some(s)) if s.is_finite() && s >= 0.0 => chrono::Duration::from_std(
-                    Duration::from_secs_f64(s.min(10.0 * 365.0 * 86400.0)),
-                )
-                .ok()
-                .map(|d| now + d),
+                (None, Some(s)) if s.is_finite() && (0.0..=MAX_DEFER_SECS).contains(&s) => {
+                    chrono::Duration::from_std(Duration::from_secs_f64(s))
+                        .ok()
+                        .map(|d| now + d)
+                }
                 _ => None,
             };
             match until {
+                Some(until) if until - now > chrono::Duration::seconds(MAX_DEFER_SECS as i64) => {
+                    failed(
+                        format!(
+                            "the function deferred to {until}, more than 10 years ahead: start a future-dated workflow for work that far away"
+                        ),
+                        None,
+                        false,
+                    )
+                }
                 Some(until) => Decision::new(DecisionKind::Defer { until }),
                 None => failed(
                     format!(
-                        "the function deferred without a valid `until` (RFC 3339) or `seconds`: until={:?} seconds={:?}",
+                        "the function deferred without a valid `until` (RFC 3339) or `seconds` (0 to 10 years): until={:?} seconds={:?}",
                         outcome.until, outcome.seconds
                     ),
                     None,
@@ -307,6 +319,27 @@ mod tests {
         assert_eq!(d.status(), Status::Scheduled);
         assert_eq!(d.attempts_delta(), -1);
         assert_eq!(d.run_at(), Some(now() + chrono::Duration::seconds(30)));
+        // Out of range: refused, not silently moved (1e308 seconds used to become 2036).
+        for seconds in [1e308, -1.0, f64::NAN] {
+            let d = decide(
+                Ok(&Outcome::defer(seconds)),
+                1,
+                3,
+                &[],
+                &Backoff::default(),
+                now(),
+                0.5,
+            );
+            assert_eq!(d.status(), Status::Error, "{seconds}");
+        }
+        let mut far = Outcome::with_status("defer");
+        far.until = Some("2999-01-01T00:00:00Z".into());
+        let d = decide(Ok(&far), 1, 3, &[], &Backoff::default(), now(), 0.5);
+        assert!(
+            d.failure()
+                .is_some_and(|f| f.message.contains("more than 10 years ahead")),
+            "{d:?}"
+        );
         let mut bad = Outcome::with_status("defer");
         bad.until = Some("tomorrow".into());
         assert_eq!(

@@ -68,15 +68,11 @@ pub enum DbError {
     Embedded(#[from] PgError),
     #[error("invalid database URL: {0}")]
     Url(sqlx::Error),
-    #[error("cannot connect to {url}: {source}")]
-    Connect {
-        url: String,
-        #[source]
-        source: sqlx::Error,
-    },
+    #[error("cannot connect to {url}: {}", reason(cause))]
+    Connect { url: String, cause: sqlx::Error },
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
-    #[error("applying the engine file migrations/engine/{file} failed: {source}")]
+    #[error("applying the engine file migrations/engine/{file} failed")]
     Engine {
         file: &'static str,
         #[source]
@@ -84,6 +80,15 @@ pub enum DbError {
     },
     #[error(transparent)]
     Sql(#[from] sqlx::Error),
+}
+
+/// What went wrong connecting, said once: an I/O error's own words ("Connection refused (os
+/// error 111)") rather than sqlx's wrapper around them.
+fn reason(e: &sqlx::Error) -> String {
+    match e {
+        sqlx::Error::Io(io) => io.to_string(),
+        other => other.to_string(),
+    }
 }
 
 /// Where the database is: the URL to use, and the embedded cluster when we started one.
@@ -130,7 +135,7 @@ pub async fn create_database(admin_url: &str, name: &str) -> Result<(), DbError>
     let opts = PgConnectOptions::from_str(admin_url).map_err(DbError::Url)?;
     let mut conn = opts.connect().await.map_err(|source| DbError::Connect {
         url: redact(admin_url),
-        source,
+        cause: source,
     })?;
     let exists: bool =
         sqlx::query_scalar("select exists (select 1 from pg_database where datname = $1)")
@@ -164,6 +169,27 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, DbError>
         .map_err(DbError::Url)?
         .application_name("workdo")
         .options([("jit", "off")]);
+    // One connection first, to report why the server cannot be reached ("connection refused
+    // at …") at once: the pool retries until its acquire timeout and then says only that it
+    // timed out.
+    let probe = tokio::time::timeout(Duration::from_secs(10), opts.connect()).await;
+    match probe {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+        }
+        Ok(Err(source)) => {
+            return Err(DbError::Connect {
+                url: redact(url),
+                cause: source,
+            });
+        }
+        Err(_) => {
+            return Err(DbError::Connect {
+                url: redact(url),
+                cause: sqlx::Error::PoolTimedOut,
+            });
+        }
+    }
     PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(30))
@@ -171,7 +197,7 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, DbError>
         .await
         .map_err(|source| DbError::Connect {
             url: redact(url),
-            source,
+            cause: source,
         })
 }
 
@@ -300,6 +326,20 @@ mod tests {
         assert_eq!(
             super::with_database("postgres://u@h:5", "b"),
             "postgres://u@h:5/b"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_server_is_named_at_once() {
+        // Port 1 on loopback: nothing listens there. The pool alone would retry for 30 s and
+        // then say only "pool timed out".
+        let err = super::connect("postgres://postgres@127.0.0.1:1/x", 2)
+            .await
+            .expect_err("nothing listens on port 1")
+            .to_string();
+        assert!(
+            err.contains("127.0.0.1:1") && err.to_lowercase().contains("refused"),
+            "{err}"
         );
     }
 
