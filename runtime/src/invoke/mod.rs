@@ -22,6 +22,16 @@ pub use warm::WarmPool;
 
 use crate::model::template::{FunctionSpec, Runner};
 
+/// The largest result a function may print (exec, warm) or answer (http): 1 MiB.
+pub const MAX_RESULT_BYTES: usize = 1024 * 1024;
+
+/// The longest `note` a result may carry.
+pub const MAX_NOTE_BYTES: usize = 64 * 1024;
+/// The longest error `message` a result may carry.
+pub const MAX_MESSAGE_BYTES: usize = 4 * 1024;
+/// The longest error `text` a result may carry.
+pub const MAX_TEXT_BYTES: usize = 64 * 1024;
+
 /// How much of a function's stderr is kept for the error text.
 const STDERR_KEEP: usize = 16 * 1024;
 
@@ -130,15 +140,103 @@ fn http_client() -> reqwest::Client {
 }
 
 fn parse_result(stdout: &[u8]) -> Result<Outcome, String> {
-    let text = String::from_utf8_lossy(stdout);
+    if stdout.len() > MAX_RESULT_BYTES {
+        return Err(format!(
+            "answered a result of {} bytes, over the limit of {MAX_RESULT_BYTES}",
+            stdout.len()
+        ));
+    }
+    let text = std::str::from_utf8(stdout).map_err(|e| {
+        format!(
+            "printed output that is not UTF-8 (an invalid byte at offset {})",
+            e.valid_up_to()
+        )
+    })?;
     let trimmed = text.trim();
     if trimmed.is_empty() {
         return Err("printed no result on stdout".into());
     }
-    serde_json::from_str::<Outcome>(trimmed).map_err(|e| {
+    let outcome = serde_json::from_str::<Outcome>(trimmed).map_err(|e| {
         let head: String = trimmed.chars().take(200).collect();
         format!("printed output that is not a valid result ({e}): {head}")
-    })
+    })?;
+    check_outcome(&outcome)?;
+    Ok(outcome)
+}
+
+/// What Postgres could not store, or what is over a documented limit, named by field: a
+/// result with a NUL character (U+0000) anywhere, or a note, message or text too long.
+pub fn check_outcome(o: &Outcome) -> Result<(), String> {
+    fn nul_in(v: &serde_json::Value) -> bool {
+        match v {
+            serde_json::Value::String(s) => s.contains('\0'),
+            serde_json::Value::Array(a) => a.iter().any(nul_in),
+            serde_json::Value::Object(m) => m.iter().any(|(k, v)| k.contains('\0') || nul_in(v)),
+            _ => false,
+        }
+    }
+    let nul = |field: &str| {
+        format!(
+            "answered a result whose field {field:?} contains a NUL character (U+0000), which workdo cannot store"
+        )
+    };
+    let texts = [
+        ("status", Some(o.status.as_str())),
+        ("note", o.note.as_deref()),
+        ("lifecycle", o.lifecycle.as_deref()),
+        ("message", o.message.as_deref()),
+        ("text", o.text.as_deref()),
+        ("until", o.until.as_deref()),
+    ];
+    for (field, value) in texts {
+        if value.is_some_and(|v| v.contains('\0')) {
+            return Err(nul(field));
+        }
+    }
+    for (field, value, max) in [
+        ("note", &o.note, MAX_NOTE_BYTES),
+        ("message", &o.message, MAX_MESSAGE_BYTES),
+        ("text", &o.text, MAX_TEXT_BYTES),
+    ] {
+        if let Some(v) = value
+            && v.len() > max
+        {
+            return Err(format!(
+                "answered a result whose field {field:?} has {} bytes, over the limit of {max}",
+                v.len()
+            ));
+        }
+    }
+    if let Some(u) = &o.object {
+        if u.properties
+            .iter()
+            .any(|(k, v)| k.contains('\0') || nul_in(v))
+        {
+            return Err(nul("object.properties"));
+        }
+        if u.documents
+            .iter()
+            .any(|(k, v)| k.contains('\0') || v.contains('\0'))
+        {
+            return Err(nul("object.documents"));
+        }
+    }
+    if let Some(c) = &o.context
+        && c.iter().any(|(k, v)| k.contains('\0') || nul_in(v))
+    {
+        return Err(nul("context"));
+    }
+    for s in &o.start {
+        let strings = [Some(&s.template), s.lane.as_ref(), s.start_at.as_ref()];
+        if strings.iter().flatten().any(|v| v.contains('\0'))
+            || s.context
+                .as_ref()
+                .is_some_and(|c| c.iter().any(|(k, v)| k.contains('\0') || nul_in(v)))
+        {
+            return Err(nul("start"));
+        }
+    }
+    Ok(())
 }
 
 fn describe_exit(status: std::process::ExitStatus) -> String {
@@ -184,4 +282,41 @@ pub fn builtin(name: &str) -> Option<fn(&Event) -> Outcome> {
         "skip" => |_| Outcome::skipped(),
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_postgres_cannot_store_is_refused_by_field() {
+        let ok: Outcome =
+            serde_json::from_str(r#"{"status":"completed","note":"fine"}"#).expect("a result");
+        assert!(check_outcome(&ok).is_ok());
+        for (json, field) in [
+            (
+                r#"{"status":"completed","object":{"properties":{"a":"x\u0000y"}}}"#,
+                "object.properties",
+            ),
+            (
+                r#"{"status":"completed","object":{"documents":{"d":"\u0000"}}}"#,
+                "object.documents",
+            ),
+            (
+                r#"{"status":"completed","context":{"k\u0000":1}}"#,
+                "context",
+            ),
+            (r#"{"status":"error","message":"a\u0000"}"#, "message"),
+            (
+                r#"{"status":"completed","start":[{"template":"a\u0000"}]}"#,
+                "start",
+            ),
+        ] {
+            let o: Outcome = serde_json::from_str(json).expect("a result");
+            let e = check_outcome(&o).expect_err(json);
+            assert!(e.contains(&format!("{field:?}")), "{json}: {e}");
+        }
+        let long = Outcome::error("m".repeat(MAX_MESSAGE_BYTES + 1));
+        assert!(check_outcome(&long).is_err_and(|e| e.contains("over the limit of 4096")),);
+    }
 }
