@@ -1389,3 +1389,38 @@ async fn saved_templates_record_each_steps_dependants() {
     assert_eq!(count(template.id).await, expected.len() as i64);
     assert_eq!(count(current.id).await, expected.len() as i64 + 1);
 }
+
+#[tokio::test]
+async fn a_template_without_steps_loads_and_its_workflows_are_completed_at_once() {
+    // The workflow service keeps `workflow-def`s without processes "for indexing"; a folder of
+    // its templates must load whole.
+    let t = db().await;
+    load(
+        &t.store,
+        "swIndexWF.xml",
+        r#"<workflow-def id="swIndexWF" repository="dor"></workflow-def>"#,
+    )
+    .await;
+    let listed: Vec<String> = t
+        .store
+        .template_list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
+    assert!(listed.contains(&"swIndexWF".to_string()), "{listed:?}");
+    let started = t
+        .store
+        .workflow_start(&StartRequest::new("swIndexWF", &["druid:bb123cd4567"]))
+        .await
+        .unwrap();
+    assert_eq!(started.len(), 1);
+    let (status, unfinished): (String, i32) =
+        sqlx::query_as("select status, unfinished from workdo.workflows where id = $1")
+            .bind(started[0].workflow_id)
+            .fetch_one(t.pool())
+            .await
+            .unwrap();
+    assert_eq!((status.as_str(), unfinished), ("completed", 0));
+}
