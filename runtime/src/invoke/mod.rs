@@ -139,7 +139,12 @@ fn http_client() -> reqwest::Client {
         .unwrap_or_else(|_| reqwest::Client::new())
 }
 
-fn parse_result(stdout: &[u8]) -> Result<Outcome, String> {
+/// A function's answer as a result: UTF-8, within the limits, JSON of the protocol's shape,
+/// nothing Postgres cannot store ([`check_outcome`]).
+///
+/// # Errors
+/// What is wrong with the answer, in words that follow the function's name.
+pub fn parse_result(stdout: &[u8]) -> Result<Outcome, String> {
     if stdout.len() > MAX_RESULT_BYTES {
         return Err(format!(
             "answered a result of {} bytes, over the limit of {MAX_RESULT_BYTES}",

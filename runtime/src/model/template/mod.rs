@@ -294,6 +294,43 @@ pub(crate) fn valid_name(name: &str) -> bool {
         && name.len() <= 100
 }
 
+/// The first field of a template (as JSON) holding a NUL character: the step's index, if in
+/// a step, and the field's name there.
+fn nul_field(template: &serde_json::Value) -> Option<(Option<usize>, String)> {
+    fn find(v: &serde_json::Value, at: &str) -> Option<String> {
+        match v {
+            serde_json::Value::String(s) if s.contains('\0') => Some(at.to_string()),
+            serde_json::Value::Array(a) => a.iter().find_map(|x| find(x, at)),
+            serde_json::Value::Object(m) => m.iter().find_map(|(k, x)| {
+                let here = if at.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{at}.{k}")
+                };
+                if k.contains('\0') {
+                    Some(here)
+                } else {
+                    find(x, &here)
+                }
+            }),
+            _ => None,
+        }
+    }
+    let object = template.as_object()?;
+    if let Some(steps) = object.get("steps").and_then(|s| s.as_array()) {
+        for (i, step) in steps.iter().enumerate() {
+            if let Some(field) = find(step, "") {
+                return Some((Some(i), field));
+            }
+        }
+    }
+    object
+        .iter()
+        .filter(|(k, _)| k.as_str() != "steps")
+        .find_map(|(k, v)| find(v, k))
+        .map(|f| (None, f))
+}
+
 /// Checks shared by both formats: names, duplicates, prerequisites, cycles, statuses.
 ///
 /// Long on purpose: every rule a template must satisfy, in one place, so that all problems are
@@ -312,6 +349,17 @@ pub(crate) fn validate(
             message,
         });
     };
+    // Postgres cannot store a NUL character (U+0000) in text or jsonb: refuse it here, naming
+    // the field, instead of failing when the template or its steps are written.
+    if let Ok(value) = serde_json::to_value(template)
+        && let Some((step, field)) = nul_field(&value)
+    {
+        problem(
+            step,
+            &field,
+            "contains a NUL character (U+0000), which workdo cannot store".into(),
+        );
+    }
     if !valid_name(&template.name) {
         problem(
             None,
