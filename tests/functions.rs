@@ -5,23 +5,16 @@ mod support;
 use sqlx::PgPool;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
-use support::{TestDb, db, event_kinds, load};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-use workdo::model::retry::Backoff;
-use workdo::runtime::{self, Config};
-use workdo::store::{StartRequest, StepFilter, Store};
+use support::{TestDb, config, db, event_kinds, load, start, wait_until};
+use workdo::runtime;
+use workdo::store::{StartRequest, StepFilter};
 
 /// Write an executable script into `dir`.
 fn script(dir: &Path, name: &str, body: &str) -> String {
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.join(name);
-    std::fs::write(&path, body).expect("write script");
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    path.display().to_string()
+    support::function_script(dir, name, body)
 }
 
 /// An exec function that completes every step.
@@ -31,57 +24,6 @@ fn completes(dir: &Path) -> String {
         "ok.sh",
         "#!/bin/sh\ncat >/dev/null\necho '{\"status\":\"completed\"}'\n",
     )
-}
-
-fn config() -> Config {
-    Config {
-        poll_interval: Duration::from_millis(200),
-        backoff: Backoff {
-            base: Duration::from_millis(50),
-            max: Duration::from_secs(1),
-            jitter: 0.0,
-        },
-        grace: Duration::from_secs(5),
-        ..Config::default()
-    }
-}
-
-struct Running {
-    token: CancellationToken,
-    handle: JoinHandle<Result<(), runtime::WorkerError>>,
-}
-
-impl Running {
-    async fn stop(self) {
-        self.token.cancel();
-        self.handle
-            .await
-            .expect("runtime task")
-            .expect("runtime ran");
-    }
-}
-
-async fn start(store: &Store, config: Config) -> Running {
-    let bindings = runtime::bindings(store, &[]).await.expect("bindings");
-    let token = CancellationToken::new();
-    let handle = tokio::spawn(runtime::run(store.clone(), config, bindings, token.clone()));
-    Running { token, handle }
-}
-
-/// Poll `sql` (a query returning one boolean) until it is true; fail after `secs`.
-async fn wait_until(pool: &PgPool, sql: &'static str, secs: u64) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let done: bool = sqlx::query_scalar(sql)
-            .fetch_one(pool)
-            .await
-            .expect("condition query");
-        if done {
-            return;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for: {sql}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 async fn step(pool: &PgPool, object: &str, name: &str) -> workdo::store::StepRow {

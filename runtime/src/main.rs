@@ -30,6 +30,16 @@ async fn run() -> std::process::ExitCode {
     telemetry.shutdown().await;
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // A reader that stopped reading (`workdo … | head`) is not an error of ours: whatever
+        // the command changed is done, and the shell's convention for it is SIGPIPE's 141.
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            std::process::ExitCode::from(141)
+        }
         Err(e) => {
             eprintln!("workdo: {e:#}");
             std::process::ExitCode::FAILURE

@@ -10,9 +10,15 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use std::time::{Duration, Instant};
+
 use sqlx::PgPool;
 use tokio::sync::OnceCell;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use workdo::model::retry::Backoff;
 use workdo::pg::{Cluster, ClusterOptions};
+use workdo::runtime::{self, Config};
 use workdo::store::Store;
 use workdo::store::db::{self, with_database};
 
@@ -237,4 +243,56 @@ pub fn spawn_up(url: &str, args: &[&str]) -> std::process::Child {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("spawn workdo up")
+}
+
+/// A runtime's configuration for tests: short polls and back-offs.
+pub fn config() -> Config {
+    Config {
+        poll_interval: Duration::from_millis(200),
+        backoff: Backoff {
+            base: Duration::from_millis(50),
+            max: Duration::from_secs(1),
+            jitter: 0.0,
+        },
+        grace: Duration::from_secs(5),
+        ..Config::default()
+    }
+}
+
+pub struct Running {
+    pub token: CancellationToken,
+    pub handle: JoinHandle<Result<(), runtime::WorkerError>>,
+}
+
+impl Running {
+    pub async fn stop(self) {
+        self.token.cancel();
+        self.handle
+            .await
+            .expect("runtime task")
+            .expect("runtime ran");
+    }
+}
+
+pub async fn start(store: &Store, config: Config) -> Running {
+    let bindings = runtime::bindings(store, &[]).await.expect("bindings");
+    let token = CancellationToken::new();
+    let handle = tokio::spawn(runtime::run(store.clone(), config, bindings, token.clone()));
+    Running { token, handle }
+}
+
+/// Poll `sql` (a query returning one boolean) until it is true; fail after `secs`.
+pub async fn wait_until(pool: &PgPool, sql: &'static str, secs: u64) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let done: bool = sqlx::query_scalar(sql)
+            .fetch_one(pool)
+            .await
+            .expect("condition query");
+        if done {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {sql}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
 }

@@ -15,30 +15,12 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
 use super::{
-    Event, InvokeError, MAX_RESULT_BYTES, Outcome, STDERR_KEEP, describe_exit, parse_result,
+    Event, Group, InvokeError, MAX_RESULT_BYTES, Outcome, STDERR_KEEP, describe_exit, parse_result,
 };
 
 /// How long the pipes may stay open after the function exited (a background child holding
 /// them) before its process group is killed.
 const PIPE_GRACE: Duration = Duration::from_millis(200);
-
-/// A call's process group, killed (SIGKILL) when dropped.
-struct Group(Option<i32>);
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        if let Some(pgid) = self.0
-            && pgid > 0
-        {
-            // SAFETY: kill(2) with a negative pid signals the process group; it touches no
-            // memory. The group id stays reserved while any member lives, so this reaches only
-            // what is left of this call's processes (ESRCH, ignored, when nothing is).
-            unsafe {
-                libc::kill(-pgid, libc::SIGKILL);
-            }
-        }
-    }
-}
 
 /// Read `r` to its end, keeping at most `keep` bytes; returns them and how many there were.
 async fn read_capped(mut r: impl AsyncRead + Unpin, keep: usize) -> (Vec<u8>, usize) {
@@ -110,7 +92,7 @@ pub(super) async fn call(
     let mut child = cmd
         .spawn()
         .map_err(|e| InvokeError::new(format!("cannot start {program}: {e}"), String::new()))?;
-    let _group = Group(child.id().and_then(|p| i32::try_from(p).ok()));
+    let _group = Group::of(&child);
     let input = serde_json::to_vec(event).unwrap_or_default();
     let stdin = child.stdin.take();
     // Drained on tasks of their own, so that waiting for the exit does not wait for the pipes
@@ -173,12 +155,7 @@ async fn finish<T>(task: &mut Option<tokio::task::JoinHandle<T>>, group: &Group)
     let done = match tokio::time::timeout(PIPE_GRACE, &mut *handle).await {
         Ok(done) => done,
         Err(_) => {
-            if let Some(pgid) = group.0 {
-                // SAFETY: as in `Group::drop`.
-                unsafe {
-                    libc::kill(-pgid, libc::SIGKILL);
-                }
-            }
+            group.kill();
             handle.await
         }
     };

@@ -35,6 +35,39 @@ pub const MAX_TEXT_BYTES: usize = 64 * 1024;
 /// How much of a function's stderr is kept for the error text.
 const STDERR_KEEP: usize = 16 * 1024;
 
+/// A function's process group (it was started with `process_group(0)`, so the group id is its
+/// pid), killed (SIGKILL) when dropped, so no grandchild outlives the call or the process.
+pub(super) struct Group(Option<i32>);
+
+impl Group {
+    pub(super) fn of(child: &tokio::process::Child) -> Group {
+        Group(
+            child
+                .id()
+                .and_then(|p| i32::try_from(p).ok())
+                .filter(|p| *p > 0),
+        )
+    }
+
+    /// Kill every process left in the group.
+    pub(super) fn kill(&self) {
+        if let Some(pgid) = self.0 {
+            // SAFETY: kill(2) with a negative pid signals the process group; it touches no
+            // memory. The group id stays reserved while any member lives, so this reaches only
+            // what is left of this function's processes (ESRCH, ignored, when nothing is).
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// A function ready to be called.
 pub enum Invoker {
     Exec {
@@ -292,6 +325,13 @@ pub fn builtin(name: &str) -> Option<fn(&Event) -> Outcome> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_raw_nul_byte_in_a_result_is_refused() {
+        let raw = b"{\"status\":\"completed\",\"note\":\"a\0b\"}\n";
+        let err = parse_result(raw).err().unwrap_or_default();
+        assert!(!err.is_empty(), "accepted");
+    }
 
     #[test]
     fn what_postgres_cannot_store_is_refused_by_field() {

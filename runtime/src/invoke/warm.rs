@@ -10,7 +10,10 @@ use tokio::sync::{Mutex, Semaphore};
 
 use std::process::Stdio;
 
-use super::{Event, InvokeError, Outcome, STDERR_KEEP, describe_exit, parse_result, tail};
+use super::{
+    Event, Group, InvokeError, MAX_RESULT_BYTES, Outcome, STDERR_KEEP, describe_exit, parse_result,
+    tail,
+};
 
 /// Long-lived processes answering one JSON event per line with one result per line, in order.
 ///
@@ -152,6 +155,7 @@ impl WarmPool {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| {
@@ -165,6 +169,7 @@ impl WarmPool {
                 String::new(),
             ));
         };
+        let group = Group::of(&child);
         let buf = Arc::new(StdMutex::new(VecDeque::with_capacity(1024)));
         let sink = Arc::clone(&buf);
         tokio::spawn(async move {
@@ -191,6 +196,7 @@ impl WarmPool {
         let reader = tokio::spawn(read_answers(
             Arc::clone(&shared),
             child,
+            group,
             BufReader::new(stdout),
         ));
         let proc = Arc::new(WarmProcess {
@@ -326,18 +332,23 @@ impl WarmPool {
 
 /// A warm process's reader: hands each answer line to the oldest waiting call. When the process
 /// ends (end of output, a line that is not a result, an answer nobody asked for, or a kill), every
-/// call still waiting gets an error saying how, and no call is queued on it again.
+/// call still waiting gets an error saying how, and no call is queued on it again. The process
+/// runs in a group of its own, killed when the reader ends, so nothing it started outlives it.
 async fn read_answers(
     proc: Arc<ProcessState>,
     mut child: Child,
+    group: Group,
     mut stdout: BufReader<ChildStdout>,
 ) {
     let program = proc.program.clone();
     // Whether the process is killed (by a caller or for what it printed) or ended by itself.
     let killed = loop {
-        let mut line = String::new();
+        // An answer line is read up to one byte past the largest result: a process printing
+        // without end costs at most that much memory, and its call fails saying so.
+        let mut line = Vec::new();
+        let mut capped = (&mut stdout).take(MAX_RESULT_BYTES as u64 + 1);
         let read = tokio::select! {
-            read = stdout.read_line(&mut line) => read,
+            read = capped.read_until(b'\n', &mut line) => read,
             () = proc.kill.notified() => break true,
         };
         if !matches!(read, Ok(n) if n > 0) {
@@ -348,11 +359,29 @@ async fn read_answers(
         let Some(reply) = proc.lock().replies.pop_front() else {
             proc.end(Some(format!(
                 "was killed: it printed a line nobody asked for: {}",
-                line.trim().chars().take(200).collect::<String>()
+                String::from_utf8_lossy(&line[..line.len().min(400)])
+                    .trim()
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
             )));
             break true;
         };
-        match parse_result(line.as_bytes()) {
+        if line.len() > MAX_RESULT_BYTES {
+            let _ = reply.send(Err(InvokeError::new(
+                format!(
+                    "warm {program} printed an answer line over {} KiB, the largest result \
+                     allowed",
+                    MAX_RESULT_BYTES / 1024
+                ),
+                stderr_tail(&proc.stderr),
+            )));
+            proc.end(Some(
+                "was killed: a call before this one printed an answer over the size limit".into(),
+            ));
+            break true;
+        }
+        match parse_result(&line) {
             Ok(outcome) => {
                 let _ = reply.send(Ok(outcome));
             }
@@ -371,6 +400,7 @@ async fn read_answers(
         }
     };
     if killed {
+        group.kill();
         let _ = child.start_kill();
     }
     let exit = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;

@@ -14,10 +14,19 @@ pub struct InvokeError {
 }
 
 impl InvokeError {
+    /// NUL characters (from a function's output or stderr quoted in the message) become
+    /// `\0`: Postgres cannot store them, and an error must always be storable.
     pub fn new(message: impl Into<String>, stderr: String) -> Self {
+        fn storable(s: String) -> String {
+            if s.contains('\0') {
+                s.replace('\0', "\\0")
+            } else {
+                s
+            }
+        }
         InvokeError {
-            message: message.into(),
-            text: (!stderr.trim().is_empty()).then_some(stderr),
+            message: storable(message.into()),
+            text: (!stderr.trim().is_empty()).then(|| storable(stderr)),
         }
     }
 }
