@@ -606,13 +606,20 @@ async fn future_dated_steps_run_when_due_and_not_before() {
 }
 
 async fn cli(url: &str, args: &[&str]) -> String {
+    let (out, result) = cli_result(url, args).await;
+    result.expect("command");
+    out
+}
+
+/// What a command printed, and whether it succeeded.
+async fn cli_result(url: &str, args: &[&str]) -> (String, anyhow::Result<()>) {
     use clap::Parser;
     let mut argv = vec!["workdo", "--database-url", url];
     argv.extend_from_slice(args);
     let cli = workdo::cli::Cli::try_parse_from(argv).expect("arguments");
     let mut out = Vec::new();
-    workdo::cli::run(cli, &mut out).await.expect("command");
-    String::from_utf8(out).expect("utf-8")
+    let result = workdo::cli::run(cli, &mut out).await;
+    (String::from_utf8(out).expect("utf-8"), result)
 }
 
 #[tokio::test]
@@ -679,18 +686,24 @@ async fn run_injects_a_task_ahead_of_the_queue_and_prioritize_filters_by_propert
                 .as_deref()
                 .is_some_and(|a| a.starts_with("cli:run:"))
     }));
-    // A step still waiting for its prerequisites is not run, and the output says why.
-    let out = cli(
+    // A step still waiting for its prerequisites is not run, the output says why, and the
+    // command fails.
+    let (out, result) = cli_result(
         &t.url,
         &["run", "injWF:after", "--object", "druid:cc123dd4567"],
     )
     .await;
+    assert!(result.is_err());
     assert!(
         out.contains("druid:cc123dd4567 not run: waiting for prerequisite first (ready)"),
         "{out}"
     );
     // Priority injection by a property filter.
-    let out = cli(&t.url, &["prioritize", "100", "--property", "rush=true"]).await;
+    let out = cli(
+        &t.url,
+        &["prioritize", "100", "--property-json", "rush=true"],
+    )
+    .await;
     assert_eq!(out.trim(), "priority 100 set on 3 steps");
     let top = t
         .store

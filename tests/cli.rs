@@ -192,3 +192,85 @@ fn runtime_tuning_out_of_range_is_refused() {
         "no cluster was started for a command refused at parsing"
     );
 }
+
+#[test]
+fn a_workflow_service_folder_loads_whole() {
+    // A folder like the workflow service's configuration: several workflow-defs have no
+    // process at all ("for indexing"); one refused file used to make the folder load nothing.
+    let d = DataDir::new();
+    let out = d.ok(&["templates", "load", "tests/fixtures/workflow-service"]);
+    assert_eq!(out.lines().count(), 9, "{out}");
+    let list: serde_json::Value =
+        serde_json::from_str(&d.ok(&["templates", "list", "--json"])).expect("JSON");
+    let names: Vec<&str> = list
+        .as_array()
+        .map(|a| a.iter().filter_map(|t| t["name"].as_str()).collect())
+        .unwrap_or_default();
+    for name in [
+        "swIndexWF",
+        "sdrRecoveryWF",
+        "versioningWF",
+        "googleScannedBookWF",
+    ] {
+        assert!(names.contains(&name), "{name} not in {names:?}");
+    }
+    let started = d.ok(&["start", "swIndexWF", "druid:bb123cd4567", "--json"]);
+    assert!(started.contains("swIndexWF"), "{started}");
+    let shown: serde_json::Value =
+        serde_json::from_str(&d.ok(&["show", "druid:bb123cd4567", "--json"])).expect("JSON");
+    assert_eq!(shown["workflows"][0]["status"], "completed", "{shown}");
+}
+
+#[test]
+fn commands_starting_together_on_a_new_data_dir_all_succeed() {
+    // Two `workdo up` on a new machine is normal: both create the database and migrate.
+    let d = DataDir::new();
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            Command::new(WORKDO)
+                .args(["status", "--data-dir"])
+                .arg(d.path())
+                .env_remove("DATABASE_URL")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn workdo")
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().expect("wait");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn db_stop_takes_a_relative_data_dir() {
+    let d = DataDir::new();
+    let parent = d.path().parent().expect("parent");
+    let name = d.path().file_name().expect("name");
+    let run = |args: &[&str]| {
+        Command::new(WORKDO)
+            .args(args)
+            .arg("--data-dir")
+            .arg(name)
+            .env_remove("DATABASE_URL")
+            .current_dir(parent)
+            .output()
+            .expect("run workdo")
+    };
+    assert!(run(&["db", "url"]).status.success());
+    let out = run(&["db", "stop"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !d.path().join("pgdata/postmaster.pid").exists(),
+        "the cluster still runs"
+    );
+}

@@ -61,6 +61,7 @@ fn xml_duplicate_step_and_bad_attribute_values() {
         p,
         vec![
             r#"d.xml:3: error-limit: "many" is not a whole number"#,
+            r#"d.xml:3: name: duplicate step "a" (first at line 2)"#,
             r#"d.xml:4: skip-queue: "perhaps" is not true or false"#,
             r#"d.xml:4: status: "done": a template step may start waiting, completed or skipped"#,
         ]
@@ -73,6 +74,44 @@ fn xml_duplicate_step_and_bad_attribute_values() {
         dup,
         r#"d.xml:3: name: duplicate step "a" (first at line 2)"#
     );
+}
+
+#[test]
+fn xml_typos_in_attributes_and_elements_are_errors() {
+    let src = r#"<workflow-def id="tWF" repository="dor" reposit="x">
+  <process name="a" eror-limit="7" sequence="1" queue-limit="5"
+           lifecycel="x">
+    <functoin exec="bin/a"/>
+    <function exec="bin/a" timout="5s"/>
+  </process>
+  <proces name="b"/>
+</workflow-def>"#;
+    let p = problems("t.xml", src);
+    assert_eq!(p.len(), 6, "{p:#?}");
+    assert!(p[0].starts_with(r#"t.xml:1: reposit: unknown attribute "reposit" on <workflow-def>"#), "{p:#?}");
+    assert!(p[1].starts_with(r#"t.xml:2: eror-limit: unknown attribute "eror-limit" on <process>; known: name, status"#), "{p:#?}");
+    assert!(p[2].starts_with(r#"t.xml:3: lifecycel: unknown attribute"#), "{p:#?}");
+    assert!(p[3].starts_with(r#"t.xml:4: functoin: unknown element <functoin> in <process>; known: label, prereq, function"#), "{p:#?}");
+    assert!(p[4].starts_with(r#"t.xml:5: timout: unknown attribute "timout" on <function>"#), "{p:#?}");
+    assert!(p[5].starts_with(r#"t.xml:7: proces: unknown element <proces> in <workflow-def>"#), "{p:#?}");
+}
+
+#[test]
+fn every_problem_of_a_file_is_reported_at_once() {
+    let yaml = "name: allWF\nsteps:\n  - name: a\n    prereqs: [nope]\n  - name: b\n    prereqs: [b]\n  - name: c\n    function: { exec: bin/c, timeout: banana }\n";
+    let p = problems("all.yaml", yaml);
+    assert_eq!(p.len(), 3, "{p:#?}");
+    assert!(p[0].contains("unknown prerequisite \"nope\""), "{p:#?}");
+    assert!(p[1].contains("\"b\"") && p[1].contains("its own prerequisite"), "{p:#?}");
+    assert!(p[2].contains("\"banana\" is not a duration"), "{p:#?}");
+    let xml = r#"<workflow-def id="allWF">
+  <process name="a"><prereq>nope</prereq></process>
+  <process name="b"><prereq>b</prereq></process>
+  <process name="c"><function exec="bin/c" timeout="banana"/></process>
+</workflow-def>"#;
+    let p = problems("all.xml", xml);
+    assert_eq!(p.len(), 3, "{p:#?}");
+    assert!(p[2].contains("\"banana\" is not a duration"), "{p:#?}");
 }
 
 #[test]
@@ -211,12 +250,12 @@ async fn versions_are_kept_and_workflows_stay_locked_to_theirs() {
         .unwrap();
     support::load(&t.store, "v.yaml", v2).await;
     // Loading the same source again adds no version.
-    let (_, created) = t
+    let (_, saved) = t
         .store
         .template_save(&support::template("v.yaml", v2))
         .await
         .unwrap();
-    assert!(!created);
+    assert_eq!(saved, workdo::store::Saved::Unchanged);
     let current = t.store.template_current("vWF").await.unwrap();
     assert_eq!(current.versions, 2);
     assert_eq!(current.sha256, workdo::model::template::sha256_hex(v2));
@@ -238,6 +277,35 @@ async fn versions_are_kept_and_workflows_stay_locked_to_theirs() {
     };
     assert_eq!(steps("obj:old").await, vec!["a", "b"]);
     assert_eq!(steps("obj:new").await, vec!["a", "c"]);
+    // Loading the older source again says it made that version current again, and when that
+    // version was first loaded.
+    let first = t
+        .store
+        .template_by_id(
+            sqlx::query_scalar::<_, i64>(
+                "select id from workdo.templates where name = 'vWF' order by id limit 1",
+            )
+            .fetch_one(t.pool())
+            .await
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let (_, saved) = t
+        .store
+        .template_save(&support::template("v.yaml", v1))
+        .await
+        .unwrap();
+    assert_eq!(
+        saved,
+        workdo::store::Saved::MadeCurrent {
+            loaded_at: first.loaded_at
+        }
+    );
+    assert_eq!(
+        t.store.template_current("vWF").await.unwrap().sha256,
+        workdo::model::template::sha256_hex(v1)
+    );
     // The old workflow still answers to its own version's declared statuses.
     t.store
         .step_set(&workdo::store::SetRequest::new(

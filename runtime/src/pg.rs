@@ -128,8 +128,11 @@ impl Cluster {
         } else {
             None
         };
+        // Absolute: commands run with the data directory as their working directory, where a
+        // relative `pgdata` path would name a directory inside itself.
+        let dir = std::path::absolute(dir).map_err(io_err(dir))?;
         let mut cluster = Cluster {
-            dir: dir.to_path_buf(),
+            dir,
             port: 0,
             bin_dir,
             run_as,

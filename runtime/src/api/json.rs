@@ -17,7 +17,7 @@ use super::{
     ApiError, ApiResult, AppState, Caller, int_param, json_body, param, query_pairs, split_step,
 };
 use crate::model::template::{self, Format};
-use crate::store::{Role, SetRequest, StartRequest, StepFilter};
+use crate::store::{Role, Saved, SetRequest, StartRequest, StepFilter};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -90,13 +90,19 @@ async fn template_load(
     let origin = param(&pairs, "origin").unwrap_or("api").to_string();
     let loaded = template::parse(&origin, format, source)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let (id, created) = s.store.template_save(&loaded).await?;
+    let (id, saved) = s.store.template_save(&loaded).await?;
+    let created = saved == Saved::New;
     let status = if created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(json!({"id": id, "name": loaded.template.name, "sha256": loaded.sha256, "new": created}))).into_response())
+    let mut body = json!({"id": id, "name": loaded.template.name, "sha256": loaded.sha256,
+                          "new": created, "saved": saved.as_str()});
+    if let Saved::MadeCurrent { loaded_at } = saved {
+        body["first_loaded_at"] = json!(loaded_at);
+    }
+    Ok((status, Json(body)).into_response())
 }
 
 #[derive(Deserialize)]
@@ -336,6 +342,7 @@ async fn queue(
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<Value>> {
     let pairs = query_pairs(q.as_deref())?;
+    s.store.step_known(&template, &step).await?;
     let completed = pairs
         .iter()
         .filter(|(k, _)| k == "completed")
@@ -356,6 +363,7 @@ async fn queue_errors(
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<Value>> {
     let pairs = query_pairs(q.as_deref())?;
+    s.store.step_known(&template, &step).await?;
     let limit = int_param(&pairs, "limit")?.unwrap_or(100);
     Ok(Json(json!(
         s.store.queue_errors(&template, &step, limit).await?

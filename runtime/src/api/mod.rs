@@ -126,7 +126,9 @@ impl From<StoreError> for ApiError {
             | StoreError::UnknownObject(_)
             | StoreError::UnknownWorkflow { .. }
             | StoreError::UnknownStep { .. } => StatusCode::NOT_FOUND,
-            StoreError::StatusMismatch { .. } => StatusCode::CONFLICT,
+            StoreError::StatusMismatch { .. } | StoreError::OldVersion { .. } => {
+                StatusCode::CONFLICT
+            }
             StoreError::InvalidStatus { .. }
             | StoreError::Invalid { .. }
             | StoreError::Schedule(_) => StatusCode::BAD_REQUEST,

@@ -149,9 +149,14 @@ pub enum ObjectsCmd {
     /// Register an object, or update its properties and documents.
     Add {
         id: String,
-        /// A property, `key=value`; the value is JSON when it parses as JSON, else a string.
+        /// A property, `key=value`; the value is stored as a string, as typed (a barcode such
+        /// as 36105010362304123456 stays exactly that).
         #[arg(long = "property", value_name = "KEY=VALUE")]
         properties: Vec<String>,
+        /// A property whose value is JSON, `key=JSON` (`year=1854`, `tags=["a","b"]`); `null`
+        /// removes the key, as everywhere.
+        #[arg(long = "property-json", value_name = "KEY=JSON")]
+        properties_json: Vec<String>,
         /// A document read from a file, `name=path`.
         #[arg(long = "document", value_name = "NAME=FILE")]
         documents: Vec<String>,
@@ -238,9 +243,12 @@ pub struct FilterArgs {
     pub template: Option<String>,
     #[arg(long)]
     pub step: Option<String>,
-    /// Only objects whose property KEY equals VALUE (JSON or string).
-    #[arg(long, value_name = "KEY=VALUE")]
+    /// Only objects whose property KEY is the string VALUE.
+    #[arg(long, value_name = "KEY=VALUE", conflicts_with = "property_json")]
     pub property: Option<String>,
+    /// Only objects whose property KEY equals the JSON value (`year=1854`).
+    #[arg(long, value_name = "KEY=JSON")]
+    pub property_json: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -80,6 +80,9 @@ pub enum Command {
         priority: i32,
         #[command(flatten)]
         filter: FilterArgs,
+        /// Every unfinished step (required when no filter is given).
+        #[arg(long)]
+        all: bool,
     },
     /// Put steps in error back in the queue, attempts reset.
     Retry(FilterArgs),
@@ -190,8 +193,12 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
         Command::Objects(ObjectsCmd::Add {
             id,
             properties,
+            properties_json,
             documents,
-        }) => objects::add(&store, &id, &properties, &documents, json, out).await?,
+        }) => {
+            let props = parse_properties(&properties, &properties_json)?;
+            objects::add(&store, &id, &props, &documents, json, out).await?
+        }
         Command::Objects(ObjectsCmd::Show { id }) => {
             show::object(&store, &id, 20, json, out).await?
         }
@@ -205,9 +212,11 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
             crate::output::emit(out, json, &facets, |o| show::status_table(o, &facets))?;
         }
         Command::Step(StepCmd::Set(args)) => steps::set(&store, args, json, out).await?,
-        Command::Prioritize { priority, filter } => {
-            steps::prioritize(&store, priority, &filter, json, out).await?
-        }
+        Command::Prioritize {
+            priority,
+            filter,
+            all,
+        } => steps::prioritize(&store, priority, &filter, all, json, out).await?,
         Command::Retry(filter) => steps::retry(&store, &filter, json, out).await?,
         Command::Skip(filter) => steps::skip(&store, &filter, json, out).await?,
         Command::Why {
@@ -237,34 +246,51 @@ pub(super) fn split_step(text: &str) -> Result<(&str, &str)> {
     }
 }
 
-pub(super) fn parse_value(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
+/// `KEY=VALUE` of `option`, the key not empty.
+fn key_value<'a>(option: &str, item: &'a str) -> Result<(&'a str, &'a str)> {
+    let (k, v) = item
+        .split_once('=')
+        .with_context(|| format!("{option} {item:?}: expected KEY=VALUE"))?;
+    if k.is_empty() {
+        bail!("{option} {item:?}: empty key");
+    }
+    Ok((k, v))
 }
 
-pub(super) fn parse_properties(items: &[String]) -> Result<BTreeMap<String, Value>> {
-    items
-        .iter()
-        .map(|p| {
-            let (k, v) = p
-                .split_once('=')
-                .with_context(|| format!("--property {p:?}: expected KEY=VALUE"))?;
-            if k.is_empty() {
-                bail!("--property {p:?}: empty key");
-            }
-            Ok((k.to_string(), parse_value(v)))
-        })
-        .collect()
+/// `KEY=JSON` of `option`: the value must be JSON.
+fn key_json(option: &str, item: &str) -> Result<(String, Value)> {
+    let (k, v) = key_value(option, item)?;
+    let value = serde_json::from_str(v).with_context(|| {
+        format!("{option} {item:?}: {v:?} is not JSON (use --property for a string)")
+    })?;
+    Ok((k.to_string(), value))
+}
+
+/// Properties from `--property KEY=VALUE` (strings, as typed) and `--property-json KEY=JSON`.
+pub(super) fn parse_properties(
+    strings: &[String],
+    jsons: &[String],
+) -> Result<BTreeMap<String, Value>> {
+    let mut props = BTreeMap::new();
+    for p in strings {
+        let (k, v) = key_value("--property", p)?;
+        props.insert(k.to_string(), Value::String(v.to_string()));
+    }
+    for p in jsons {
+        let (k, v) = key_json("--property-json", p)?;
+        props.insert(k, v);
+    }
+    Ok(props)
 }
 
 pub(super) fn step_filter(f: &FilterArgs) -> Result<StepFilter> {
-    let property = match &f.property {
-        None => None,
-        Some(p) => {
-            let (k, v) = p
-                .split_once('=')
-                .with_context(|| format!("--property {p:?}: expected KEY=VALUE"))?;
-            Some((k.to_string(), parse_value(v)))
+    let property = match (&f.property, &f.property_json) {
+        (Some(p), _) => {
+            let (k, v) = key_value("--property", p)?;
+            Some((k.to_string(), Value::String(v.to_string())))
         }
+        (None, Some(p)) => Some(key_json("--property-json", p)?),
+        (None, None) => None,
     };
     Ok(StepFilter {
         object: f.object.clone(),

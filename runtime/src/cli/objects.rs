@@ -6,8 +6,8 @@ use std::io::Write;
 use anyhow::{Context, Result};
 use serde_json::Value;
 
+use super::actor;
 use super::args::StartArgs;
-use super::{actor, parse_properties};
 use crate::output::emit;
 use crate::store::{StartRequest, Store};
 
@@ -15,12 +15,11 @@ use crate::store::{StartRequest, Store};
 pub(super) async fn add(
     store: &Store,
     id: &str,
-    properties: &[String],
+    props: &BTreeMap<String, serde_json::Value>,
     documents: &[String],
     json: bool,
     out: &mut impl Write,
 ) -> Result<()> {
-    let props = parse_properties(properties)?;
     let mut docs = BTreeMap::new();
     for d in documents {
         let (name, path) = d
@@ -30,7 +29,7 @@ pub(super) async fn add(
             .with_context(|| format!("--document {name}: cannot read {path}"))?;
         docs.insert(name.to_string(), content);
     }
-    let created = store.object_put(id, &props, &docs, &actor()).await?;
+    let created = store.object_put(id, props, &docs, &actor()).await?;
     Ok(emit(
         out,
         json,

@@ -25,13 +25,22 @@ pub(super) async fn object(
             writeln!(o, "documents: {}", view.documents.join(", "))?;
         }
         for w in &view.workflows {
+            // A superseded workflow's status is what it was when a newer object version
+            // took its place; say that, not "active".
+            let state = if w.workflow.active {
+                w.workflow.status.clone()
+            } else {
+                format!(
+                    "superseded by a newer object version, was {}",
+                    w.workflow.status
+                )
+            };
             writeln!(
                 o,
-                "\n{} v{} [{}{}] priority {} lane {}",
+                "\n{} on object version {} [{state}] template sha256 {} priority {} lane {}",
                 w.workflow.template,
                 w.workflow.version,
-                w.workflow.status,
-                if w.workflow.active { "" } else { ", inactive" },
+                w.workflow.template_sha256.get(..12).unwrap_or_default(),
                 w.workflow.priority,
                 w.workflow.lane
             )?;

@@ -17,6 +17,7 @@ pub(super) async fn queue(
     out: &mut impl Write,
 ) -> Result<()> {
     let (t, s) = split_step(&args.step)?;
+    store.step_known(t, s).await?;
     if args.errors {
         let rows = store.queue_errors(t, s, args.limit).await?;
         return Ok(emit(out, json, &rows, |o| {
@@ -38,6 +39,9 @@ pub(super) async fn queue(
         .iter()
         .map(|c| split_step(c).map(|(a, b)| (a.to_string(), b.to_string())))
         .collect::<Result<Vec<_>>>()?;
+    for (ct, cs) in &completed {
+        store.step_known(ct, cs).await?;
+    }
     let rows = store
         .queue_waiting(t, s, &completed, args.lane.as_deref(), args.limit)
         .await?;
@@ -102,10 +106,21 @@ pub(super) async fn prioritize(
     store: &Store,
     priority: i32,
     filter: &FilterArgs,
+    all: bool,
     json: bool,
     out: &mut impl Write,
 ) -> Result<()> {
     let f = step_filter(filter)?;
+    if !all
+        && f.object.is_none()
+        && f.template.is_none()
+        && f.step.is_none()
+        && f.property.is_none()
+    {
+        bail!(
+            "prioritize needs at least one of --object, --template, --step or --property, or --all for every unfinished step"
+        );
+    }
     let n = store.steps_prioritize(&f, priority, &actor()).await?;
     Ok(emit(
         out,

@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::args::TemplatesCmd;
 use crate::model::template;
 use crate::output::{emit, table};
-use crate::store::Store;
+use crate::store::{Saved, Store};
 
 pub(super) async fn run(
     store: &Store,
@@ -51,27 +51,37 @@ async fn load(
     }
     let mut report = Vec::new();
     for l in &loaded {
-        let (id, created) = store.template_save(l).await?;
-        report.push(serde_json::json!({
-            "name": l.template.name, "sha256": l.sha256, "id": id, "new": created,
-            "steps": l.template.steps.len(), "origin": l.origin,
-        }));
+        let (id, saved) = store.template_save(l).await?;
+        let mut r = serde_json::json!({
+            "name": l.template.name, "sha256": l.sha256, "id": id, "new": saved == Saved::New,
+            "saved": saved.as_str(), "steps": l.template.steps.len(), "origin": l.origin,
+        });
+        if let Saved::MadeCurrent { loaded_at } = saved {
+            r["first_loaded_at"] = serde_json::json!(loaded_at);
+        }
+        report.push((r, saved));
     }
-    emit(out, json, &report, |o| {
-        for (l, r) in loaded.iter().zip(&report) {
-            writeln!(
-                o,
-                "{} {} ({} steps, sha256 {}) from {}",
-                if r["new"] == Value::Bool(true) {
-                    "loaded"
-                } else {
-                    "unchanged"
-                },
+    let rows: Vec<&Value> = report.iter().map(|(r, _)| r).collect();
+    emit(out, json, &rows, |o| {
+        for (l, (_, saved)) in loaded.iter().zip(&report) {
+            let what = format!(
+                "{} ({} steps, sha256 {}) from {}",
                 l.template.name,
                 l.template.steps.len(),
                 &l.sha256[..12],
                 l.origin
-            )?;
+            );
+            match saved {
+                Saved::New => writeln!(o, "loaded {what}")?,
+                Saved::Unchanged => writeln!(o, "unchanged {what}")?,
+                Saved::MadeCurrent { loaded_at } => writeln!(
+                    o,
+                    "made current again {what}: the version first loaded at {}, sha256 {}, is \
+                     the current version again; new workflows start on it",
+                    loaded_at.format("%Y-%m-%d %H:%M:%S UTC"),
+                    &l.sha256[..12]
+                )?,
+            }
         }
         Ok(())
     })?;

@@ -190,7 +190,7 @@ pub(super) async fn run_now(
         };
         report.push(line);
     }
-    Ok(emit(out, json, &report, |o| {
+    emit(out, json, &report, |o| {
         for r in &report {
             writeln!(
                 o,
@@ -204,7 +204,12 @@ pub(super) async fn run_now(
             )?;
         }
         Ok(())
-    })?)
+    })?;
+    let not_run = report.iter().filter(|r| r["status"] == "not run").count();
+    if not_run > 0 {
+        bail!("{not_run} of {} objects were not run", report.len());
+    }
+    Ok(())
 }
 
 /// `workdo serve`: the HTTP API only.

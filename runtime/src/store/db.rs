@@ -150,8 +150,11 @@ pub async fn create_database(admin_url: &str, name: &str) -> Result<(), DbError>
             .await
         {
             Ok(_) => {}
-            // Lost a race with another process creating it: fine.
-            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P04") => {}
+            // Lost a race with another process creating it: fine. Postgres says so with
+            // 42P04 (duplicate_database) when the other creation has committed, and with
+            // 23505 (unique_violation on pg_database's name index) when both are in flight.
+            Err(sqlx::Error::Database(e))
+                if matches!(e.code().as_deref(), Some("42P04") | Some("23505")) => {}
             Err(e) => return Err(e.into()),
         }
     }

@@ -32,7 +32,7 @@ pub use queries::{
 };
 pub use results::{Effects, StepInputs, StepResult, WorkflowToStart};
 pub use steps::{Applied, Change, Claimed, READY_CHANNEL, SetOutcome, SetRequest};
-pub use templates::TemplateRow;
+pub use templates::{Saved, TemplateRow};
 pub use tokens::{Role, TokenRow};
 pub use workflows::{StartRequest, Started};
 
@@ -70,6 +70,15 @@ pub enum StoreError {
         field: &'static str,
         value: String,
         reason: &'static str,
+    },
+    #[error(
+        "object {object:?} is at version {current}: version {asked} is superseded, and only the \
+         current version's workflows run (start version {current} or a newer one)"
+    )]
+    OldVersion {
+        object: String,
+        asked: i32,
+        current: i32,
     },
     #[error("{0}")]
     Schedule(String),

@@ -22,9 +22,10 @@ impl Store {
         let mut tx = self.pool.begin().await?;
         let props = serde_json::to_value(properties).unwrap_or(Value::Null);
         let created: bool = sqlx::query_scalar(
-            "insert into workdo.objects (id, properties) values ($1, $2)
+            "insert into workdo.objects (id, properties) values ($1, jsonb_strip_nulls($2))
              on conflict (id) do update
-                set properties = workdo.objects.properties || excluded.properties,
+                set properties = (workdo.objects.properties || $2)
+                                 - array(select key from jsonb_each($2) where value = 'null'::jsonb),
                     updated_at = now()
              returning (xmax = 0)",
         )

@@ -31,6 +31,8 @@ pub struct WorkflowRow {
     pub id: i64,
     pub template: String,
     pub template_id: i64,
+    /// The SHA-256 of the template version this workflow runs on (it is locked to it).
+    pub template_sha256: String,
     pub version: i32,
     pub status: String,
     pub active: bool,
@@ -200,9 +202,11 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         let workflows: Vec<WorkflowRow> = sqlx::query_as(
-            "select id, template, template_id, version, status, active, priority, lane, start_at,
-                    context, created_at, completed_at
-               from workdo.workflows where object_id = $1 order by version, created_at, id",
+            "select w.id, w.template, w.template_id, t.sha256 as template_sha256, w.version,
+                    w.status, w.active, w.priority, w.lane, w.start_at, w.context, w.created_at,
+                    w.completed_at
+               from workdo.workflows w join workdo.templates t on t.id = w.template_id
+              where w.object_id = $1 order by w.version, w.created_at, w.id",
         )
         .bind(&id)
         .fetch_all(&self.pool)
@@ -257,6 +261,49 @@ impl Store {
         Ok(rows)
     }
 
+    /// Which of `object`, `template`, the object's workflow of it, or its `step` does not exist:
+    /// the error for a step that was not found, naming the first thing missing.
+    pub async fn missing(&self, object: &str, template: &str, step: &str) -> StoreError {
+        let found: Result<(bool, bool, bool)> = sqlx::query_as(
+            "select exists (select 1 from workdo.objects where id = $1),
+                    exists (select 1 from workdo.templates where name = $2),
+                    exists (select 1 from workdo.workflows where object_id = $1 and template = $2)",
+        )
+        .bind(object)
+        .bind(template)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(StoreError::from);
+        match found {
+            Err(e) => e,
+            Ok((false, _, _)) => StoreError::UnknownObject(object.into()),
+            Ok((_, false, _)) => StoreError::UnknownTemplate(template.into()),
+            Ok((_, _, false)) => StoreError::UnknownWorkflow {
+                object: object.into(),
+                template: template.into(),
+            },
+            Ok(_) => StoreError::UnknownStep {
+                template: template.into(),
+                step: step.into(),
+            },
+        }
+    }
+
+    /// That `template` is loaded and its current version has `step`.
+    ///
+    /// # Errors
+    /// [`StoreError::UnknownTemplate`] or [`StoreError::UnknownStep`].
+    pub async fn step_known(&self, template: &str, step: &str) -> Result<()> {
+        let current = self.template_current(template).await?;
+        if current.spec.step(step).is_none() {
+            return Err(StoreError::UnknownStep {
+                template: template.into(),
+                step: step.into(),
+            });
+        }
+        Ok(())
+    }
+
     /// Explain what keeps a step from running (or that nothing does).
     ///
     /// Long on purpose: one reason per way a step can be held back, checked in the order a person
@@ -274,10 +321,7 @@ impl Store {
         .fetch_optional(&self.pool)
         .await?;
         let Some(s) = row else {
-            return Err(StoreError::UnknownStep {
-                template: template.into(),
-                step: format!("{step} (on {object})"),
-            });
+            return Err(self.missing(object, template, step).await);
         };
         let mut reasons = Vec::new();
         if !s.active {
@@ -386,9 +430,11 @@ impl Store {
     /// One workflow with its steps.
     pub async fn workflow_view(&self, id: i64) -> Result<WorkflowView> {
         let workflow: Option<WorkflowRow> = sqlx::query_as(
-            "select id, template, template_id, version, status, active, priority, lane, start_at,
-                    context, created_at, completed_at
-               from workdo.workflows where id = $1",
+            "select w.id, w.template, w.template_id, t.sha256 as template_sha256, w.version,
+                    w.status, w.active, w.priority, w.lane, w.start_at, w.context, w.created_at,
+                    w.completed_at
+               from workdo.workflows w join workdo.templates t on t.id = w.template_id
+              where w.id = $1",
         )
         .bind(id)
         .fetch_optional(&self.pool)

@@ -56,12 +56,34 @@ const SELECT: &str = "select t.id, t.name, t.sha256, t.format, t.origin, t.loade
         (select count(*) from workdo.templates v where v.name = t.name) as versions, t.spec
    from workdo.templates t";
 
+/// What saving a template did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Saved {
+    /// A version never loaded before, now current.
+    New,
+    /// The current version already: nothing changed.
+    Unchanged,
+    /// An earlier version, first loaded at `loaded_at`, is current again.
+    MadeCurrent { loaded_at: DateTime<Utc> },
+}
+
+impl Saved {
+    /// `new`, `unchanged` or `made current`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Saved::New => "new",
+            Saved::Unchanged => "unchanged",
+            Saved::MadeCurrent { .. } => "made current",
+        }
+    }
+}
+
 impl Store {
     /// Store a loaded template and make it the current version of its name. Loading the same
     /// source again changes nothing but makes that version current again.
     ///
-    /// Returns the version's id and whether it was new.
-    pub async fn template_save(&self, loaded: &Loaded) -> Result<(i64, bool)> {
+    /// Returns the version's id and what happened to it.
+    pub async fn template_save(&self, loaded: &Loaded) -> Result<(i64, Saved)> {
         let spec = serde_json::to_value(&loaded.template)
             .map_err(|e| StoreError::CorruptTemplate(loaded.template.name.clone(), e))?;
         let mut tx = self.pool.begin().await?;
@@ -70,16 +92,16 @@ impl Store {
             .bind(&loaded.template.name)
             .execute(&mut *tx)
             .await?;
-        let existing: Option<(i64, bool)> = sqlx::query_as(
-            "select id, is_current from workdo.templates where name = $1 and sha256 = $2",
+        let existing: Option<(i64, bool, DateTime<Utc>)> = sqlx::query_as(
+            "select id, is_current, loaded_at from workdo.templates where name = $1 and sha256 = $2",
         )
         .bind(&loaded.template.name)
         .bind(&loaded.sha256)
         .fetch_optional(&mut *tx)
         .await?;
-        if let Some((id, true)) = existing {
+        if let Some((id, true, _)) = existing {
             tx.commit().await?;
-            return Ok((id, false));
+            return Ok((id, Saved::Unchanged));
         }
         sqlx::query(
             "update workdo.templates set is_current = false where name = $1 and is_current",
@@ -88,12 +110,12 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         let (id, created) = match existing {
-            Some((id, _)) => {
+            Some((id, _, loaded_at)) => {
                 sqlx::query("update workdo.templates set is_current = true where id = $1")
                     .bind(id)
                     .execute(&mut *tx)
                     .await?;
-                (id, false)
+                (id, Saved::MadeCurrent { loaded_at })
             }
             None => {
                 let id: i64 = sqlx::query_scalar(
@@ -108,7 +130,7 @@ impl Store {
                 .bind(&spec)
                 .fetch_one(&mut *tx)
                 .await?;
-                (id, true)
+                (id, Saved::New)
             }
         };
         tx.commit().await?;

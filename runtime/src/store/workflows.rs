@@ -224,6 +224,13 @@ pub(crate) async fn start_one(
                     .detail(serde_json::json!({"older_than": version, "steps": n})),
             );
         }
+        Some(o) if version < o.version => {
+            return Err(StoreError::OldVersion {
+                object: object.to_string(),
+                asked: version,
+                current: o.version,
+            });
+        }
         Some(_) => {}
     }
     // Re-create semantics: the same template on the same object version replaces its steps.

@@ -85,6 +85,15 @@ pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateErro
             ),
         ));
     }
+    if root.tag_name().name() == "workflow-def" {
+        unknown_parts(
+            root,
+            WORKFLOW_DEF_ATTRS,
+            &["process"],
+            &line_of,
+            &mut problem,
+        );
+    }
     let name = match root.attribute("id") {
         Some(id) => id.trim().to_string(),
         None => {
@@ -101,6 +110,13 @@ pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateErro
         if node.tag_name().name() != "process" {
             continue;
         }
+        unknown_parts(
+            node,
+            PROCESS_ATTRS,
+            &["label", "prereq", "function"],
+            &line_of,
+            &mut problem,
+        );
         let node_line = line_of(node.range().start);
         let mut at: HashMap<String, usize> = HashMap::new();
         at.insert(String::new(), node_line);
@@ -184,6 +200,7 @@ pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateErro
                     prereqs.push(local);
                 }
                 "function" => {
+                    unknown_parts(child, FUNCTION_ATTRS, &[], &line_of, &mut problem);
                     at.insert("function".into(), child_line);
                     function =
                         parse_function(child, &mut |field, msg| problem(child_line, field, msg));
@@ -205,9 +222,6 @@ pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateErro
             function,
         });
     }
-    if !problems.is_empty() {
-        return Err(TemplateError { problems });
-    }
     let template = Template {
         name,
         description: None,
@@ -215,8 +229,89 @@ pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateErro
         alert_to: Vec::new(),
         schedules: Vec::new(),
     };
-    validate(origin, &template, &lines)?;
+    // Every problem at once: those found reading the elements, and the whole template's.
+    if let Err(e) = validate(origin, &template, &lines) {
+        // A missing id was said already; "invalid template name \"\"" would say it again.
+        let no_id = template.name.is_empty();
+        problems.extend(
+            e.problems
+                .into_iter()
+                .filter(|p| !(no_id && p.field == "name" && p.line == Some(root_line))),
+        );
+    }
+    if !problems.is_empty() {
+        problems.sort_by_key(|p| p.line);
+        return Err(TemplateError { problems });
+    }
     Ok(template)
+}
+
+/// Attributes of `<workflow-def>`: ours, and the workflow service's we accept and ignore.
+const WORKFLOW_DEF_ATTRS: &[&str] = &["id", "repository"];
+/// Attributes of `<process>`, the service's `sequence` and `queue-limit` accepted and ignored.
+const PROCESS_ATTRS: &[&str] = &[
+    "name",
+    "status",
+    "lifecycle",
+    "label",
+    "error-limit",
+    "batch-limit",
+    "skip-queue",
+    "sequence",
+    "queue-limit",
+];
+/// Attributes of `<function>`.
+const FUNCTION_ATTRS: &[&str] = &[
+    "exec",
+    "warm",
+    "http",
+    "builtin",
+    "pool",
+    "pipeline",
+    "timeout",
+    "concurrency",
+    "documents",
+];
+
+/// A problem for each attribute of `node` not in `attrs` and each child element not in
+/// `children`: a typo (`eror-limit`, `<functoin>`) must not silently drop a setting. Attributes
+/// in a namespace (`xsi:…`) are left alone.
+fn unknown_parts(
+    node: Node<'_, '_>,
+    attrs: &[&str],
+    children: &[&str],
+    line_of: &dyn Fn(usize) -> usize,
+    problem: &mut dyn FnMut(usize, &str, String),
+) {
+    let element = node.tag_name().name();
+    for attr in node.attributes() {
+        if attr.namespace().is_none() && !attrs.contains(&attr.name()) {
+            problem(
+                line_of(attr.range().start),
+                attr.name(),
+                format!(
+                    "unknown attribute {:?} on <{element}>; known: {}",
+                    attr.name(),
+                    attrs.join(", ")
+                ),
+            );
+        }
+    }
+    for child in node.children().filter(|n| n.is_element()) {
+        let name = child.tag_name().name();
+        if !children.contains(&name) {
+            let known = if children.is_empty() {
+                "it takes none".to_string()
+            } else {
+                format!("known: {}", children.join(", "))
+            };
+            problem(
+                line_of(child.range().start),
+                name,
+                format!("unknown element <{name}> in <{element}>; {known}"),
+            );
+        }
+    }
 }
 
 fn text_of(node: Node<'_, '_>) -> String {

@@ -186,9 +186,6 @@ pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateErro
             });
         }
     }
-    if !problems.is_empty() {
-        return Err(TemplateError { problems });
-    }
     let template = Template {
         name: raw.name,
         description: raw.description,
@@ -196,7 +193,14 @@ pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateErro
         alert_to: raw.alerts.map(|a| a.to).unwrap_or_default(),
         schedules,
     };
-    validate(origin, &template, &lines)?;
+    // Every problem at once: those found reading the steps, and the whole template's.
+    if let Err(e) = validate(origin, &template, &lines) {
+        problems.extend(e.problems);
+    }
+    if !problems.is_empty() {
+        problems.sort_by_key(|p| p.line);
+        return Err(TemplateError { problems });
+    }
     Ok(template)
 }
 

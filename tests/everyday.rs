@@ -1,0 +1,205 @@
+//! What a new user hits in the first hour, through the `workdo` binary against a real Postgres
+//! (a fresh database each): object versions, property values, refusals that name what is
+//! missing, template reloads, and what `show` says.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const WORKDO: &str = env!("CARGO_BIN_EXE_workdo");
+const DRUID: &str = "druid:bb123cd4567";
+
+/// The CLI on a database of its own, with a folder for template files.
+struct Cli {
+    url: String,
+    dir: tempfile::TempDir,
+}
+
+impl Cli {
+    async fn new() -> Cli {
+        Cli {
+            url: support::empty_db().await,
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new(WORKDO)
+            .args(args)
+            .env("DATABASE_URL", &self.url)
+            .env("RUST_LOG", "error")
+            .current_dir(self.dir.path())
+            .output()
+            .expect("run workdo")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "workdo {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs `args`, which must fail; its stderr.
+    fn fails(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            !out.status.success(),
+            "workdo {args:?} succeeded: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        serde_json::from_str(&self.ok(&all)).expect("JSON output")
+    }
+
+    /// Write `source` as `name` in the folder and load it; the command's output.
+    fn load(&self, name: &str, source: &str) -> String {
+        std::fs::write(self.dir.path().join(name), source).expect("write template");
+        self.ok(&["templates", "load", name])
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+const T_WF: &str = "name: tWF\nsteps:\n  - name: a\n    function: { builtin: noop }\n  - name: b\n    prereqs: [a]\n";
+
+#[tokio::test]
+async fn an_old_object_version_is_refused_and_only_the_current_one_queues() {
+    let c = Cli::new().await;
+    c.load("t.yaml", T_WF);
+    c.ok(&["start", "tWF", DRUID]);
+    c.ok(&["start", "tWF", DRUID, "--version", "2"]);
+    let err = c.fails(&["start", "tWF", DRUID, "--version", "1"]);
+    assert!(
+        err.contains("is at version 2") && err.contains("superseded"),
+        "{err}"
+    );
+    let queue = c.json(&["queue", "tWF:a"]);
+    let versions: Vec<i64> = queue
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|e| e["version"].as_i64())
+        .collect();
+    assert_eq!(versions, vec![2], "{queue}");
+    // `show` says the version-1 workflow was superseded, and which template version each runs.
+    let shown = c.ok(&["show", DRUID]);
+    assert!(
+        shown.contains("tWF on object version 1 [superseded by a newer object version"),
+        "{shown}"
+    );
+    let sha = workdo::model::template::sha256_hex(T_WF);
+    assert!(
+        shown.contains(&format!("template sha256 {}", &sha[..12])),
+        "{shown}"
+    );
+    let view = c.json(&["show", DRUID]);
+    assert_eq!(view["workflows"][0]["template_sha256"], sha.as_str());
+}
+
+#[tokio::test]
+async fn property_values_are_strings_unless_given_as_json() {
+    let c = Cli::new().await;
+    c.ok(&[
+        "objects",
+        "add",
+        DRUID,
+        "--property",
+        "barcode=36105010362304123456",
+        "--property",
+        "id=1e3",
+        "--property",
+        "rush=null",
+        "--property-json",
+        "year=1854",
+        "--property-json",
+        "tags=[\"a\"]",
+    ]);
+    let props = &c.json(&["show", DRUID])["properties"];
+    assert_eq!(props["barcode"], "36105010362304123456");
+    assert_eq!(props["id"], "1e3");
+    assert_eq!(props["rush"], "null");
+    assert_eq!(props["year"], 1854);
+    assert_eq!(props["tags"], serde_json::json!(["a"]));
+    // JSON null removes a key, as a function's result and the API's PATCH do.
+    c.ok(&["objects", "add", DRUID, "--property-json", "year=null"]);
+    let props = &c.json(&["show", DRUID])["properties"];
+    assert!(props.get("year").is_none(), "{props}");
+    let err = c.fails(&["objects", "add", DRUID, "--property-json", "year=18 54"]);
+    assert!(err.contains("is not JSON"), "{err}");
+}
+
+#[tokio::test]
+async fn prioritize_without_a_filter_needs_all() {
+    let c = Cli::new().await;
+    c.load("t.yaml", T_WF);
+    c.ok(&["start", "tWF", DRUID, "druid:bc123df4567"]);
+    let err = c.fails(&["prioritize", "5"]);
+    assert!(err.contains("--all"), "{err}");
+    let done = c.json(&["prioritize", "5", "--all"]);
+    assert_eq!(done["steps"], 4);
+    let done = c.json(&["prioritize", "7", "--object", DRUID]);
+    assert_eq!(done["steps"], 2);
+}
+
+#[tokio::test]
+async fn unknown_objects_templates_and_steps_are_errors_naming_which() {
+    let c = Cli::new().await;
+    c.load("t.yaml", T_WF);
+    c.ok(&["start", "tWF", DRUID]);
+    let err = c.fails(&["why", "druid:nothere", "tWF", "a"]);
+    assert!(err.contains("no object \"druid:nothere\""), "{err}");
+    let err = c.fails(&["why", DRUID, "nopeWF", "a"]);
+    assert!(err.contains("unknown template \"nopeWF\""), "{err}");
+    let err = c.fails(&["why", DRUID, "tWF", "nope"]);
+    assert!(err.contains("tWF has no step \"nope\""), "{err}");
+    let err = c.fails(&["queue", "tWF:nope"]);
+    assert!(err.contains("tWF has no step \"nope\""), "{err}");
+    let err = c.fails(&["queue", "nopeWF:a"]);
+    assert!(err.contains("unknown template \"nopeWF\""), "{err}");
+    let err = c.fails(&["queue", "tWF:a", "--completed", "tWF:nope"]);
+    assert!(err.contains("tWF has no step \"nope\""), "{err}");
+    let out = c.run(&["run", "tWF:a", "--object", "druid:zz999zz9999"]);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("druid:zz999zz9999 not run: no object"),
+        "{said}"
+    );
+    // The step that exists still runs.
+    let ran = c.ok(&["run", "tWF:a", "--object", DRUID]);
+    assert!(ran.contains(&format!("{DRUID} completed")), "{ran}");
+}
+
+#[tokio::test]
+async fn reloading_an_older_file_says_it_is_current_again() {
+    let c = Cli::new().await;
+    let v2 = format!("{T_WF}  - name: c\n    prereqs: [b]\n");
+    assert!(c.load("t.yaml", T_WF).starts_with("loaded tWF"));
+    assert!(c.load("t.yaml", &v2).starts_with("loaded tWF"));
+    assert!(c.load("t.yaml", &v2).starts_with("unchanged tWF"));
+    let again = c.load("t.yaml", T_WF);
+    let sha = workdo::model::template::sha256_hex(T_WF);
+    assert!(
+        again.starts_with("made current again tWF")
+            && again.contains("first loaded at")
+            && again.contains(&sha[..12]),
+        "{again}"
+    );
+    let listed = c.json(&["templates", "show", "tWF"]);
+    assert_eq!(listed["sha256"], sha.as_str(), "{listed}");
+    let _ = c.path();
+}
