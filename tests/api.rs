@@ -346,7 +346,7 @@ async fn xml_create_show_and_recreate() {
         .await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     assert!(
-        err(&body).starts_with("invalid druid \"not-a-druid\""),
+        err(&body).starts_with("invalid object id \"not-a-druid\""),
         "{body}"
     );
     let (s, body) = a
@@ -765,7 +765,7 @@ async fn json_api_routes() {
     assert_eq!(
         a.call(
             reqwest::Method::PATCH,
-            "/api/objects/none",
+            "/api/objects/obj:none",
             &a.robot,
             Some(("application/json", "{}".into()))
         )
@@ -773,7 +773,11 @@ async fn json_api_routes() {
         .0,
         StatusCode::NOT_FOUND
     );
-    assert_eq!(a.get("/api/objects/none").await.0, StatusCode::NOT_FOUND);
+    assert_eq!(
+        a.get("/api/objects/obj:none").await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(a.get("/api/objects/none").await.0, StatusCode::BAD_REQUEST);
     // Workflows: start many, show, events, delete.
     let (s, body) = a
         .post_json(

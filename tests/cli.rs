@@ -154,11 +154,19 @@ fn bad_input_is_a_clear_error_and_loads_nothing() {
     let out = d.run(&[
         "start",
         "googleScannedBookWF",
-        "druid:x",
+        "druid:bb123cd4567",
         "--context",
         "{oops",
     ]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("--context is not valid JSON"));
+    // An object id that is not one is refused by the CLI as by every interface.
+    let out = d.run(&["start", "googleScannedBookWF", "druid:x"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("invalid druid \"druid:x\""),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

@@ -440,13 +440,17 @@ async fn workdo_queue_query_with_completed_prerequisites() {
     t.store
         .workflow_start(&StartRequest::new(
             WF,
-            &["druid:q1", "druid:q2", "druid:q3"],
+            &[
+                "druid:qq111qq1111",
+                "druid:qq222qq2222",
+                "druid:qq333qq3333",
+            ],
         ))
         .await
         .unwrap();
-    complete(&t.store, "druid:q1", "descriptive-metadata").await;
-    complete(&t.store, "druid:q1", "google-convert").await;
-    complete(&t.store, "druid:q2", "descriptive-metadata").await;
+    complete(&t.store, "druid:qq111qq1111", "descriptive-metadata").await;
+    complete(&t.store, "druid:qq111qq1111", "google-convert").await;
+    complete(&t.store, "druid:qq222qq2222", "descriptive-metadata").await;
     let completed = vec![
         (WF.to_string(), "descriptive-metadata".to_string()),
         (WF.to_string(), "google-convert".to_string()),
@@ -457,7 +461,7 @@ async fn workdo_queue_query_with_completed_prerequisites() {
         .await
         .unwrap();
     let ids: Vec<&str> = q.iter().map(|e| e.object_id.as_str()).collect();
-    assert_eq!(ids, vec!["druid:q1"]);
+    assert_eq!(ids, vec!["druid:qq111qq1111"]);
     let q = t
         .store
         .queue_waiting(WF, "google-download", &completed[..1], None, 10)
@@ -465,7 +469,7 @@ async fn workdo_queue_query_with_completed_prerequisites() {
         .unwrap();
     let mut ids: Vec<&str> = q.iter().map(|e| e.object_id.as_str()).collect();
     ids.sort();
-    assert_eq!(ids, vec!["druid:q1", "druid:q2"]);
+    assert_eq!(ids, vec!["druid:qq111qq1111", "druid:qq222qq2222"]);
 }
 
 #[tokio::test]

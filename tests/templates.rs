@@ -88,12 +88,24 @@ fn xml_typos_in_attributes_and_elements_are_errors() {
 </workflow-def>"#;
     let p = problems("t.xml", src);
     assert_eq!(p.len(), 6, "{p:#?}");
-    assert!(p[0].starts_with(r#"t.xml:1: reposit: unknown attribute "reposit" on <workflow-def>"#), "{p:#?}");
+    assert!(
+        p[0].starts_with(r#"t.xml:1: reposit: unknown attribute "reposit" on <workflow-def>"#),
+        "{p:#?}"
+    );
     assert!(p[1].starts_with(r#"t.xml:2: eror-limit: unknown attribute "eror-limit" on <process>; known: name, status"#), "{p:#?}");
-    assert!(p[2].starts_with(r#"t.xml:3: lifecycel: unknown attribute"#), "{p:#?}");
+    assert!(
+        p[2].starts_with(r#"t.xml:3: lifecycel: unknown attribute"#),
+        "{p:#?}"
+    );
     assert!(p[3].starts_with(r#"t.xml:4: functoin: unknown element <functoin> in <process>; known: label, prereq, function"#), "{p:#?}");
-    assert!(p[4].starts_with(r#"t.xml:5: timout: unknown attribute "timout" on <function>"#), "{p:#?}");
-    assert!(p[5].starts_with(r#"t.xml:7: proces: unknown element <proces> in <workflow-def>"#), "{p:#?}");
+    assert!(
+        p[4].starts_with(r#"t.xml:5: timout: unknown attribute "timout" on <function>"#),
+        "{p:#?}"
+    );
+    assert!(
+        p[5].starts_with(r#"t.xml:7: proces: unknown element <proces> in <workflow-def>"#),
+        "{p:#?}"
+    );
 }
 
 #[test]
@@ -102,7 +114,10 @@ fn every_problem_of_a_file_is_reported_at_once() {
     let p = problems("all.yaml", yaml);
     assert_eq!(p.len(), 3, "{p:#?}");
     assert!(p[0].contains("unknown prerequisite \"nope\""), "{p:#?}");
-    assert!(p[1].contains("\"b\"") && p[1].contains("its own prerequisite"), "{p:#?}");
+    assert!(
+        p[1].contains("\"b\"") && p[1].contains("its own prerequisite"),
+        "{p:#?}"
+    );
     assert!(p[2].contains("\"banana\" is not a duration"), "{p:#?}");
     let xml = r#"<workflow-def id="allWF">
   <process name="a"><prereq>nope</prereq></process>

@@ -16,7 +16,7 @@ AS $function$
            set priority = new_priority, updated_at = now()
          where s.active
            and s.status not in ('completed', 'skipped')
-           and (prioritize.object_id is null or s.object_id = prioritize.object_id)
+           and (prioritize.object_id is null or s.object_id = workdo.object_id(prioritize.object_id))
            and (prioritize.template is null or s.template = prioritize.template)
            and (prioritize.step is null or s.name = prioritize.step)
         returning s.*

@@ -106,20 +106,32 @@ pub async fn watch(store: &Store, run: u32, draw: bool) -> Result<(), StoreError
                 });
             bar.set_length(r.total as u64);
             bar.set_position(r.finished as u64);
-            bar.set_message(if r.errors > 0 {
-                format!("{} errors", r.errors)
-            } else {
-                String::new()
-            });
+            bar.set_message(progress_message(r));
         }
         if rows.iter().all(|r| r.running == 0) {
+            // `abandon`, not `finish`: finish would move every bar to its end, showing
+            // 100/100 for a step whose objects partly ended in error or never ran.
             for b in bars.values() {
-                b.finish();
+                b.abandon();
             }
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// What a step's bar says beside its count of finished objects: those in error, and those
+/// still held back by an unfinished prerequisite.
+pub fn progress_message(r: &crate::store::DemoProgress) -> String {
+    let waiting = r.total - r.finished - r.errors - r.running;
+    let mut parts = Vec::new();
+    if r.errors > 0 {
+        parts.push(format!("{} errors", r.errors));
+    }
+    if waiting > 0 {
+        parts.push(format!("{waiting} waiting"));
+    }
+    parts.join(", ")
 }
 
 /// Print the per-step summary of the run; returns (steps completed, workflows completed,
@@ -178,6 +190,24 @@ pub async fn summary(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_bar_says_what_did_not_finish() {
+        let row = |finished, errors, running| crate::store::DemoProgress {
+            template: "t".into(),
+            name: "s".into(),
+            total: 100,
+            finished,
+            errors,
+            running,
+        };
+        assert_eq!(
+            super::progress_message(&row(96, 1, 0)),
+            "1 errors, 3 waiting"
+        );
+        assert_eq!(super::progress_message(&row(90, 0, 10)), "");
+        assert_eq!(super::progress_message(&row(100, 0, 0)), "");
+    }
+
     #[test]
     fn druids_are_well_formed_and_distinct() {
         let a = super::druid(7, 0);

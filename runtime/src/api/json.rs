@@ -105,6 +105,11 @@ async fn template_load(
     Ok((status, Json(body)).into_response())
 }
 
+/// An object id from a request in its one spelling, or a 400 saying what is wrong with it.
+fn oid(text: &str) -> ApiResult<String> {
+    crate::model::object_id::normalize(text).map_err(ApiError::bad_request)
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ObjectBody {
@@ -119,8 +124,9 @@ struct ObjectBody {
 async fn object_create(State(s): State<AppState>, c: Caller, body: Bytes) -> ApiResult<Response> {
     c.require(Role::Robot)?;
     let b: ObjectBody = json_body(&body)?;
-    let id =
-        b.id.ok_or_else(|| ApiError::bad_request("missing field `id`"))?;
+    let id = oid(&b
+        .id
+        .ok_or_else(|| ApiError::bad_request("missing field `id`"))?)?;
     let created = s
         .store
         .object_put(&id, &b.properties, &b.documents, "api")
@@ -139,6 +145,7 @@ async fn object_update(
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
+    let id = oid(&id)?;
     c.require(Role::Robot)?;
     let b: ObjectBody = json_body(&body)?;
     if !s.store.object_exists(&id).await? {
@@ -155,6 +162,7 @@ async fn object_show(
     _c: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
+    let id = oid(&id)?;
     Ok(Json(json!(s.store.object_view(&id, 20).await?)))
 }
 
@@ -163,6 +171,7 @@ async fn object_lifecycle(
     _c: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
+    let id = oid(&id)?;
     if !s.store.object_exists(&id).await? {
         return Err(ApiError::not_found(format!("no object {id:?}")));
     }
@@ -182,6 +191,7 @@ async fn object_events(
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<Value>> {
+    let id = oid(&id)?;
     let pairs = query_pairs(q.as_deref())?;
     let (after, limit) = page(&pairs)?;
     if !s.store.object_exists(&id).await? {
@@ -319,7 +329,7 @@ async fn step_update(
     c.require(Role::Robot)?;
     let b: StepBody = json_body(&body)?;
     let req = SetRequest {
-        object,
+        object: oid(&object)?,
         template,
         step,
         status: b.status,
@@ -404,7 +414,7 @@ async fn priority(State(s): State<AppState>, c: Caller, body: Bytes) -> ApiResul
         ));
     }
     let filter = StepFilter {
-        object: b.object,
+        object: b.object.as_deref().map(oid).transpose()?,
         workflow: b.workflow,
         template: b.template,
         step: b.step,
@@ -433,7 +443,7 @@ async fn retry(State(s): State<AppState>, c: Caller, body: Bytes) -> ApiResult<J
     c.require(Role::Robot)?;
     let b: RetryBody = json_body(&body)?;
     let filter = StepFilter {
-        object: b.object,
+        object: b.object.as_deref().map(oid).transpose()?,
         template: b.template,
         step: b.step,
         ..StepFilter::default()

@@ -125,6 +125,11 @@ pub struct RuntimeArgs {
     pub no_schedules: bool,
 }
 
+/// An object id in its one spelling (`bc123df4567` is `druid:bc123df4567`), or why not.
+pub(super) fn object_id(text: &str) -> Result<String, String> {
+    crate::model::object_id::normalize(text)
+}
+
 pub(super) fn duration(text: &str) -> Result<std::time::Duration, String> {
     template::parse_duration_secs(text)
         .map(std::time::Duration::from_secs_f64)
@@ -148,6 +153,7 @@ pub enum TemplatesCmd {
 pub enum ObjectsCmd {
     /// Register an object, or update its properties and documents.
     Add {
+        #[arg(value_parser = object_id)]
         id: String,
         /// A property, `key=value`; the value is stored as a string, as typed (a barcode such
         /// as 36105010362304123456 stays exactly that).
@@ -162,13 +168,16 @@ pub enum ObjectsCmd {
         documents: Vec<String>,
     },
     /// Show an object (same as `workdo show`).
-    Show { id: String },
+    Show {
+        #[arg(value_parser = object_id)]
+        id: String,
+    },
 }
 
 #[derive(Debug, Args)]
 pub struct StartArgs {
     pub template: String,
-    #[arg(required = true)]
+    #[arg(required = true, value_parser = object_id)]
     pub objects: Vec<String>,
     /// Object version (default: the object's current version).
     #[arg(long)]
@@ -209,6 +218,7 @@ pub enum StepCmd {
 
 #[derive(Debug, Args)]
 pub struct SetArgs {
+    #[arg(value_parser = object_id)]
     pub object: String,
     pub template: String,
     pub step: String,
@@ -237,7 +247,7 @@ pub struct SetArgs {
 
 #[derive(Debug, Args, Default)]
 pub struct FilterArgs {
-    #[arg(long)]
+    #[arg(long, value_parser = object_id)]
     pub object: Option<String>,
     #[arg(long)]
     pub template: Option<String>,

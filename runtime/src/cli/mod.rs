@@ -67,6 +67,7 @@ pub enum Command {
     },
     /// An object's workflows, steps, milestones and last events.
     Show {
+        #[arg(value_parser = args::object_id)]
         object: String,
         /// How many recent events to show.
         #[arg(long, default_value_t = 20)]
@@ -90,6 +91,7 @@ pub enum Command {
     Skip(FilterArgs),
     /// Why a step is not running.
     Why {
+        #[arg(value_parser = args::object_id)]
         object: String,
         template: String,
         step: String,
@@ -108,7 +110,7 @@ pub enum Command {
     Run {
         /// TEMPLATE:STEP
         step: String,
-        #[arg(long = "object", required = true)]
+        #[arg(long = "object", required = true, value_parser = args::object_id)]
         objects: Vec<String>,
         #[command(flatten)]
         runtime: RuntimeArgs,

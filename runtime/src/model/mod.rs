@@ -6,11 +6,13 @@
 //! - [`outcome`]: what a function call produced (the protocol's types).
 //! - [`retry`]: back-off, and the decision a function's outcome leads to.
 //! - [`alert`]: alert mail as text.
+//! - [`object_id`]: the one rule for object ids.
 //!
 //! Dynamic dispatch (observers, generators, bricklets) and state machines (signals, actions,
 //! alarms) take their places here as `dispatch` and `machine`.
 
 pub mod alert;
+pub mod object_id;
 pub mod outcome;
 pub mod retry;
 pub mod schedule;

@@ -16,6 +16,10 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 /// this order, in one transaction, whenever their combined SHA-256 changes.
 const ENGINE: &[(&str, &str)] = &[
     (
+        "05_object_ids.sql",
+        include_str!("../../../migrations/engine/05_object_ids.sql"),
+    ),
+    (
         "10_claim.sql",
         include_str!("../../../migrations/engine/10_claim.sql"),
     ),

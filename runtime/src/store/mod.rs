@@ -81,6 +81,8 @@ pub enum StoreError {
         current: i32,
     },
     #[error("{0}")]
+    ObjectId(String),
+    #[error("{0}")]
     Schedule(String),
     #[error("stored template {0} cannot be read: {1}")]
     CorruptTemplate(String, serde_json::Error),
@@ -175,16 +177,9 @@ pub struct StepRow {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
-/// Object ids: printable, no whitespace, at most 200 characters.
-pub fn check_object_id(id: &str) -> Result<()> {
-    if id.is_empty() || id.len() > 200 || id.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(StoreError::Invalid {
-            field: "object id",
-            value: id.chars().take(80).collect(),
-            reason: "must be 1-200 printable characters without spaces",
-        });
-    }
-    Ok(())
+/// `id` in its one spelling ([`crate::model::object_id`]), or [`StoreError::ObjectId`].
+pub fn object_id(id: &str) -> Result<String> {
+    crate::model::object_id::normalize(id).map_err(StoreError::ObjectId)
 }
 
 /// Lanes: like template names.

@@ -6,7 +6,7 @@ use serde_json::Value;
 use sqlx::{Postgres, Transaction};
 
 use super::events::{EventBuf, NewEvent};
-use super::{Result, Store, check_object_id};
+use super::{Result, Store, object_id};
 
 impl Store {
     /// Register an object, or merge `properties` into an existing one and replace the named
@@ -18,7 +18,7 @@ impl Store {
         documents: &BTreeMap<String, String>,
         actor: &str,
     ) -> Result<bool> {
-        check_object_id(id)?;
+        let id = &object_id(id)?;
         let mut tx = self.pool.begin().await?;
         let props = serde_json::to_value(properties).unwrap_or(Value::Null);
         let created: bool = sqlx::query_scalar(

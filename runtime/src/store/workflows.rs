@@ -7,7 +7,7 @@ use sqlx::{Postgres, Transaction};
 
 use super::events::{EventBuf, NewEvent, ReadyKeys};
 use super::objects::{object_registered, registered};
-use super::{Result, Store, StoreError, TraceStart, check_lane, check_object_id};
+use super::{Result, Store, StoreError, TraceStart, check_lane, object_id};
 use crate::model::status::Status;
 use crate::model::template::Template;
 
@@ -93,9 +93,12 @@ impl Store {
                 reason: "object versions start at 1",
             });
         }
-        for o in &req.objects {
-            check_object_id(o)?;
-        }
+        // Each id in its one spelling (`bc123df4567` is `druid:bc123df4567`).
+        let objects = req
+            .objects
+            .iter()
+            .map(|o| object_id(o))
+            .collect::<Result<Vec<String>>>()?;
         let template = self.template_current(&req.template).await?;
         let mut events = EventBuf::default();
         let mut ready = ReadyKeys::default();
@@ -107,7 +110,7 @@ impl Store {
                              where w.object_id = o.id and w.template = $2 and w.version = coalesce($3, o.version))
                from workdo.objects o where o.id = any($1) order by o.id for update",
         )
-        .bind(&req.objects)
+        .bind(&objects)
         .bind(&req.template)
         .bind(req.version)
         .fetch_all(&mut **tx)
@@ -115,7 +118,7 @@ impl Store {
         let mut seen = std::collections::HashSet::new();
         let mut fresh = Vec::new();
         let mut slow = Vec::new();
-        for o in &req.objects {
+        for o in &objects {
             let first = seen.insert(o.as_str());
             match known.iter().find(|k| &k.0 == o) {
                 _ if !first => slow.push(o.clone()),
