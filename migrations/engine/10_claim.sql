@@ -47,6 +47,57 @@ begin
 end
 $function$;
 
+-- workdo.ready_key: what a NOTIFY on workdo_ready names for a step that became ready: its
+-- worker's key, `template:step`; for a generated step (`generator/bricklet#n/step`, 0011) the
+-- bricklet step it runs, `template:bricklet/step`, which one worker claims for every instance.
+CREATE OR REPLACE FUNCTION workdo.ready_key(p_template text, p_name text)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+    select p_template || ':' ||
+           case when strpos(p_name, '/') = 0 then p_name
+                else regexp_replace(p_name, '^[^/]+/([^#/]+)#[0-9]+/', '\1/') end
+$function$;
+
+-- workdo.claim_queue: workdo.claim for generated steps, which are claimed by the bricklet step
+-- they run (`queue`) rather than by their per-workflow names (migrations/0011).
+CREATE OR REPLACE FUNCTION workdo.claim_queue(p_queue text, p_lane text, p_limit bigint, p_owner text, p_lease_secs double precision)
+ RETURNS SETOF workdo.claimed
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+begin
+    return query
+    with leased as (
+        update workdo.steps s set
+            status = 'started',
+            attempts = s.attempts + 1,
+            lease_owner = p_owner,
+            lease_token = gen_random_uuid(),
+            lease_expires_at = now() + make_interval(secs => p_lease_secs),
+            started_at = now(),
+            updated_at = now()
+         where s.id = any(array(
+                   select c.id from workdo.steps c
+                    where c.queue = p_queue and c.status = 'ready'
+                      and c.active and (p_lane is null or c.lane = p_lane)
+                    order by c.priority desc, c.run_at, c.id
+                    limit p_limit
+                      for update skip locked))
+        returning s.id, s.workflow_id, s.object_id, s.template, s.name, s.version, s.lane,
+                  s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at,
+                  (select o.properties from workdo.objects o where o.id = s.object_id) as properties,
+                  (select w from workdo.workflows w where w.id = s.workflow_id) as wf,
+                  s.run_at
+    )
+    select l.id, l.workflow_id, l.object_id, l.template, l.name, l.version, l.lane, l.attempts,
+           l.max_attempts, l.priority, l.lease_token, l.lease_expires_at, l.properties,
+           (l.wf).context, (l.wf).trace_context
+      from leased l order by l.priority desc, l.run_at, l.id;
+end
+$function$;
+
 -- workdo.lease: steps the caller chose become `started` under a lease (task injection,
 -- `workdo run`); sets what workdo.claim sets.
 CREATE OR REPLACE FUNCTION workdo.lease(p_ids bigint[], p_owner text, p_lease_secs double precision)

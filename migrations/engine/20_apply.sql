@@ -220,7 +220,13 @@ begin
             select t.id, sum(f.delta)::int as delta, t.status as old_status
               from f
               join workdo.workflows w on w.id = f.workflow_id
-              join workdo.edges e on e.template_id = w.template_id and e.step = f.name
+              -- The template's edges, and the workflow's own (generated subnets, 0011).
+             cross join lateral (
+                   select e.dependant from workdo.edges e
+                    where e.template_id = w.template_id and e.step = f.name
+                   union all
+                   select g.dependant from workdo.workflow_edges g
+                    where g.workflow_id = f.workflow_id and g.step = f.name) e
               -- A subquery the planner keeps (offset 0), so that both columns are the index
               -- condition; as a plain join it reads every step of the workflow and filters.
              cross join lateral (
@@ -352,7 +358,7 @@ begin
     end loop;
     if readying then
         perform pg_notify('workdo_ready', k)
-           from (select distinct r.template || ':' || r.name as k
+           from (select distinct workdo.ready_key(r.template, r.name) as k
                    from (select * from unnest(st) union all select * from unnest(dep)) r
                   where r.status = 'ready' and r.old_status <> 'ready') n;
     end if;
@@ -402,6 +408,8 @@ begin
               exists (select from workdo.workflows w
                         join workdo.edges e on e.template_id = w.template_id
                        where w.id = s.workflow_id and e.step = s.name)
+              or exists (select from workdo.workflow_edges g
+                          where g.workflow_id = s.workflow_id and g.step = s.name)
       into st.kind, st.id, st.workflow_id, st.object_id, st.template, st.version, st.name,
            st.old_status, st.status, st.lifecycle, st.attempts, has_dependants;
     if not found then
@@ -412,7 +420,12 @@ begin
         with d as (
             select t.id, t.status as old_status, w.start_at
               from workdo.workflows w
-              join workdo.edges e on e.template_id = w.template_id and e.step = st.name
+             cross join lateral (
+                   select e.dependant from workdo.edges e
+                    where e.template_id = w.template_id and e.step = st.name
+                   union all
+                   select g.dependant from workdo.workflow_edges g
+                    where g.workflow_id = st.workflow_id and g.step = st.name) e
              cross join lateral (
                    select t.id, t.status from workdo.steps t
                     where t.workflow_id = st.workflow_id and t.name = e.dependant
@@ -475,7 +488,7 @@ begin
           from unnest(dep) with ordinality d
          where d.old_status <> d.status
          order by d.ordinality;
-        perform pg_notify('workdo_ready', st.template || ':' || n.name)
+        perform pg_notify('workdo_ready', workdo.ready_key(st.template, n.name))
            from (select distinct d.name from unnest(dep) d
                   where d.status = 'ready' and d.old_status <> 'ready') n;
     end if;

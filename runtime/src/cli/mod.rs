@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 use serde_json::Value;
 
 mod args;
+mod graph;
 mod objects;
 mod schedules;
 mod show;
@@ -64,6 +65,15 @@ pub enum Command {
         /// Only this template.
         #[arg(long)]
         template: Option<String>,
+    },
+    /// A workflow's step graph, generated subnets included, as Mermaid or Graphviz DOT.
+    Graph {
+        #[arg(value_parser = args::object_id)]
+        object: String,
+        template: String,
+        /// `mermaid` or `dot`.
+        #[arg(long, default_value = "mermaid", value_parser = ["mermaid", "dot"])]
+        format: String,
     },
     /// An object's workflows, steps, milestones and last events.
     Show {
@@ -204,6 +214,11 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
         Command::Objects(ObjectsCmd::Show { id }) => {
             show::object(&store, &id, 20, json, out).await?
         }
+        Command::Graph {
+            object,
+            template,
+            format,
+        } => graph::graph(&store, &object, &template, &format, out).await?,
         Command::Show { object, events } => {
             show::object(&store, &object, events, json, out).await?
         }

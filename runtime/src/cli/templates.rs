@@ -49,6 +49,8 @@ async fn load(
     if !problems.is_empty() {
         bail!("nothing loaded:\n{}", problems.join("\n"));
     }
+    // Bricklet files first: a template's generators may name them.
+    loaded.sort_by_key(|l| l.kind != crate::model::template::Kind::Bricklet);
     let mut report = Vec::new();
     for l in &loaded {
         let (id, saved) = store.template_save(l).await?;

@@ -8,10 +8,13 @@
 //! - [`alert`]: alert mail as text.
 //! - [`object_id`]: the one rule for object ids.
 //!
-//! Dynamic dispatch (observers, generators, bricklets) and state machines (signals, actions,
-//! alarms) take their places here as `dispatch` and `machine`.
+//! - [`dispatch`]: dynamic dispatch: bricklets, observers' matching rules, generators'
+//!   construction rules and the composition of subnets.
+//!
+//! State machines (signals, actions, alarms) take their place here as `machine`.
 
 pub mod alert;
+pub mod dispatch;
 pub mod object_id;
 pub mod outcome;
 pub mod retry;

@@ -11,7 +11,7 @@ use crate::model::outcome::InvokeError;
 use crate::model::outcome::{Event, Outcome, PROTOCOL};
 use crate::model::retry::{Decision, decide};
 use crate::model::status::Status;
-use crate::store::{Change, Claimed, Effects, StepInputs, StepResult, WorkflowToStart};
+use crate::store::{Change, Claimed, Dispatch, Effects, StepInputs, StepResult, WorkflowToStart};
 
 /// Call the function for one claimed step and decide its result (nothing is written yet).
 pub(crate) async fn execute(
@@ -22,6 +22,11 @@ pub(crate) async fn execute(
     input: StepInputs,
     timeout: Duration,
 ) -> StepResult {
+    // An observer's document, as the step found it (its function may replace it).
+    let observed_document = binding
+        .observe
+        .as_ref()
+        .and_then(|o| input.documents.get(&o.document).cloned());
     let event = event_of(c, input, timeout);
     let step_span = tracing::info_span!(
         "step",
@@ -72,6 +77,43 @@ pub(crate) async fn execute(
         crate::telemetry::function_spans(&invoke_span, &o.spans);
     }
     drop(invoke_span);
+    // An observer's rules run on the document once its function has answered: a document the
+    // function returned, else the one the step was given. A missing or malformed document
+    // fails the step like a failed function (it is retried, and `workdo retry` after fixing
+    // the document works).
+    let mut observed = None;
+    let outcome = match (outcome, &binding.observe) {
+        (Ok(o), Some(obs)) if o.status == "completed" => {
+            let doc = o
+                .object
+                .as_ref()
+                .and_then(|u| u.documents.get(&obs.document).cloned())
+                .or_else(|| observed_document.clone());
+            match doc {
+                None => Err(InvokeError::new(
+                    format!(
+                        "observer {}: object {} has no document {:?}",
+                        c.name, c.object_id, obs.document
+                    ),
+                    String::new(),
+                )),
+                Some(xml) => match crate::model::dispatch::observe(obs, &xml) {
+                    Ok(matches) => {
+                        observed = Some(matches);
+                        Ok(o)
+                    }
+                    Err(e) => Err(InvokeError::new(
+                        format!(
+                            "observer {}: document {:?} of {} {e}",
+                            c.name, obs.document, c.object_id
+                        ),
+                        String::new(),
+                    )),
+                },
+            }
+        }
+        (outcome, _) => outcome,
+    };
     let unit: f64 = rand::random();
     let decision = decide(
         outcome.as_ref(),
@@ -90,7 +132,20 @@ pub(crate) async fn execute(
         Status::Retrying => metrics.retried.add(1, &labels),
         _ => {}
     }
-    result_of(c, config, &decision, outcome)
+    let mut result = result_of(c, config, &decision, outcome);
+    if matches!(status, Status::Completed) {
+        if let Some(matches) = observed {
+            result.effects.dispatch = Some(Dispatch::Observed {
+                observer: c.name.clone(),
+                matches,
+            });
+        } else if binding.generates {
+            result.effects.dispatch = Some(Dispatch::Compose {
+                generator: c.name.clone(),
+            });
+        }
+    }
+    result
 }
 
 /// What a completed outcome changes besides its step, as the store takes it.
@@ -103,6 +158,7 @@ fn effects_of(o: Outcome) -> Effects {
         properties,
         documents,
         context: o.context.unwrap_or_default(),
+        dispatch: None,
         start: o
             .start
             .into_iter()

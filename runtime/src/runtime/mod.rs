@@ -36,6 +36,7 @@ mod scheduler;
 mod worker;
 
 use crate::invoke::Invoker;
+use crate::model::dispatch::Observe;
 use crate::model::outcome::InvokeError;
 use crate::model::retry::Backoff;
 use crate::model::template::FunctionSpec;
@@ -111,6 +112,13 @@ pub struct Binding {
     pub batch_limit: Option<u32>,
     /// Intermediate statuses the step may report.
     pub declared: Vec<String>,
+    /// An observer step's rules, evaluated after its function (dynamic dispatch).
+    pub observe: Option<Observe>,
+    /// A generator step: its completion composes its subnet.
+    pub generates: bool,
+    /// Generated steps are claimed by the bricklet step they run: `TEMPLATE:BRICKLET/STEP`
+    /// (then `step` is `BRICKLET/STEP`).
+    pub queue: Option<String>,
 }
 
 impl Binding {
@@ -140,17 +148,59 @@ pub async fn bindings(store: &Store, only: &[String]) -> Result<Vec<Binding>, Wo
     let mut out = Vec::new();
     for t in store.template_list().await? {
         for s in &t.spec.steps {
-            let Some(f) = &s.function else { continue };
-            if s.skip_queue {
+            if !s.is_run() {
                 continue;
+            }
+            // An observer or generator with no function of its own is performed by the runtime
+            // alone: a no-op call, then its rules or its composition. An observer's function
+            // gets its document.
+            let mut function = s.function.clone().unwrap_or_else(|| FunctionSpec {
+                runner: crate::model::template::Runner::Builtin {
+                    name: "noop".into(),
+                },
+                timeout_secs: 30.0,
+                concurrency: 4,
+                env: BTreeMap::new(),
+                documents: Vec::new(),
+            });
+            if let Some(o) = &s.observe
+                && !function.documents.contains(&o.document)
+            {
+                function.documents.push(o.document.clone());
             }
             out.push(Binding {
                 template: t.name.clone(),
                 step: s.name.clone(),
-                function: f.clone(),
+                function,
                 batch_limit: s.batch_limit,
                 declared: s.statuses.clone(),
+                observe: s.observe.clone(),
+                generates: s.generate.is_some(),
+                queue: None,
             });
+        }
+        // The steps of the bricklets its generators may compose, each claimed by its queue.
+        if t.spec.steps.iter().any(|s| s.generate.is_some()) {
+            let bricklets = store.bricklets_of(&t.spec).await?;
+            for b in bricklets.by_name.values() {
+                for s in &b.steps {
+                    let Some(f) = &s.function else { continue };
+                    if s.skip_queue {
+                        continue;
+                    }
+                    let step = format!("{}/{}", b.name, s.name);
+                    out.push(Binding {
+                        template: t.name.clone(),
+                        queue: Some(format!("{}:{step}", t.name)),
+                        step,
+                        function: f.clone(),
+                        batch_limit: s.batch_limit,
+                        declared: s.statuses.clone(),
+                        observe: None,
+                        generates: false,
+                    });
+                }
+            }
         }
     }
     if only.is_empty() {

@@ -162,18 +162,29 @@ async fn claim(
         workdo.requested = n,
     );
     let began = std::time::Instant::now();
-    let claimed = shared
-        .store
-        .step_claim(
-            &binding.template,
-            &binding.step,
-            None,
-            n as i64,
-            &shared.config.owner,
-            lease,
-        )
-        .instrument(span)
-        .await;
+    let claimed = match &binding.queue {
+        Some(queue) => {
+            shared
+                .store
+                .step_claim_queue(queue, None, n as i64, &shared.config.owner, lease)
+                .instrument(span)
+                .await
+        }
+        None => {
+            shared
+                .store
+                .step_claim(
+                    &binding.template,
+                    &binding.step,
+                    None,
+                    n as i64,
+                    &shared.config.owner,
+                    lease,
+                )
+                .instrument(span)
+                .await
+        }
+    };
     if claimed.is_ok() {
         crate::telemetry::metrics().claim.record(
             began.elapsed().as_secs_f64(),

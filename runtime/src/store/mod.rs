@@ -12,6 +12,7 @@ mod bulk;
 mod claim;
 pub mod db;
 mod demo;
+mod dispatch;
 mod events;
 mod objects;
 mod queries;
@@ -27,6 +28,7 @@ pub use demo::{DemoProgress, DemoSummary, DemoTotals};
 pub use schedules::{Fired, ScheduleRow};
 
 pub use bulk::StepFilter;
+pub use dispatch::{Bricklets, Dispatch, activation};
 pub use queries::{
     EventRow, Facet, Milestone, ObjectView, QueueEntry, Why, WorkflowRow, WorkflowView,
 };
@@ -82,6 +84,15 @@ pub enum StoreError {
     },
     #[error("{0}")]
     ObjectId(String),
+    #[error(
+        "{template} names bricklets that are neither defined in it nor loaded: {}; load their \
+         files first (kind: bricklet) or define them under bricklets:",
+        names.join(", ")
+    )]
+    UnknownBricklets {
+        template: String,
+        names: Vec<String>,
+    },
     #[error("{0}")]
     Schedule(String),
     #[error("stored template {0} cannot be read: {1}")]
@@ -175,6 +186,12 @@ pub struct StepRow {
     pub updated_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// A generated step's claim key, `TEMPLATE:BRICKLET/STEP` (dynamic dispatch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// Where a generated step came from: `{generator, bricklet, instance}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generated: Option<serde_json::Value>,
 }
 
 /// `id` in its one spelling ([`crate::model::object_id`]), or [`StoreError::ObjectId`].

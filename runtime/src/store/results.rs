@@ -6,10 +6,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
+use super::dispatch::{Bricklets, Dispatch};
 use super::events::{EventBuf, NewEvent, ReadyKeys};
 use super::steps::{Applied, Change, Claimed};
 use super::workflows::{StartRequest, start_one};
 use super::{Result, Store};
+use crate::model::template::Template;
 
 /// What a function gets to see of a claimed step.
 #[derive(Debug, Clone, Default)]
@@ -42,6 +44,8 @@ pub struct Effects {
     pub context: Map<String, Value>,
     /// Workflows to start on the same object.
     pub start: Vec<WorkflowToStart>,
+    /// An observer's matches to record, or a generator's subnet to compose.
+    pub dispatch: Option<super::dispatch::Dispatch>,
 }
 
 /// A workflow a result starts on its object; priority and lane default to its workflow's.
@@ -62,6 +66,7 @@ impl Effects {
             && self.documents.is_empty()
             && self.context.is_empty()
             && self.start.is_empty()
+            && self.dispatch.is_none()
     }
 }
 
@@ -138,13 +143,60 @@ impl Store {
                 }
             }
         }
+        // Templates (and their bricklets) of observers and generators, looked up before too.
+        let mut dispatching: HashMap<i64, (Template, Bricklets)> = HashMap::new();
+        for r in results.iter().filter(|r| r.effects.dispatch.is_some()) {
+            if let std::collections::hash_map::Entry::Vacant(slot) =
+                dispatching.entry(r.workflow_id)
+            {
+                let template_id: i64 =
+                    sqlx::query_scalar("select template_id from workdo.workflows where id = $1")
+                        .bind(r.workflow_id)
+                        .fetch_one(&self.pool)
+                        .await?;
+                let spec = self.template_by_id(template_id).await?.spec;
+                let bricklets = self.bricklets_of(&spec).await?;
+                slot.insert((spec, bricklets));
+            }
+        }
         let mut tx = self.pool.begin().await?;
-        let applied = Self::steps_apply(&mut tx, results.iter().map(|r| &r.change), actor).await?;
-        let lost: HashSet<i64> = applied.lost.iter().copied().collect();
         let mut events = EventBuf::default();
         let mut ready = ReadyKeys::default();
+        // A generator's subnet goes in before its completion is applied, so that the counters
+        // its completion moves (its dependants', its workflow's) already count the subnet.
+        for r in results {
+            if let Some(Dispatch::Compose { generator }) = &r.effects.dispatch
+                && let Some((spec, bricklets)) = dispatching.get(&r.workflow_id)
+            {
+                super::dispatch::compose(
+                    &mut tx,
+                    (&mut events, &mut ready),
+                    (r.change.id, r.change.lease),
+                    generator,
+                    (spec, bricklets),
+                    actor,
+                )
+                .await?;
+            }
+        }
+        let applied = Self::steps_apply(&mut tx, results.iter().map(|r| &r.change), actor).await?;
+        let lost: HashSet<i64> = applied.lost.iter().copied().collect();
         for r in results.iter().filter(|r| !lost.contains(&r.change.id)) {
             let fx = &r.effects;
+            if let Some(Dispatch::Observed { observer, matches }) = &fx.dispatch
+                && let Some((spec, bricklets)) = dispatching.get(&r.workflow_id)
+            {
+                super::dispatch::record_observed(
+                    &mut tx,
+                    &mut events,
+                    r.workflow_id,
+                    observer,
+                    matches,
+                    (spec, bricklets),
+                    actor,
+                )
+                .await?;
+            }
             if !fx.properties.is_empty() || !fx.documents.is_empty() {
                 let props = Value::Object(fx.properties.clone());
                 sqlx::query(

@@ -11,6 +11,8 @@ use crate::model::template::{Loaded, Template};
 pub struct TemplateRow {
     pub id: i64,
     pub name: String,
+    /// `steps` (a workflow template) or `bricklet`.
+    pub kind: String,
     pub sha256: String,
     pub format: String,
     pub origin: Option<String>,
@@ -24,6 +26,7 @@ pub struct TemplateRow {
 struct RawRow {
     id: i64,
     name: String,
+    kind: String,
     sha256: String,
     format: String,
     origin: Option<String>,
@@ -41,6 +44,7 @@ impl TryFrom<RawRow> for TemplateRow {
         Ok(TemplateRow {
             id: r.id,
             name: r.name,
+            kind: r.kind,
             sha256: r.sha256,
             format: r.format,
             origin: r.origin,
@@ -52,7 +56,8 @@ impl TryFrom<RawRow> for TemplateRow {
     }
 }
 
-const SELECT: &str = "select t.id, t.name, t.sha256, t.format, t.origin, t.loaded_at, t.is_current,
+const SELECT: &str =
+    "select t.id, t.name, t.kind, t.sha256, t.format, t.origin, t.loaded_at, t.is_current,
         (select count(*) from workdo.templates v where v.name = t.name) as versions, t.spec
    from workdo.templates t";
 
@@ -92,6 +97,57 @@ impl Store {
             .bind(&loaded.template.name)
             .execute(&mut *tx)
             .await?;
+        // A name is a template or a bricklet, never both.
+        let other: Option<String> = sqlx::query_scalar(
+            "select kind from workdo.templates where name = $1 and is_current and kind <> $2",
+        )
+        .bind(&loaded.template.name)
+        .bind(loaded.kind.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(kind) = other {
+            return Err(StoreError::Invalid {
+                field: "name",
+                value: loaded.template.name.clone(),
+                reason: if kind == "bricklet" {
+                    "is a bricklet already: a template and a bricklet cannot share a name"
+                } else {
+                    "is a template already: a template and a bricklet cannot share a name"
+                },
+            });
+        }
+        // Every refset bricklet not defined in the template must be a loaded bricklet file.
+        let inline: Vec<&str> = loaded
+            .template
+            .bricklets
+            .iter()
+            .map(|b| b.name.as_str())
+            .collect();
+        let wanted: Vec<String> = loaded
+            .template
+            .steps
+            .iter()
+            .filter_map(|s| s.generate.as_ref())
+            .flat_map(|g| g.refset.iter())
+            .filter(|b| !inline.contains(&b.as_str()))
+            .cloned()
+            .collect();
+        if !wanted.is_empty() {
+            let found: Vec<String> = sqlx::query_scalar(
+                "select name from workdo.templates
+                  where name = any($1) and kind = 'bricklet' and is_current",
+            )
+            .bind(&wanted)
+            .fetch_all(&mut *tx)
+            .await?;
+            let missing: Vec<&String> = wanted.iter().filter(|w| !found.contains(w)).collect();
+            if !missing.is_empty() {
+                return Err(StoreError::UnknownBricklets {
+                    template: loaded.template.name.clone(),
+                    names: missing.iter().map(|s| s.to_string()).collect(),
+                });
+            }
+        }
         let existing: Option<(i64, bool, DateTime<Utc>)> = sqlx::query_as(
             "select id, is_current, loaded_at from workdo.templates where name = $1 and sha256 = $2",
         )
@@ -120,7 +176,7 @@ impl Store {
             None => {
                 let id: i64 = sqlx::query_scalar(
                     "insert into workdo.templates (name, sha256, kind, format, origin, source, spec)
-                     values ($1, $2, 'steps', $3, $4, $5, $6) returning id",
+                     values ($1, $2, $7, $3, $4, $5, $6) returning id",
                 )
                 .bind(&loaded.template.name)
                 .bind(&loaded.sha256)
@@ -128,6 +184,7 @@ impl Store {
                 .bind(&loaded.origin)
                 .bind(&loaded.source)
                 .bind(&spec)
+                .bind(loaded.kind.as_str())
                 .fetch_one(&mut *tx)
                 .await?;
                 (id, Saved::New)
@@ -144,7 +201,7 @@ impl Store {
 
     /// The current version of a template.
     pub async fn template_current(&self, name: &str) -> Result<TemplateRow> {
-        let sql = format!("{SELECT} where t.name = $1 and t.is_current");
+        let sql = format!("{SELECT} where t.name = $1 and t.is_current and t.kind = 'steps'");
         let row: Option<RawRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .bind(name)
             .fetch_optional(&self.pool)
@@ -164,9 +221,28 @@ impl Store {
             .try_into()
     }
 
+    /// The current version of a bricklet file (`kind: bricklet`).
+    pub async fn bricklet_current(&self, name: &str) -> Result<Option<TemplateRow>> {
+        let sql = format!("{SELECT} where t.name = $1 and t.is_current and t.kind = 'bricklet'");
+        let row: Option<RawRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(TryInto::try_into).transpose()
+    }
+
+    /// Current versions of all bricklet files, by name.
+    pub async fn bricklet_list(&self) -> Result<Vec<TemplateRow>> {
+        let sql = format!("{SELECT} where t.is_current and t.kind = 'bricklet' order by t.name");
+        let rows: Vec<RawRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.into_iter().map(TryInto::try_into).collect()
+    }
+
     /// Current versions of all templates, by name.
     pub async fn template_list(&self) -> Result<Vec<TemplateRow>> {
-        let sql = format!("{SELECT} where t.is_current order by t.name");
+        let sql = format!("{SELECT} where t.is_current and t.kind = 'steps' order by t.name");
         let rows: Vec<RawRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .fetch_all(&self.pool)
             .await?;

@@ -3,16 +3,20 @@
 //! Both formats produce the same [`Template`]; validation is shared and every problem names the
 //! file, the line (when the format gives one) and the field.
 
+mod validate;
 mod xml;
 mod yaml;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+pub(crate) use validate::validate;
+
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::model::dispatch::{Bricklet, Generate, Observe};
 use crate::model::status::Status;
 
 /// Attempts a step gets when its template names no `error-limit`.
@@ -33,6 +37,12 @@ pub struct Template {
     /// Cron schedules that start this template.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub schedules: Vec<crate::model::schedule::ScheduleSpec>,
+    /// Bricklets defined in this template (file bricklets are loaded on their own).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bricklets: Vec<Bricklet>,
+    /// A bricklet file's compensating bricklet (`kind: bricklet` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compensate: Option<String>,
 }
 
 /// One step (WorkDo "process") of a template.
@@ -60,9 +70,43 @@ pub struct StepSpec {
     /// Intermediate statuses the step may report besides the built-in ones.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub statuses: Vec<String>,
-    /// The function that performs the step; none means a human (or external robot) task.
+    /// The function that performs the step; none means a human (or external robot) task,
+    /// unless the step observes or generates (then the runtime performs it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub function: Option<FunctionSpec>,
+    /// An observer step's matching rules (dynamic dispatch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observe: Option<Observe>,
+    /// A generator step's refset and construction rules (dynamic dispatch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generate: Option<Generate>,
+}
+
+impl StepSpec {
+    /// A step called `name` with every setting at its default: a human task, waiting first,
+    /// [`DEFAULT_ERROR_LIMIT`] attempts.
+    pub fn named(name: &str) -> StepSpec {
+        StepSpec {
+            name: name.to_string(),
+            label: None,
+            prereqs: Vec::new(),
+            lifecycle: None,
+            error_limit: DEFAULT_ERROR_LIMIT,
+            batch_limit: None,
+            skip_queue: false,
+            initial_status: None,
+            statuses: Vec::new(),
+            function: None,
+            observe: None,
+            generate: None,
+        }
+    }
+
+    /// Whether the runtime performs this step: it has a function, or it observes or generates.
+    pub fn is_run(&self) -> bool {
+        !self.skip_queue
+            && (self.function.is_some() || self.observe.is_some() || self.generate.is_some())
+    }
 }
 
 /// How a step's function is run.
@@ -143,9 +187,29 @@ impl Format {
     }
 }
 
+/// What a file defines: a workflow template, or a bricklet (`kind: bricklet`) that generators
+/// of several templates compose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Template,
+    Bricklet,
+}
+
+impl Kind {
+    /// As stored in `workdo.templates.kind`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Template => "steps",
+            Kind::Bricklet => "bricklet",
+        }
+    }
+}
+
 /// A template parsed from its source, with the source and its digest.
 #[derive(Debug, Clone)]
 pub struct Loaded {
+    pub kind: Kind,
     pub template: Template,
     pub format: Format,
     pub source: String,
@@ -211,11 +275,12 @@ impl TemplateError {
 /// # Errors
 /// A [`TemplateError`] listing every problem found, each with file, line and field.
 pub fn parse(origin: &str, format: Format, source: &str) -> Result<Loaded, TemplateError> {
-    let template = match format {
+    let (template, kind) = match format {
         Format::Yaml => yaml::parse(origin, source)?,
-        Format::Xml => xml::parse(origin, source)?,
+        Format::Xml => (xml::parse(origin, source)?, Kind::Template),
     };
     Ok(Loaded {
+        kind,
         template,
         format,
         source: source.to_string(),
@@ -292,254 +357,6 @@ pub(crate) fn valid_name(name: &str) -> bool {
     matches!(chars.next(), Some(c) if c.is_ascii_alphanumeric())
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         && name.len() <= 100
-}
-
-/// The first field of a template (as JSON) holding a NUL character: the step's index, if in
-/// a step, and the field's name there.
-fn nul_field(template: &serde_json::Value) -> Option<(Option<usize>, String)> {
-    fn find(v: &serde_json::Value, at: &str) -> Option<String> {
-        match v {
-            serde_json::Value::String(s) if s.contains('\0') => Some(at.to_string()),
-            serde_json::Value::Array(a) => a.iter().find_map(|x| find(x, at)),
-            serde_json::Value::Object(m) => m.iter().find_map(|(k, x)| {
-                let here = if at.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{at}.{k}")
-                };
-                if k.contains('\0') {
-                    Some(here)
-                } else {
-                    find(x, &here)
-                }
-            }),
-            _ => None,
-        }
-    }
-    let object = template.as_object()?;
-    if let Some(steps) = object.get("steps").and_then(|s| s.as_array()) {
-        for (i, step) in steps.iter().enumerate() {
-            if let Some(field) = find(step, "") {
-                return Some((Some(i), field));
-            }
-        }
-    }
-    object
-        .iter()
-        .filter(|(k, _)| k.as_str() != "steps")
-        .find_map(|(k, v)| find(v, k))
-        .map(|f| (None, f))
-}
-
-/// Checks shared by both formats: names, duplicates, prerequisites, cycles, statuses.
-///
-/// Long on purpose: every rule a template must satisfy, in one place, so that all problems are
-/// collected and reported at once.
-pub(crate) fn validate(
-    origin: &str,
-    template: &Template,
-    at: &dyn Locate,
-) -> Result<(), TemplateError> {
-    let mut problems = Vec::new();
-    let mut problem = |step: Option<usize>, field: &str, message: String| {
-        problems.push(Problem {
-            file: origin.to_string(),
-            line: at.line(step, field),
-            field: field.to_string(),
-            message,
-        });
-    };
-    // Postgres cannot store a NUL character (U+0000) in text or jsonb: refuse it here, naming
-    // the field, instead of failing when the template or its steps are written.
-    if let Ok(value) = serde_json::to_value(template)
-        && let Some((step, field)) = nul_field(&value)
-    {
-        problem(
-            step,
-            &field,
-            "contains a NUL character (U+0000), which workdo cannot store".into(),
-        );
-    }
-    if !valid_name(&template.name) {
-        problem(
-            None,
-            "name",
-            format!(
-                "invalid template name {:?}: use letters, digits and -_. (at most 100)",
-                template.name
-            ),
-        );
-    }
-    // A template with no steps is valid: the workflow service keeps such `workflow-def`s "for
-    // indexing", and a folder of them must load whole. Starting one makes a workflow that is
-    // completed at once (it has no step to wait for).
-    let mut index: HashMap<&str, usize> = HashMap::new();
-    for (i, step) in template.steps.iter().enumerate() {
-        if !valid_name(&step.name) {
-            problem(
-                Some(i),
-                "name",
-                format!(
-                    "invalid step name {:?}: use letters, digits and -_. (at most 100)",
-                    step.name
-                ),
-            );
-        }
-        if let Some(first) = index.insert(step.name.as_str(), i) {
-            let first_line = at
-                .line(Some(first), "name")
-                .map(|l| format!(" (first at line {l})"))
-                .unwrap_or_default();
-            problem(
-                Some(i),
-                "name",
-                format!("duplicate step {:?}{first_line}", step.name),
-            );
-        }
-        if step.error_limit == 0 {
-            problem(
-                Some(i),
-                "error-limit",
-                "must be at least 1 (the number of attempts)".into(),
-            );
-        }
-        if step.batch_limit == Some(0) {
-            problem(Some(i), "batch-limit", "must be at least 1".into());
-        }
-        if let Some(lc) = &step.lifecycle
-            && !valid_name(lc)
-        {
-            problem(
-                Some(i),
-                "lifecycle",
-                format!("invalid milestone name {lc:?}"),
-            );
-        }
-        for s in &step.statuses {
-            if Status::parse(s).is_some_and(|b| b.is_builtin()) || !Status::valid_custom(s) {
-                problem(
-                    Some(i),
-                    "statuses",
-                    format!("{s:?} is not a usable intermediate status (built-in or malformed)"),
-                );
-            }
-        }
-        if let Some(f) = &step.function {
-            check_function(f, &mut |field, msg| problem(Some(i), field, msg));
-        }
-    }
-    for (i, step) in template.steps.iter().enumerate() {
-        let mut seen = HashSet::new();
-        for p in &step.prereqs {
-            if p == &step.name {
-                problem(
-                    Some(i),
-                    "prereq",
-                    format!("step {:?} cannot be its own prerequisite", step.name),
-                );
-            } else if !index.contains_key(p.as_str()) {
-                problem(
-                    Some(i),
-                    "prereq",
-                    format!(
-                        "unknown prerequisite {p:?} of step {:?}: no step of that name in {}",
-                        step.name, template.name
-                    ),
-                );
-            } else if !seen.insert(p) {
-                problem(
-                    Some(i),
-                    "prereq",
-                    format!("prerequisite {p:?} listed twice"),
-                );
-            }
-        }
-    }
-    if let Some(cycle) = find_cycle(template, &index) {
-        let first = index.get(cycle[0].as_str()).copied();
-        problem(
-            first,
-            "prereq",
-            format!("prerequisites form a cycle: {}", cycle.join(" -> ")),
-        );
-    }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(TemplateError { problems })
-    }
-}
-
-fn check_function(f: &FunctionSpec, problem: &mut dyn FnMut(&str, String)) {
-    if !(f.timeout_secs > 0.0 && f.timeout_secs.is_finite()) {
-        problem(
-            "timeout",
-            format!("must be a positive duration, got {}", f.timeout_secs),
-        );
-    }
-    if f.concurrency == 0 {
-        problem("concurrency", "must be at least 1".into());
-    }
-    match &f.runner {
-        Runner::Exec { argv } | Runner::Warm { argv, .. }
-            if argv.is_empty() || argv[0].is_empty() =>
-        {
-            problem("function", "the command is empty".into())
-        }
-        Runner::Warm { pool: 0, .. } => problem("pool", "must be at least 1".into()),
-        Runner::Warm { pipeline: 0, .. } => problem("pipeline", "must be at least 1".into()),
-        Runner::Http { url } if !(url.starts_with("http://") || url.starts_with("https://")) => {
-            problem("http", format!("{url:?} is not an http(s) URL"))
-        }
-        _ => {}
-    }
-}
-
-/// A cycle among prerequisites, as step names with the first repeated at the end.
-fn find_cycle(template: &Template, index: &HashMap<&str, usize>) -> Option<Vec<String>> {
-    // Iterative DFS with colours: 0 unvisited, 1 on stack, 2 done.
-    let n = template.steps.len();
-    let mut colour = vec![0u8; n];
-    for root in 0..n {
-        if colour[root] != 0 {
-            continue;
-        }
-        let mut stack: Vec<(usize, usize)> = vec![(root, 0)];
-        colour[root] = 1;
-        while let Some(&mut (node, ref mut next)) = stack.last_mut() {
-            let prereqs = &template.steps[node].prereqs;
-            if *next < prereqs.len() {
-                let p = &prereqs[*next];
-                *next += 1;
-                let Some(&child) = index.get(p.as_str()) else {
-                    continue;
-                };
-                if child == node {
-                    continue; // reported as self-prerequisite
-                }
-                match colour[child] {
-                    0 => {
-                        colour[child] = 1;
-                        stack.push((child, 0));
-                    }
-                    1 => {
-                        let start = stack.iter().position(|&(s, _)| s == child).unwrap_or(0);
-                        let mut cycle: Vec<String> = stack[start..]
-                            .iter()
-                            .map(|&(s, _)| template.steps[s].name.clone())
-                            .collect();
-                        cycle.push(template.steps[child].name.clone());
-                        return Some(cycle);
-                    }
-                    _ => {}
-                }
-            } else {
-                colour[node] = 2;
-                stack.pop();
-            }
-        }
-    }
-    None
 }
 
 impl Template {

@@ -220,6 +220,8 @@ pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateErro
             initial_status,
             statuses: Vec::new(),
             function,
+            observe: None,
+            generate: None,
         });
     }
     let template = Template {
@@ -228,6 +230,8 @@ pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateErro
         steps,
         alert_to: Vec::new(),
         schedules: Vec::new(),
+        bricklets: Vec::new(),
+        compensate: None,
     };
     // Every problem at once: those found reading the elements, and the whole template's.
     if let Err(e) = validate(origin, &template, &lines) {

@@ -9,15 +9,21 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::{
-    DEFAULT_ERROR_LIMIT, DEFAULT_TIMEOUT_SECS, FunctionSpec, Locate, Runner, StepSpec, Template,
-    TemplateError, parse_duration_secs, validate,
+    DEFAULT_ERROR_LIMIT, DEFAULT_TIMEOUT_SECS, FunctionSpec, Kind, Locate, Runner, StepSpec,
+    Template, TemplateError, parse_duration_secs, validate,
 };
 use crate::model::status::Status;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct RawTemplate {
+    /// `template` (the default) or `bricklet` (a file holding one reusable fragment).
+    #[serde(default)]
+    kind: Option<String>,
     name: String,
+    /// A bricklet file's compensating bricklet.
+    #[serde(default)]
+    compensate: Option<String>,
     #[serde(default)]
     description: Option<String>,
     /// Default `error-limit` for the steps.
@@ -28,6 +34,18 @@ struct RawTemplate {
     steps: Vec<RawStep>,
     #[serde(default)]
     schedules: Vec<crate::model::schedule::ScheduleSpec>,
+    /// Bricklets defined inline, for this template's generators.
+    #[serde(default)]
+    bricklets: Vec<RawBricklet>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBricklet {
+    name: String,
+    #[serde(default)]
+    compensate: Option<String>,
+    steps: Vec<RawStep>,
 }
 
 #[derive(Deserialize)]
@@ -59,6 +77,10 @@ struct RawStep {
     statuses: Vec<String>,
     #[serde(default)]
     function: Option<RawFunction>,
+    #[serde(default)]
+    observe: Option<crate::model::dispatch::Observe>,
+    #[serde(default)]
+    generate: Option<crate::model::dispatch::Generate>,
 }
 
 #[derive(Deserialize)]
@@ -111,7 +133,7 @@ enum Duration {
     Text(String),
 }
 
-pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateError> {
+pub(super) fn parse(origin: &str, source: &str) -> Result<(Template, Kind), TemplateError> {
     let raw: RawTemplate = serde_norway::from_str(source).map_err(|e| {
         let line = e.location().map(|l| l.line());
         // serde_norway's message starts with the path of the offending field when it knows it.
@@ -127,50 +149,52 @@ pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateErro
     let lines = Lines::new(source);
     let mut problems = Vec::new();
     let default_limit = raw.error_limit.unwrap_or(DEFAULT_ERROR_LIMIT);
-    let mut steps = Vec::with_capacity(raw.steps.len());
-    for (i, s) in raw.steps.into_iter().enumerate() {
-        let initial_status = match s.status.as_deref() {
-            None | Some("waiting") => None,
-            Some("completed") => Some(Status::Completed),
-            Some("skipped") => Some(Status::Skipped),
-            Some(other) => {
-                problems.push(super::Problem {
-                    file: origin.to_string(),
-                    line: lines.line(Some(i), "status"),
-                    field: "status".into(),
-                    message: format!(
-                        "{other:?}: a template step may start waiting, completed or skipped"
-                    ),
-                });
-                None
-            }
-        };
-        let function = match s.function {
-            None => None,
-            Some(f) => match convert_function(f) {
-                Ok(f) => Some(f),
-                Err((field, message)) => {
-                    problems.push(super::Problem {
-                        file: origin.to_string(),
-                        line: lines.line(Some(i), field),
-                        field: field.into(),
-                        message,
-                    });
-                    None
-                }
-            },
-        };
-        steps.push(StepSpec {
-            name: s.name,
-            label: s.label,
-            prereqs: s.prereqs,
-            lifecycle: s.lifecycle,
-            error_limit: s.error_limit.unwrap_or(default_limit),
-            batch_limit: s.batch_limit,
-            skip_queue: s.skip_queue,
-            initial_status,
-            statuses: s.statuses,
-            function,
+    let is_bricklet = match raw.kind.as_deref() {
+        None | Some("template") => false,
+        Some("bricklet") => true,
+        Some(other) => {
+            problems.push(super::Problem {
+                file: origin.to_string(),
+                line: lines.line(None, "kind"),
+                field: "kind".into(),
+                message: format!("{other:?}: a file is a template or a bricklet"),
+            });
+            false
+        }
+    };
+    let steps: Vec<StepSpec> = raw
+        .steps
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| convert_step(origin, &lines, Some(i), s, default_limit, &mut problems))
+        .collect();
+    let bricklets: Vec<crate::model::dispatch::Bricklet> = raw
+        .bricklets
+        .into_iter()
+        .map(|b| crate::model::dispatch::Bricklet {
+            name: b.name,
+            compensate: b.compensate,
+            steps: b
+                .steps
+                .into_iter()
+                .map(|s| convert_step(origin, &lines, None, s, default_limit, &mut problems))
+                .collect(),
+        })
+        .collect();
+    if is_bricklet && !bricklets.is_empty() {
+        problems.push(super::Problem {
+            file: origin.to_string(),
+            line: lines.line(None, "bricklets"),
+            field: "bricklets".into(),
+            message: "a bricklet file is one bricklet: its steps are under steps:".into(),
+        });
+    }
+    if !is_bricklet && raw.compensate.is_some() {
+        problems.push(super::Problem {
+            file: origin.to_string(),
+            line: lines.line(None, "compensate"),
+            field: "compensate".into(),
+            message: "only a bricklet (kind: bricklet) names a compensate".into(),
         });
     }
     let mut schedules = raw.schedules;
@@ -192,16 +216,104 @@ pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateErro
         steps,
         alert_to: raw.alerts.map(|a| a.to).unwrap_or_default(),
         schedules,
+        bricklets,
+        compensate: raw.compensate,
     };
     // Every problem at once: those found reading the steps, and the whole template's.
     if let Err(e) = validate(origin, &template, &lines) {
         problems.extend(e.problems);
     }
+    if is_bricklet {
+        let as_bricklet = crate::model::dispatch::Bricklet {
+            name: template.name.clone(),
+            compensate: template.compensate.clone(),
+            steps: template.steps.clone(),
+        };
+        super::validate::check_bricklet(origin, &as_bricklet, &mut |field, message| {
+            if !message.contains("invalid step name") && !message.contains("prerequisite") {
+                problems.push(super::Problem {
+                    file: origin.to_string(),
+                    line: lines.line(None, "steps"),
+                    field: field.to_string(),
+                    message,
+                });
+            }
+        });
+    }
     if !problems.is_empty() {
         problems.sort_by_key(|p| p.line);
+        problems.dedup();
         return Err(TemplateError { problems });
     }
-    Ok(template)
+    Ok((
+        template,
+        if is_bricklet {
+            Kind::Bricklet
+        } else {
+            Kind::Template
+        },
+    ))
+}
+
+/// A step as the model has it. `index` places its problems (`None`: a bricklet's step, placed
+/// at the `bricklets:` key).
+fn convert_step(
+    origin: &str,
+    lines: &Lines<'_>,
+    index: Option<usize>,
+    s: RawStep,
+    default_limit: u32,
+    problems: &mut Vec<super::Problem>,
+) -> StepSpec {
+    let line = |field: &str| match index {
+        Some(i) => lines.line(Some(i), field),
+        None => lines.line(None, "bricklets"),
+    };
+    let initial_status = match s.status.as_deref() {
+        None | Some("waiting") => None,
+        Some("completed") => Some(Status::Completed),
+        Some("skipped") => Some(Status::Skipped),
+        Some(other) => {
+            problems.push(super::Problem {
+                file: origin.to_string(),
+                line: line("status"),
+                field: "status".into(),
+                message: format!(
+                    "{other:?}: a template step may start waiting, completed or skipped"
+                ),
+            });
+            None
+        }
+    };
+    let function = match s.function {
+        None => None,
+        Some(f) => match convert_function(f) {
+            Ok(f) => Some(f),
+            Err((field, message)) => {
+                problems.push(super::Problem {
+                    file: origin.to_string(),
+                    line: line(field),
+                    field: field.into(),
+                    message,
+                });
+                None
+            }
+        },
+    };
+    StepSpec {
+        name: s.name,
+        label: s.label,
+        prereqs: s.prereqs,
+        lifecycle: s.lifecycle,
+        error_limit: s.error_limit.unwrap_or(default_limit),
+        batch_limit: s.batch_limit,
+        skip_queue: s.skip_queue,
+        initial_status,
+        statuses: s.statuses,
+        function,
+        observe: s.observe,
+        generate: s.generate,
+    }
 }
 
 fn convert_function(f: RawFunction) -> Result<FunctionSpec, (&'static str, String)> {

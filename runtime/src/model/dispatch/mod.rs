@@ -1,0 +1,244 @@
+//! Dynamic dispatch (seed 001, "Flexible Publication Workflows Using Dynamic Dispatch"): pure
+//! data and pure functions, no I/O.
+//!
+//! - A [`Bricklet`] (Definition 1) is a reusable fragment of one or more steps.
+//! - An observer step ([`Observe`], Definition 2) holds matching rules: an XPath 1.0 expression
+//!   evaluated on a named XML document of the object, a change operation ([`Op`], Definition 3),
+//!   the generator it feeds and the bricklets it names. A rule's matched fragments are counted:
+//!   `f(b)`.
+//! - A generator step ([`Generate`], Definition 4) allows the bricklets of its `refset` and
+//!   composes its activation set with its construction rules ([`Construction`], Definition 5)
+//!   by the paper's Listing 1 ([`compose`]) into a subnet, which [`expand`] turns into step rows.
+//!
+//! How the engine stores and runs this is in `store/dispatch.rs`; ARCHITECTURE.md has the whole
+//! picture and README.md the YAML keys.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::template::StepSpec;
+
+mod compose;
+#[cfg(test)]
+mod tests;
+
+pub use compose::{
+    GeneratedStep, Graph, Node, before_cycle, compose, expand, generated_name, sinks,
+};
+
+/// A reusable process fragment: one or more steps, prerequisites among them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Bricklet {
+    pub name: String,
+    /// The bricklet that `undo` activates in this one's place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compensate: Option<String>,
+    pub steps: Vec<StepSpec>,
+}
+
+/// An observer step's matching rules on one document of the object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Observe {
+    /// The object document (XML) the rules are evaluated on.
+    pub document: String,
+    pub rules: Vec<MatchRule>,
+}
+
+/// `match(pexpr) ↦ (op, generator, bricklets)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MatchRule {
+    /// XPath 1.0. A node-set matches with one fragment per node; a boolean, number or string
+    /// matches when true, positive or non-empty (one fragment; a number `n`, `n` of them).
+    #[serde(rename = "match")]
+    pub xpath: String,
+    pub op: Op,
+    /// The generator step of this template whose activation set the rule changes.
+    pub generator: String,
+    pub bricklets: Vec<String>,
+}
+
+/// The change operations on an activation set (Definition 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    /// Append the bricklets with `f(b)` fragments (adding to the count of one already active).
+    Add,
+    /// Append only the bricklets not yet active.
+    Merge,
+    /// Remove the bricklets.
+    Delete,
+    /// Append each bricklet's compensating bricklet.
+    Undo,
+}
+
+impl Op {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Add => "add",
+            Op::Merge => "merge",
+            Op::Delete => "delete",
+            Op::Undo => "undo",
+        }
+    }
+}
+
+/// A generator step: the bricklets it allows and how it combines them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Generate {
+    pub refset: Vec<String>,
+    #[serde(default)]
+    pub rules: Vec<Construction>,
+}
+
+/// Construction rules (Definition 5), written `{before: [A, B]}`, `{sequence: A}` or
+/// `{parallel: A}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "ConstructionMap", into = "ConstructionMap")]
+pub enum Construction {
+    /// `A ≺ B`: when both are active, B runs after A.
+    Before([String; 2]),
+    /// `A →ⁿ`: A runs `f(A)` times, one after the other.
+    Sequence(String),
+    /// `A ∥ⁿ`: A runs `f(A)` times side by side.
+    Parallel(String),
+}
+
+/// A construction rule as written: exactly one of its keys.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConstructionMap {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    before: Option<[String; 2]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sequence: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    parallel: Option<String>,
+}
+
+impl TryFrom<ConstructionMap> for Construction {
+    type Error = String;
+    fn try_from(m: ConstructionMap) -> Result<Self, String> {
+        match (m.before, m.sequence, m.parallel) {
+            (Some(b), None, None) => Ok(Construction::Before(b)),
+            (None, Some(s), None) => Ok(Construction::Sequence(s)),
+            (None, None, Some(p)) => Ok(Construction::Parallel(p)),
+            _ => Err(
+                "a construction rule is one of before: [A, B], sequence: A or parallel: A".into(),
+            ),
+        }
+    }
+}
+
+impl From<Construction> for ConstructionMap {
+    fn from(c: Construction) -> Self {
+        match c {
+            Construction::Before(b) => ConstructionMap {
+                before: Some(b),
+                ..Default::default()
+            },
+            Construction::Sequence(s) => ConstructionMap {
+                sequence: Some(s),
+                ..Default::default()
+            },
+            Construction::Parallel(p) => ConstructionMap {
+                parallel: Some(p),
+                ..Default::default()
+            },
+        }
+    }
+}
+
+/// Active bricklets of one generator and their fragment counts `f(b)`.
+pub type Actset = BTreeMap<String, u32>;
+
+/// What one rule found when an observer ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuleMatch {
+    /// The rule's position in the observer's `rules` (from 0).
+    pub rule: usize,
+    pub op: Op,
+    pub generator: String,
+    pub bricklets: Vec<String>,
+    /// `f(b)`: how many fragments matched (0: the rule did not match and changes nothing).
+    pub fragments: u32,
+}
+
+/// Whether `xpath` is an XPath 1.0 expression; why not.
+///
+/// # Errors
+/// The parser's message.
+pub fn check_xpath(xpath: &str) -> Result<(), String> {
+    match sxd_xpath::Factory::new().build(xpath) {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err("an empty XPath expression".into()),
+        Err(e) => Err(format!("not an XPath 1.0 expression: {e}")),
+    }
+}
+
+/// Evaluate `observe`'s rules on `document` (the XML text of `observe.document`).
+///
+/// # Errors
+/// The document is not well-formed XML, or a rule fails to evaluate (e.g. an unknown function).
+pub fn observe(observe: &Observe, document: &str) -> Result<Vec<RuleMatch>, String> {
+    let package = sxd_document::parser::parse(document)
+        .map_err(|e| format!("is not well-formed XML: {e}"))?;
+    let doc = package.as_document();
+    let factory = sxd_xpath::Factory::new();
+    let context = sxd_xpath::Context::new();
+    let mut out = Vec::with_capacity(observe.rules.len());
+    for (i, rule) in observe.rules.iter().enumerate() {
+        let xpath = factory
+            .build(&rule.xpath)
+            .map_err(|e| format!("rule {}: {:?}: {e}", i + 1, rule.xpath))?
+            .ok_or_else(|| format!("rule {}: an empty XPath expression", i + 1))?;
+        let value = xpath
+            .evaluate(&context, doc.root())
+            .map_err(|e| format!("rule {} ({:?}) cannot be evaluated: {e}", i + 1, rule.xpath))?;
+        let fragments = match value {
+            sxd_xpath::Value::Nodeset(n) => u32::try_from(n.size()).unwrap_or(u32::MAX),
+            sxd_xpath::Value::Boolean(b) => u32::from(b),
+            sxd_xpath::Value::Number(n) if n.is_finite() && n >= 1.0 => {
+                // Truncation intended: a count of fragments; huge numbers saturate.
+                n.min(f64::from(u32::MAX)) as u32
+            }
+            sxd_xpath::Value::Number(_) => 0,
+            sxd_xpath::Value::String(s) => u32::from(!s.is_empty()),
+        };
+        out.push(RuleMatch {
+            rule: i,
+            op: rule.op,
+            generator: rule.generator.clone(),
+            bricklets: rule.bricklets.clone(),
+            fragments,
+        });
+    }
+    Ok(out)
+}
+
+/// Apply one matched rule to `actset` (Definition 3). A rule with no fragments changes nothing.
+/// `compensation` names each bricklet's compensating bricklet, for `undo`.
+pub fn apply(actset: &mut Actset, m: &RuleMatch, compensation: &dyn Fn(&str) -> Option<String>) {
+    if m.fragments == 0 {
+        return;
+    }
+    for b in &m.bricklets {
+        match m.op {
+            Op::Add => *actset.entry(b.clone()).or_insert(0) += m.fragments,
+            Op::Merge => {
+                actset.entry(b.clone()).or_insert(m.fragments);
+            }
+            Op::Delete => {
+                actset.remove(b);
+            }
+            Op::Undo => {
+                if let Some(c) = compensation(b) {
+                    *actset.entry(c).or_insert(0) += m.fragments;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! Listing 1, the change operations and the rules on documents.
+
+use super::*;
+
+fn set(items: &[(&str, u32)]) -> Actset {
+    items.iter().map(|(b, n)| (b.to_string(), *n)).collect()
+}
+
+fn before(a: &str, b: &str) -> Construction {
+    Construction::Before([a.into(), b.into()])
+}
+
+fn edges(g: &Graph) -> Vec<(String, String)> {
+    g.labelled_edges()
+}
+
+fn e(a: &str, b: &str) -> (String, String) {
+    (a.to_string(), b.to_string())
+}
+
+#[test]
+fn the_papers_example_composes_to_figure_3d() {
+    // R2 = {b1 ≺ b2, b3 ≺ b4, b4 ≺ b5, b1 sequential, b4 parallel, b6 parallel}; two
+    // fragments for b1, b4 and b6.
+    let rules = vec![
+        before("b1", "b2"),
+        before("b3", "b4"),
+        before("b4", "b5"),
+        Construction::Sequence("b1".into()),
+        Construction::Parallel("b4".into()),
+        Construction::Parallel("b6".into()),
+    ];
+    let actset = set(&[
+        ("b1", 2),
+        ("b2", 2),
+        ("b3", 2),
+        ("b4", 2),
+        ("b5", 2),
+        ("b6", 2),
+    ]);
+    let g = compose(&actset, &rules);
+    assert_eq!(g.nodes.len(), 9);
+    assert_eq!(
+        edges(&g),
+        vec![
+            e("b1#1", "b1#2"),
+            e("b1#2", "b2#1"),
+            e("b3#1", "b4#1"),
+            e("b3#1", "b4#2"),
+            e("b4#1", "b5#1"),
+            e("b4#2", "b5#1"),
+        ]
+    );
+}
+
+#[test]
+fn before_applies_only_when_both_are_active() {
+    let g = compose(&set(&[("a", 1)]), &[before("a", "b")]);
+    assert!(g.edges.is_empty());
+    assert_eq!(g.nodes.len(), 1);
+}
+
+#[test]
+fn sequence_enters_at_its_first_and_leaves_at_its_last() {
+    let rules = vec![
+        before("p", "s"),
+        before("s", "q"),
+        Construction::Sequence("s".into()),
+    ];
+    let g = compose(&set(&[("p", 1), ("s", 3), ("q", 1)]), &rules);
+    assert_eq!(
+        edges(&g),
+        vec![
+            e("p#1", "s#1"),
+            e("s#1", "s#2"),
+            e("s#2", "s#3"),
+            e("s#3", "q#1")
+        ]
+    );
+}
+
+#[test]
+fn parallel_instances_keep_every_edge_and_meet_a_sequence() {
+    // A parallel bricklet before a sequential one, and after one: every parallel instance
+    // feeds the sequence's first instance and follows the other's last.
+    let rules = vec![
+        before("s", "p"),
+        before("p", "t"),
+        Construction::Sequence("s".into()),
+        Construction::Parallel("p".into()),
+        Construction::Sequence("t".into()),
+    ];
+    let g = compose(&set(&[("s", 2), ("p", 3), ("t", 2)]), &rules);
+    assert_eq!(
+        edges(&g),
+        vec![
+            e("p#1", "t#1"),
+            e("p#2", "t#1"),
+            e("p#3", "t#1"),
+            e("s#1", "s#2"),
+            e("s#2", "p#1"),
+            e("s#2", "p#2"),
+            e("s#2", "p#3"),
+            e("t#1", "t#2"),
+        ]
+    );
+}
+
+#[test]
+fn a_bricklet_without_an_expansion_rule_is_one_vertex_whatever_its_count() {
+    let g = compose(&set(&[("a", 5)]), &[]);
+    assert_eq!(
+        g.nodes,
+        vec![Node {
+            bricklet: "a".into(),
+            instance: 1
+        }]
+    );
+}
+
+#[test]
+fn an_empty_activation_set_composes_an_empty_subnet() {
+    assert_eq!(
+        compose(&Actset::new(), &[before("a", "b")]),
+        Graph::default()
+    );
+}
+
+#[test]
+fn operations_change_the_activation_set() {
+    let comp = |b: &str| (b == "video").then(|| "unvideo".to_string());
+    let m = |op, bricklets: &[&str], fragments| RuleMatch {
+        rule: 0,
+        op,
+        generator: "g".into(),
+        bricklets: bricklets.iter().map(|s| s.to_string()).collect(),
+        fragments,
+    };
+    let mut a = Actset::new();
+    apply(&mut a, &m(Op::Add, &["video", "text"], 2), &comp);
+    apply(&mut a, &m(Op::Add, &["video"], 1), &comp);
+    assert_eq!(a, set(&[("text", 2), ("video", 3)]));
+    apply(&mut a, &m(Op::Merge, &["text", "image"], 4), &comp);
+    assert_eq!(a, set(&[("image", 4), ("text", 2), ("video", 3)]));
+    apply(&mut a, &m(Op::Delete, &["text"], 1), &comp);
+    apply(&mut a, &m(Op::Undo, &["video"], 1), &comp);
+    assert_eq!(a, set(&[("image", 4), ("unvideo", 1), ("video", 3)]));
+    // A rule that matched nothing changes nothing.
+    apply(&mut a, &m(Op::Delete, &["video"], 0), &comp);
+    assert!(a.contains_key("video"));
+}
+
+#[test]
+fn rules_count_fragments_on_the_document() {
+    let obs = Observe {
+        document: "content".into(),
+        rules: vec![
+            MatchRule {
+                xpath: "//file[@type='image']".into(),
+                op: Op::Add,
+                generator: "g".into(),
+                bricklets: vec!["img".into()],
+            },
+            MatchRule {
+                xpath: "not(//file[@type='audio'])".into(),
+                op: Op::Add,
+                generator: "g".into(),
+                bricklets: vec!["silent".into()],
+            },
+            MatchRule {
+                xpath: "count(//file)".into(),
+                op: Op::Add,
+                generator: "g".into(),
+                bricklets: vec!["all".into()],
+            },
+        ],
+    };
+    let doc = "<content><file type='image'/><file type='image'/><file type='pdf'/></content>";
+    let found: Vec<u32> = observe(&obs, doc)
+        .expect("evaluates")
+        .iter()
+        .map(|m| m.fragments)
+        .collect();
+    assert_eq!(found, vec![2, 1, 3]);
+    let err = observe(&obs, "<content>").expect_err("malformed");
+    assert!(err.contains("not well-formed XML"), "{err}");
+    assert!(check_xpath("//a[").is_err());
+    assert!(check_xpath("//a[@b='c']").is_ok());
+}
+
+#[test]
+fn expansion_names_steps_and_links_bricklets_last_to_first() {
+    let step = |name: &str, prereqs: &[&str]| StepSpec {
+        prereqs: prereqs.iter().map(|s| s.to_string()).collect(),
+        ..StepSpec::named(name)
+    };
+    let mut bricklets = BTreeMap::new();
+    bricklets.insert(
+        "a".to_string(),
+        Bricklet {
+            name: "a".into(),
+            compensate: None,
+            steps: vec![step("x", &[]), step("y", &["x"])],
+        },
+    );
+    bricklets.insert(
+        "b".to_string(),
+        Bricklet {
+            name: "b".into(),
+            compensate: None,
+            steps: vec![step("z", &[])],
+        },
+    );
+    let g = compose(
+        &set(&[("a", 1), ("b", 2)]),
+        &[before("a", "b"), Construction::Parallel("b".into())],
+    );
+    let steps = expand("gen", &g, &bricklets);
+    let shown: Vec<(String, Vec<String>)> = steps
+        .iter()
+        .map(|s| (s.name.clone(), s.prereqs.clone()))
+        .collect();
+    assert_eq!(
+        shown,
+        vec![
+            ("gen/a#1/x".to_string(), vec![]),
+            ("gen/a#1/y".to_string(), vec!["gen/a#1/x".to_string()]),
+            ("gen/b#1/z".to_string(), vec!["gen/a#1/y".to_string()]),
+            ("gen/b#2/z".to_string(), vec!["gen/a#1/y".to_string()]),
+        ]
+    );
+    assert_eq!(sinks(&steps), vec!["gen/b#1/z", "gen/b#2/z"]);
+}
+
+#[test]
+fn cycles_among_before_rules_are_found() {
+    let refset: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+    assert_eq!(
+        before_cycle(
+            &refset,
+            &[before("a", "b"), before("b", "c"), before("c", "a")]
+        ),
+        Some("a -> b -> c -> a".into())
+    );
+    assert_eq!(
+        before_cycle(&refset, &[before("a", "b"), before("a", "c")]),
+        None
+    );
+}

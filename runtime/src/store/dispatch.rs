@@ -1,0 +1,416 @@
+//! Dynamic dispatch in the database: what observers found and each generator's activation set
+//! (`workflows.dispatch`), and generators composing their subnets into step rows with per-workflow
+//! edges (`workflow_edges`), each in the transaction that commits the observer's or generator's
+//! own result. The composition itself is [`crate::model::dispatch`]; migrations/0011 has the
+//! schema and why.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+use sqlx::{PgConnection, Postgres, Transaction};
+
+use super::events::{EventBuf, NewEvent, ReadyKeys};
+use super::steps::Claimed;
+use super::{Result, Store};
+use crate::model::dispatch::{self, Actset, Bricklet, RuleMatch};
+use crate::model::template::Template;
+
+/// What a completed observer or generator step does besides completing.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Dispatch {
+    /// An observer ran: what each of its rules matched.
+    Observed {
+        observer: String,
+        matches: Vec<RuleMatch>,
+    },
+    /// A generator ran: compose its subnet.
+    Compose { generator: String },
+}
+
+/// The bricklets a template's generators may compose, by name: those defined in it, then the
+/// current versions of loaded bricklet files (with their SHA-256).
+#[derive(Debug, Clone, Default)]
+pub struct Bricklets {
+    pub by_name: BTreeMap<String, Bricklet>,
+    /// SHA-256 of each bricklet taken from a file (inline ones are covered by the template's).
+    pub sha256: BTreeMap<String, String>,
+}
+
+impl Bricklets {
+    fn compensation(&self, b: &str) -> Option<String> {
+        self.by_name.get(b).and_then(|b| b.compensate.clone())
+    }
+}
+
+impl Store {
+    /// Claim generated steps by the bricklet step they run (`queue`), as [`Store::step_claim`]
+    /// does template steps.
+    pub async fn step_claim_queue(
+        &self,
+        queue: &str,
+        lane: Option<&str>,
+        limit: i64,
+        owner: &str,
+        lease: std::time::Duration,
+    ) -> Result<Vec<Claimed>> {
+        let mut conn = self.pool.acquire().await?;
+        let claimed: Vec<Claimed> = sqlx::query_as(
+            "select * from workdo.claim_queue(p_queue => $1, p_lane => $2, p_limit => $3,
+                                              p_owner => $4, p_lease_secs => $5)",
+        )
+        .bind(queue)
+        .bind(lane)
+        .bind(limit)
+        .bind(owner)
+        .bind(lease.as_secs_f64())
+        .fetch_all(&mut *conn)
+        .await?;
+        Ok(claimed)
+    }
+
+    /// The bricklets `spec`'s generators may compose.
+    ///
+    /// # Errors
+    /// The database refuses, or a stored bricklet cannot be read.
+    pub async fn bricklets_of(&self, spec: &Template) -> Result<Bricklets> {
+        let mut out = Bricklets::default();
+        for b in &spec.bricklets {
+            out.by_name.insert(b.name.clone(), b.clone());
+        }
+        let wanted: Vec<&String> = spec
+            .steps
+            .iter()
+            .filter_map(|s| s.generate.as_ref())
+            .flat_map(|g| g.refset.iter())
+            .filter(|b| !out.by_name.contains_key(*b))
+            .collect();
+        for name in wanted {
+            if out.by_name.contains_key(name) {
+                continue;
+            }
+            if let Some(row) = self.bricklet_current(name).await? {
+                out.sha256.insert(name.clone(), row.sha256.clone());
+                out.by_name.insert(
+                    name.clone(),
+                    Bricklet {
+                        name: name.clone(),
+                        compensate: row.spec.compensate.clone(),
+                        steps: row.spec.steps.clone(),
+                    },
+                );
+            }
+        }
+        Ok(out)
+    }
+
+    /// A workflow's dispatch record: what its observers found, each generator's activation set
+    /// and the subnets composed so far.
+    pub async fn workflow_dispatch(&self, workflow_id: i64) -> Result<Value> {
+        let v: Option<Value> =
+            sqlx::query_scalar("select dispatch from workdo.workflows where id = $1")
+                .bind(workflow_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(v.unwrap_or_else(|| json!({})))
+    }
+}
+
+/// The activation set of `generator` from everything `observed` holds: each observer's matches
+/// applied in the template's step order, then rule order. An observer that runs again replaces
+/// its own matches, so the set always reflects the latest document each observer saw.
+pub fn activation(
+    spec: &Template,
+    observed: &serde_json::Map<String, Value>,
+    generator: &str,
+    bricklets: &Bricklets,
+) -> Actset {
+    let mut set = Actset::new();
+    for step in spec.steps.iter().filter(|s| s.observe.is_some()) {
+        let Some(found) = observed.get(&step.name) else {
+            continue;
+        };
+        let matches: Vec<RuleMatch> = serde_json::from_value(found.clone()).unwrap_or_default();
+        for m in matches.iter().filter(|m| m.generator == generator) {
+            dispatch::apply(&mut set, m, &|b| bricklets.compensation(b));
+        }
+    }
+    set
+}
+
+/// Record an observer's matches on its workflow and recompute the activation sets of the
+/// generators that have not composed yet (a generator that composed keeps its subnet).
+pub(super) async fn record_observed(
+    tx: &mut Transaction<'_, Postgres>,
+    events: &mut EventBuf,
+    workflow_id: i64,
+    observer: &str,
+    matches: &[RuleMatch],
+    (spec, bricklets): (&Template, &Bricklets),
+    actor: &str,
+) -> Result<()> {
+    let row: Option<(Value, String, String, i32)> = sqlx::query_as(
+        "select dispatch, object_id, template, version from workdo.workflows where id = $1 for update",
+    )
+    .bind(workflow_id)
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some((mut record, object, template, version)) = row else {
+        return Ok(());
+    };
+    if !record.is_object() {
+        record = json!({});
+    }
+    record["observed"][observer] = json!(matches);
+    let observed = record["observed"].as_object().cloned().unwrap_or_default();
+    let composed = record["composed"].as_object().cloned().unwrap_or_default();
+    let mut changed = serde_json::Map::new();
+    for g in spec.steps.iter().filter(|s| s.generate.is_some()) {
+        if composed.contains_key(&g.name) {
+            continue;
+        }
+        let set = activation(spec, &observed, &g.name, bricklets);
+        record["actsets"][&g.name] = json!(set);
+        changed.insert(g.name.clone(), json!(set));
+    }
+    sqlx::query("update workdo.workflows set dispatch = $2 where id = $1")
+        .bind(workflow_id)
+        .bind(&record)
+        .execute(&mut **tx)
+        .await?;
+    let matched: Vec<Value> = matches
+        .iter()
+        .filter(|m| m.fragments > 0)
+        .map(|m| {
+            json!({"rule": m.rule + 1, "op": m.op.as_str(), "generator": m.generator,
+                        "bricklets": m.bricklets, "fragments": m.fragments})
+        })
+        .collect();
+    events.push(
+        NewEvent::new(&object, "observed", actor)
+            .workflow(workflow_id)
+            .template(&template)
+            .version(version)
+            .step(observer)
+            .detail(json!({"matched": matched, "rules": matches.len(), "actsets": changed})),
+    );
+    Ok(())
+}
+
+/// Compose `generator`'s subnet into `claimed`'s workflow, before the generator's own completion
+/// is applied in the same transaction (so the counters its completion moves already include the
+/// subnet): the steps with their prerequisites and per-workflow edges, the generator's dependants
+/// made to wait for the subnet's last steps, the workflow's unfinished count, the dispatch
+/// record and an event. Does nothing when the generator no longer holds its lease (its result
+/// is then refused as lost) or already composed. Returns the subnet's first steps' claim keys.
+pub(super) async fn compose(
+    tx: &mut Transaction<'_, Postgres>,
+    (events, ready): (&mut EventBuf, &mut ReadyKeys),
+    (step_id, lease): (i64, Option<uuid::Uuid>),
+    generator: &str,
+    (spec, bricklets): (&Template, &Bricklets),
+    actor: &str,
+) -> Result<()> {
+    let held: Option<i64> = sqlx::query_scalar(
+        "select workflow_id from workdo.steps
+          where id = $1 and status = 'started' and lease_token is not distinct from $2 for update",
+    )
+    .bind(step_id)
+    .bind(lease)
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some(workflow_id) = held else {
+        return Ok(());
+    };
+    let (mut record, object, template, version, lane, priority): (
+        Value,
+        String,
+        String,
+        i32,
+        String,
+        i32,
+    ) = sqlx::query_as(
+        "select dispatch, object_id, template, version, lane, priority
+           from workdo.workflows where id = $1 for update",
+    )
+    .bind(workflow_id)
+    .fetch_one(&mut **tx)
+    .await?;
+    if !record.is_object() {
+        record = json!({});
+    }
+    if record["composed"].get(generator).is_some() {
+        return Ok(());
+    }
+    let Some(generate) = spec.step(generator).and_then(|s| s.generate.as_ref()) else {
+        return Ok(());
+    };
+    let actset: Actset =
+        serde_json::from_value(record["actsets"][generator].clone()).unwrap_or_default();
+    // Only bricklets of the refset compose (the set cannot hold others, but a stored record is
+    // data, and data is checked).
+    let actset: Actset = actset
+        .into_iter()
+        .filter(|(b, _)| generate.refset.contains(b) && bricklets.by_name.contains_key(b))
+        .collect();
+    let graph = dispatch::compose(&actset, &generate.rules);
+    let steps = dispatch::expand(generator, &graph, &bricklets.by_name);
+    let sinks = dispatch::sinks(&steps);
+    let dependants: Vec<String> = spec
+        .steps
+        .iter()
+        .filter(|s| s.prereqs.iter().any(|p| p == generator))
+        .map(|s| s.name.clone())
+        .collect();
+    insert_subnet(
+        tx,
+        workflow_id,
+        generator,
+        (&object, &template, version, &lane, priority),
+        &steps,
+    )
+    .await?;
+    let mut edges: Vec<(String, String)> = steps
+        .iter()
+        .flat_map(|s| s.prereqs.iter().map(|p| (p.clone(), s.name.clone())))
+        .collect();
+    if !sinks.is_empty() {
+        for d in &dependants {
+            for s in &sinks {
+                edges.push((s.clone(), d.clone()));
+            }
+        }
+        // They wait for the subnet's last steps too, and say so in their prerequisites.
+        sqlx::query(
+            "update workdo.steps set pending = pending + $3, prereqs = prereqs || $4,
+                                     updated_at = now()
+              where workflow_id = $1 and name = any($2)",
+        )
+        .bind(workflow_id)
+        .bind(&dependants)
+        .bind(i32::try_from(sinks.len()).unwrap_or(i32::MAX))
+        .bind(&sinks)
+        .execute(&mut **tx)
+        .await?;
+    }
+    let (from, to): (Vec<String>, Vec<String>) = edges.iter().cloned().unzip();
+    sqlx::query(
+        "insert into workdo.workflow_edges (workflow_id, step, dependant)
+         select $1, f, t from unnest($2::text[], $3::text[]) as e(f, t) on conflict do nothing",
+    )
+    .bind(workflow_id)
+    .bind(&from)
+    .bind(&to)
+    .execute(&mut **tx)
+    .await?;
+    let subnet: Vec<Value> = steps
+        .iter()
+        .map(|s| {
+            json!({"step": s.name, "bricklet": s.bricklet, "instance": s.instance,
+                        "prereqs": s.prereqs})
+        })
+        .collect();
+    record["composed"][generator] = json!({
+        "actset": actset,
+        "steps": steps.len(),
+        "bricklet_sha256": bricklets.sha256,
+    });
+    sqlx::query(
+        "update workdo.workflows set dispatch = $2, unfinished = unfinished + $3 where id = $1",
+    )
+    .bind(workflow_id)
+    .bind(&record)
+    .bind(i32::try_from(steps.len()).unwrap_or(i32::MAX))
+    .execute(&mut **tx)
+    .await?;
+    events.push(
+        NewEvent::new(&object, "composed", actor)
+            .workflow(workflow_id)
+            .template(&template)
+            .version(version)
+            .step(generator)
+            .detail(json!({"actset": actset, "subnet": subnet,
+                           "edges": graph.labelled_edges(), "bricklet_sha256": bricklets.sha256})),
+    );
+    let firsts: Vec<String> = steps
+        .iter()
+        .filter(|s| s.prereqs.is_empty() && s.spec.function.is_some())
+        .map(|s| format!("{}/{}", s.bricklet, s.spec.name))
+        .collect();
+    ready.add(&template, &firsts);
+    Ok(())
+}
+
+/// The subnet's step rows: ready when they have no prerequisite, else waiting for them.
+async fn insert_subnet(
+    conn: &mut PgConnection,
+    workflow_id: i64,
+    generator: &str,
+    (object, template, version, lane, priority): (&str, &str, i32, &str, i32),
+    steps: &[dispatch::GeneratedStep],
+) -> Result<()> {
+    if steps.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
+    let statuses: Vec<&str> = steps
+        .iter()
+        .map(|s| {
+            if s.prereqs.is_empty() {
+                "ready"
+            } else {
+                "waiting"
+            }
+        })
+        .collect();
+    let prereqs: Vec<Value> = steps.iter().map(|s| json!(s.prereqs)).collect();
+    let pendings: Vec<i32> = steps
+        .iter()
+        .map(|s| i32::try_from(s.prereqs.len()).unwrap_or(i32::MAX))
+        .collect();
+    let limits: Vec<i32> = steps
+        .iter()
+        .map(|s| i32::try_from(s.spec.error_limit.max(1)).unwrap_or(i32::MAX))
+        .collect();
+    let lifecycles: Vec<Option<&str>> = steps.iter().map(|s| s.spec.lifecycle.as_deref()).collect();
+    let queues: Vec<Option<String>> = steps
+        .iter()
+        .map(|s| {
+            (s.spec.function.is_some() && !s.spec.skip_queue)
+                .then(|| format!("{template}:{}/{}", s.bricklet, s.spec.name))
+        })
+        .collect();
+    let generated: Vec<Value> = steps
+        .iter()
+        .map(|s| json!({"generator": generator, "bricklet": s.bricklet, "instance": s.instance}))
+        .collect();
+    sqlx::query(
+        "insert into workdo.steps
+            (workflow_id, object_id, template, version, lane, name, status, prereqs, pending,
+             priority, max_attempts, lifecycle, queue, generated)
+         select $1, $2, $3, $4, $5, t.name, t.status,
+                array(select jsonb_array_elements_text(t.prereqs)), t.pending, $6, t.max_attempts,
+                t.lifecycle, t.queue, t.generated
+           from unnest($7::text[], $8::text[], $9::jsonb[], $10::int[], $11::int[], $12::text[],
+                       $13::text[], $14::jsonb[])
+                with ordinality as t(name, status, prereqs, pending, max_attempts, lifecycle,
+                                     queue, generated, n)
+          order by t.n",
+    )
+    .bind(workflow_id)
+    .bind(object)
+    .bind(template)
+    .bind(version)
+    .bind(lane)
+    .bind(priority)
+    .bind(&names)
+    .bind(&statuses)
+    .bind(&prereqs)
+    .bind(&pendings)
+    .bind(&limits)
+    .bind(&lifecycles)
+    .bind(&queues)
+    .bind(&generated)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
