@@ -45,6 +45,8 @@ async fn quick_bench_runs_every_scenario_and_checks_itself() {
         "function calls, warm, pool 2, one call at a time each",
         "function calls, warm, pool 2, 16 calls pipelined each",
         "function calls, exec, 2 at a time",
+        "claim+complete, 2 steps then 10 side by side, ordinary steps",
+        "claim+complete, the same composed at run time (observer, generator, 10 generated)",
     ] {
         assert!(
             names.contains(&expected),

@@ -391,3 +391,88 @@ fn a_large_xml_template_loads_and_names_lines_deep_in_it() {
     let loaded = support::template("big.xml", &ok);
     assert_eq!(loaded.template.steps.len(), 20_001);
 }
+
+#[test]
+fn dispatch_rules_are_checked_when_loading_all_at_once() {
+    let yaml = r#"name: badDispatchWF
+steps:
+  - name: look
+    observe:
+      document: content
+      rules:
+        - { match: "//file[", op: add, generator: gen, bricklets: [a] }
+        - { match: "//file", op: add, generator: nope, bricklets: [a] }
+        - { match: "//file", op: merge, generator: gen, bricklets: [zz] }
+        - { match: "//file", op: undo, generator: gen, bricklets: [a] }
+  - name: gen
+    prereqs: [look]
+    generate:
+      refset: [a, b]
+      rules:
+        - before: [a, b]
+        - before: [b, a]
+        - sequence: a
+        - parallel: a
+        - parallel: c
+bricklets:
+  - { name: a, steps: [{ name: run }] }
+  - { name: b, steps: [{ name: run, prereqs: [nothere] }] }
+"#;
+    let p = problems("d.yaml", yaml);
+    let all = p.join("\n");
+    for expected in [
+        "match: rule 1: \"//file[\": not an XPath 1.0 expression",
+        "generator: rule 2: \"nope\" is not a generator step of badDispatchWF",
+        "bricklets: rule 3: bricklet \"zz\" is not in the refset of gen",
+        "bricklets: rule 4: undo of \"a\", which names no compensate",
+        "rules: \"a\" is expanded both by sequence and by parallel: choose one",
+        "rules: parallel: \"c\" is not in the refset",
+        "rules: before rules form a cycle: a -> b -> a",
+        "bricklets: b: prereq: unknown prerequisite \"nothere\"",
+    ] {
+        assert!(all.contains(expected), "missing {expected:?} in:\n{all}");
+    }
+    // Each names the file and a line.
+    assert!(p.iter().all(|x| x.starts_with("d.yaml:")), "{all}");
+}
+
+#[tokio::test]
+async fn a_refset_naming_an_unloaded_bricklet_file_is_refused_when_saved() {
+    let t = support::db().await;
+    let yaml = "name: needsWF\nsteps:\n  - name: gen\n    generate: { refset: [ext-md] }\n";
+    let err = t
+        .store
+        .template_save(&support::template("needs.yaml", yaml))
+        .await
+        .expect_err("refused");
+    assert!(
+        err.to_string()
+            .contains("neither defined in it nor loaded: ext-md"),
+        "{err}"
+    );
+    // Loaded as a bricklet file first, the same template saves.
+    support::load(
+        &t.store,
+        "ext-md.yaml",
+        "kind: bricklet\nname: ext-md\nsteps:\n  - name: extract\n    function: { builtin: noop }\n",
+    )
+    .await;
+    t.store
+        .template_save(&support::template("needs.yaml", yaml))
+        .await
+        .expect("saved once the bricklet is loaded");
+    // A bricklet is not a template: it cannot be started, and a template cannot take its name.
+    assert!(t.store.template_current("ext-md").await.is_err());
+    let clash = t
+        .store
+        .template_save(&support::template(
+            "clash.yaml",
+            "name: ext-md\nsteps:\n  - name: a\n",
+        ))
+        .await
+        .expect_err("refused");
+    assert!(
+        clash.to_string().contains("is a bricklet already"),
+        "{clash}"
+    );
+}

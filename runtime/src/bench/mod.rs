@@ -30,7 +30,8 @@ use crate::model::template;
 use crate::store::Store;
 use crate::store::db::{self, with_database};
 use scenarios::{
-    DAG, DagRun, call_rate, claim_complete, dag, load, scale, start_rate, wake_latency, yardstick,
+    DAG, DagRun, call_rate, claim_complete, dag, fanout, load, scale, start_rate, wake_latency,
+    yardstick,
 };
 
 #[derive(Debug, Clone)]
@@ -55,6 +56,8 @@ pub enum Scenario {
     Scale,
     /// Function calls alone, no database: warm (one at a time and pipelined) and exec.
     Calls,
+    /// Generated steps (dynamic dispatch) against ordinary ones of the same shape.
+    Dispatch,
 }
 
 impl Options {
@@ -107,6 +110,8 @@ struct Sizes {
     small: i64,
     large: i64,
     claims: usize,
+    /// Workflows of the dispatch scenario (12 steps each).
+    fanout: usize,
 }
 
 impl Sizes {
@@ -122,6 +127,7 @@ impl Sizes {
                 small: 2_000,
                 large: 10_000,
                 claims: 50,
+                fanout: 20,
             }
         } else {
             // 5,000 DAG workflows: a run of several seconds, so the figure is the steady rate
@@ -138,6 +144,7 @@ impl Sizes {
                 small: 10_000,
                 large: 1_000_000,
                 claims: 200,
+                fanout: 2_000,
             }
         }
     }
@@ -217,6 +224,9 @@ pub async fn run(
     }
     if opts.runs(Scenario::Calls) {
         call_rows(&exe, opts.quick, runs, &mut rows).await?;
+    }
+    if opts.runs(Scenario::Dispatch) {
+        dispatch_rows(&store, &sizes, runs, &mut rows).await?;
     }
     pool.close().await;
     print(out, &rows, runs, opts.quick, json)?;
@@ -304,6 +314,35 @@ async fn dag_rows(
             w,
         ));
     }
+    Ok(())
+}
+
+/// Generated steps against ordinary steps of the same shape, runs alternating so that both
+/// see the same machine; the generated row's ratio is against the ordinary median.
+async fn dispatch_rows(
+    store: &Store,
+    sizes: &Sizes,
+    runs: usize,
+    rows: &mut Vec<Row>,
+) -> Result<()> {
+    let (mut ordinary, mut generated) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        ordinary.push(fanout(store, sizes.fanout, 10, false).await?);
+        generated.push(fanout(store, sizes.fanout, 10, true).await?);
+    }
+    let base = row(
+        "claim+complete, 2 steps then 10 side by side, ordinary steps".into(),
+        "steps/s",
+        ordinary,
+    );
+    let mut gen_row = row(
+        "claim+complete, the same composed at run time (observer, generator, 10 generated)".into(),
+        "steps/s",
+        generated,
+    );
+    gen_row.ratio = Some(gen_row.median / base.median);
+    rows.push(base);
+    rows.push(gen_row);
     Ok(())
 }
 

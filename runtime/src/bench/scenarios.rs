@@ -349,3 +349,65 @@ pub(super) async fn scale(store: &Store, waiting: i64, claims: usize) -> Result<
 
 /// The scale figure's template: one step, which the claims take.
 const SCALE: &str = "name: benchScaleWF\nsteps:\n  - { name: work, function: { builtin: noop } }\n";
+
+/// Generated steps against ordinary ones of the same shape: each workflow is two steps, then
+/// `width` steps side by side after them. Generated: an observer finds `width` fragments in the
+/// object's document and a generator composes `width` parallel instances of a one-step
+/// bricklet. Ordinary: the same twelve steps, fixed in the template. Returns steps per second
+/// (all of them, claimed and completed through the runtime; every one checked to have
+/// completed exactly once).
+pub(super) async fn fanout(
+    store: &Store,
+    workflows: usize,
+    width: usize,
+    generated: bool,
+) -> Result<f64> {
+    store.bench_reset().await?;
+    let noop = "{ builtin: noop, concurrency: 100 }";
+    let template = if generated {
+        load(
+            store,
+            "bench-gen.yaml",
+            &format!(
+                "name: benchGenWF\nsteps:\n  - {{ name: look, observe: {{ document: d, rules: [{{ match: '//f', op: add, generator: gen, bricklets: [w] }}] }} }}\n  - {{ name: gen, prereqs: [look], generate: {{ refset: [w], rules: [{{ parallel: w }}] }} }}\nbricklets:\n  - {{ name: w, steps: [{{ name: work, function: {noop} }}] }}\n"
+            ),
+        )
+        .await?;
+        "benchGenWF"
+    } else {
+        let mut source = format!(
+            "name: benchFanWF\nsteps:\n  - {{ name: look, function: {noop} }}\n  - {{ name: gen, prereqs: [look], function: {noop} }}\n"
+        );
+        for i in 1..=width {
+            source.push_str(&format!(
+                "  - {{ name: w{i}, prereqs: [gen], function: {noop} }}\n"
+            ));
+        }
+        load(store, "bench-fan.yaml", &source).await?;
+        "benchFanWF"
+    };
+    let ids = objects("fan", workflows);
+    let document = format!("<d>{}</d>", "<f/>".repeat(width));
+    store.bench_documents(&ids, "d", &document).await?;
+    start_bulk(store, template, &ids).await?;
+    store.bench_analyze().await?;
+    let bindings: Vec<_> = runtime::bindings(store, &[])
+        .await?
+        .into_iter()
+        .filter(|b| b.template == template)
+        .collect();
+    let config = runtime::Config {
+        schedules: false,
+        ..runtime::Config::default()
+    };
+    let token = CancellationToken::new();
+    let began = Instant::now();
+    let run = tokio::spawn(runtime::run(store.clone(), config, bindings, token.clone()));
+    wait_completed(store, template, workflows).await?;
+    let steps = workflows * (2 + width);
+    let rate = steps as f64 / began.elapsed().as_secs_f64();
+    token.cancel();
+    run.await??;
+    store.bench_check_exactly_once(steps as i64).await?;
+    Ok(rate)
+}

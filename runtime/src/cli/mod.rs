@@ -96,7 +96,14 @@ pub enum Command {
         all: bool,
     },
     /// Put steps in error back in the queue, attempts reset.
-    Retry(FilterArgs),
+    Retry {
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Run finished (completed or skipped) steps again instead, e.g. an observer after its
+        /// document changed (a filter is required).
+        #[arg(long)]
+        again: bool,
+    },
     /// Skip unfinished steps.
     Skip(FilterArgs),
     /// Why a step is not running.
@@ -234,7 +241,7 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
             filter,
             all,
         } => steps::prioritize(&store, priority, &filter, all, json, out).await?,
-        Command::Retry(filter) => steps::retry(&store, &filter, json, out).await?,
+        Command::Retry { filter, again } => steps::retry(&store, &filter, again, json, out).await?,
         Command::Skip(filter) => steps::skip(&store, &filter, json, out).await?,
         Command::Why {
             object,

@@ -133,10 +133,19 @@ pub(super) async fn prioritize(
 pub(super) async fn retry(
     store: &Store,
     filter: &FilterArgs,
+    again: bool,
     json: bool,
     out: &mut impl Write,
 ) -> Result<()> {
-    let n = store.steps_retry(&step_filter(filter)?, &actor()).await?;
+    let f = step_filter(filter)?;
+    let n = if again {
+        if f.object.is_none() && f.template.is_none() && f.step.is_none() && f.property.is_none() {
+            bail!("retry --again needs at least one of --object, --template, --step or --property");
+        }
+        store.steps_again(&f, &actor()).await?
+    } else {
+        store.steps_retry(&f, &actor()).await?
+    };
     Ok(emit(out, json, &serde_json::json!({"steps": n}), |o| {
         writeln!(o, "{n} steps put back in the queue")
     })?)

@@ -67,7 +67,12 @@ async fn load(
     emit(out, json, &rows, |o| {
         for (l, (_, saved)) in loaded.iter().zip(&report) {
             let what = format!(
-                "{} ({} steps, sha256 {}) from {}",
+                "{}{} ({} steps, sha256 {}) from {}",
+                if l.kind == crate::model::template::Kind::Bricklet {
+                    "bricklet "
+                } else {
+                    ""
+                },
                 l.template.name,
                 l.template.steps.len(),
                 &l.sha256[..12],
@@ -91,14 +96,20 @@ async fn load(
 }
 
 async fn list(store: &Store, json: bool, out: &mut impl Write) -> Result<()> {
-    let rows = store.template_list().await?;
+    let mut rows = store.template_list().await?;
+    rows.extend(store.bricklet_list().await?);
     emit(out, json, &rows, |o| {
         table(
             o,
-            &["template", "steps", "versions", "sha256", "loaded"],
+            &["template", "kind", "steps", "versions", "sha256", "loaded"],
             rows.iter().map(|r| {
                 vec![
                     r.name.clone(),
+                    if r.kind == "bricklet" {
+                        "bricklet".into()
+                    } else {
+                        "template".into()
+                    },
                     r.spec.steps.len().to_string(),
                     r.versions.to_string(),
                     r.sha256[..12].to_string(),
@@ -111,7 +122,10 @@ async fn list(store: &Store, json: bool, out: &mut impl Write) -> Result<()> {
 }
 
 async fn show(store: &Store, name: &str, json: bool, out: &mut impl Write) -> Result<()> {
-    let row = store.template_current(name).await?;
+    let row = match store.template_current(name).await {
+        Ok(row) => row,
+        Err(e) => store.bricklet_current(name).await?.ok_or(e)?,
+    };
     emit(out, json, &row, |o| {
         writeln!(
             o,
@@ -126,6 +140,7 @@ async fn show(store: &Store, name: &str, json: bool, out: &mut impl Write) -> Re
                 "lifecycle",
                 "error-limit",
                 "function",
+                "dispatch",
             ],
             row.spec.steps.iter().map(|s| {
                 vec![
@@ -135,6 +150,9 @@ async fn show(store: &Store, name: &str, json: bool, out: &mut impl Write) -> Re
                     s.error_limit.to_string(),
                     match (&s.function, s.skip_queue) {
                         (_, true) => "skip-queue".into(),
+                        (None, _) if s.observe.is_some() || s.generate.is_some() => {
+                            "runtime".into()
+                        }
                         (None, _) => "human".into(),
                         (Some(f), _) => format!("{:?}", f.runner)
                             .split_whitespace()
@@ -142,9 +160,70 @@ async fn show(store: &Store, name: &str, json: bool, out: &mut impl Write) -> Re
                             .unwrap_or_default()
                             .to_lowercase(),
                     },
+                    dispatch_of(s),
                 ]
             }),
-        )
+        )?;
+        for b in &row.spec.bricklets {
+            writeln!(
+                o,
+                "bricklet {}{}: {}",
+                b.name,
+                b.compensate
+                    .as_ref()
+                    .map(|c| format!(" (compensated by {c})"))
+                    .unwrap_or_default(),
+                b.steps
+                    .iter()
+                    .map(|s| s.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )?;
+        }
+        Ok(())
     })?;
     Ok(())
+}
+
+/// What a step does in dynamic dispatch: the document and rules it observes, or the refset
+/// and construction rules it composes.
+fn dispatch_of(s: &crate::model::template::StepSpec) -> String {
+    use crate::model::dispatch::Construction;
+    if let Some(o) = &s.observe {
+        let rules: Vec<String> = o
+            .rules
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {} -> {} [{}]",
+                    r.op.as_str(),
+                    r.xpath,
+                    r.generator,
+                    r.bricklets.join(", ")
+                )
+            })
+            .collect();
+        return format!("observes {}: {}", o.document, rules.join("; "));
+    }
+    if let Some(g) = &s.generate {
+        let rules: Vec<String> = g
+            .rules
+            .iter()
+            .map(|r| match r {
+                Construction::Before([a, b]) => format!("{a} < {b}"),
+                Construction::Sequence(a) => format!("{a} in sequence"),
+                Construction::Parallel(a) => format!("{a} in parallel"),
+            })
+            .collect();
+        return format!(
+            "generates from refset [{}]{}",
+            g.refset.join(", "),
+            if rules.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", rules.join(", "))
+            }
+        );
+    }
+    String::new()
 }

@@ -158,8 +158,10 @@ pub async fn bindings(store: &Store, only: &[String]) -> Result<Vec<Binding>, Wo
                 runner: crate::model::template::Runner::Builtin {
                     name: "noop".into(),
                 },
-                timeout_secs: 30.0,
-                concurrency: 4,
+                // In process and quick: a short lease, so that a crashed runtime's observer
+                // or generator is taken up again soon.
+                timeout_secs: 5.0,
+                concurrency: 32,
                 env: BTreeMap::new(),
                 documents: Vec::new(),
             });

@@ -75,6 +75,20 @@ impl Store {
         Ok(())
     }
 
+    /// Register `ids` with the same document `name` (the dispatch scenario's observers read it).
+    pub async fn bench_documents(&self, ids: &[String], name: &str, content: &str) -> Result<()> {
+        sqlx::query(
+            "with o as (insert into workdo.objects (id) select unnest($1::text[]) returning id)
+             insert into workdo.documents (object_id, name, content) select id, $2, $3 from o",
+        )
+        .bind(ids)
+        .bind(name)
+        .bind(content)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     /// Refresh the planner's statistics of the steps.
     pub async fn bench_analyze(&self) -> Result<()> {
         sqlx::query("analyze workdo.steps")

@@ -38,6 +38,28 @@ impl Store {
         .await
     }
 
+    /// Run finished (completed or skipped) steps matching `filter` again: back to waiting (ready
+    /// when their prerequisites are done), attempts reset, their dependants waiting for them
+    /// again. An observer run again sees its document as it is now. Returns how many.
+    pub async fn steps_again(&self, filter: &StepFilter, actor: &str) -> Result<usize> {
+        let mut tx = self.pool.begin().await?;
+        let ids = matching_ids(&mut tx, filter, true).await?;
+        let changes: Vec<Change> = ids
+            .into_iter()
+            .map(|id| {
+                let mut c = Change::new(id, Status::Waiting, "retried");
+                c.reset_attempts = true;
+                c
+            })
+            .collect();
+        let n = Self::steps_apply(&mut tx, &changes, actor)
+            .await?
+            .changed
+            .len();
+        tx.commit().await?;
+        Ok(n)
+    }
+
     /// Skip every unfinished step matching `filter`. Returns how many.
     pub async fn steps_skip(&self, filter: &StepFilter, actor: &str) -> Result<usize> {
         self.bulk(filter, actor, |id| {
@@ -121,6 +143,16 @@ impl Store {
 
 /// Ids of the active, unfinished steps matching `filter`, locked.
 async fn filtered_ids(tx: &mut Transaction<'_, Postgres>, f: &StepFilter) -> Result<Vec<i64>> {
+    matching_ids(tx, f, false).await
+}
+
+/// Ids of the active steps matching `filter`, unfinished or (`finished`) completed or
+/// skipped, locked.
+async fn matching_ids(
+    tx: &mut Transaction<'_, Postgres>,
+    f: &StepFilter,
+    finished: bool,
+) -> Result<Vec<i64>> {
     let (prop_key, prop_value) = match &f.property {
         Some((k, v)) => (Some(k.as_str()), Some(v.clone())),
         None => (None, None),
@@ -128,7 +160,7 @@ async fn filtered_ids(tx: &mut Transaction<'_, Postgres>, f: &StepFilter) -> Res
     let ids: Vec<i64> = sqlx::query_scalar(
         "select s.id from workdo.steps s
           where s.active
-            and s.status not in ('completed', 'skipped')
+            and (s.status in ('completed', 'skipped')) = $8
             and ($1::text is null
                  or s.workflow_id in (select w.id from workdo.workflows w where w.object_id = $1))
             and ($2::text is null or s.template = $2)
@@ -148,6 +180,7 @@ async fn filtered_ids(tx: &mut Transaction<'_, Postgres>, f: &StepFilter) -> Res
     .bind(prop_key)
     .bind(prop_value)
     .bind(f.workflow)
+    .bind(finished)
     .fetch_all(&mut **tx)
     .await?;
     Ok(ids)
