@@ -307,6 +307,15 @@ async fn an_error_in_a_subnet_holds_the_dependants_and_alerts() {
     .await
     .expect("done");
     assert_eq!((done.as_str(), workflow.as_str()), ("waiting", "active"));
+    // `why` names the generated steps it waits for.
+    let why = t.store.why("obj:f", "failWF", "done").await.expect("why");
+    assert!(
+        why.reasons
+            .iter()
+            .any(|r| r.starts_with("waiting for prerequisite gen/bad#1/run (error)")),
+        "{:?}",
+        why.reasons
+    );
     let alerts: i64 = sqlx::query_scalar(
         "select count(*) from workdo.alert_outbox where payload ->> 'step' like 'gen/bad#%/run'",
     )
@@ -618,4 +627,100 @@ async fn the_digital_library_example_runs_end_to_end_under_workdo_up() {
         dot.matches(" -> ").count(),
         graph.matches("-->").count() + graph.matches("-.->").count()
     );
+}
+
+#[tokio::test]
+async fn an_observers_function_runs_first_and_its_document_is_the_one_observed() {
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The function rewrites the document (as a characterisation tool would): the rules see
+    // its version, not the one the object had.
+    let f = support::function_script(
+        dir.path(),
+        "characterise.sh",
+        "#!/bin/sh\ncat >/dev/null\necho '{\"status\":\"completed\",\"object\":{\"documents\":{\"content\":\"<content><file kind=\\\"audio\\\"/><file kind=\\\"audio\\\"/></content>\"}}}'\n",
+    );
+    let source = CONTENT_WF.replacen(
+        "  - name: look\n    observe:",
+        &format!("  - name: look\n    function: {{ exec: {f} }}\n    observe:"),
+        1,
+    );
+    load(&t.store, "content.yaml", &source).await;
+    put_document(
+        &t,
+        "obj:fn",
+        "content",
+        "<content><file kind='image'/></content>",
+    )
+    .await;
+    t.store
+        .workflow_start(&StartRequest::new("contentWF", &["obj:fn"]))
+        .await
+        .expect("start");
+    let rt = start(&t.store, config()).await;
+    wait_until(
+        t.pool(),
+        "select bool_and(status = 'completed') from workdo.workflows",
+        30,
+    )
+    .await;
+    rt.stop().await;
+    assert_eq!(
+        generated_names(&t, "obj:fn").await,
+        vec!["gen/audio#1/run", "gen/audio#2/run"]
+    );
+    // The function's document was stored with its result.
+    let stored: String = sqlx::query_scalar(
+        "select content from workdo.documents where object_id = 'obj:fn' and name = 'content'",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("document");
+    assert!(stored.contains("audio"), "{stored}");
+}
+
+#[tokio::test]
+async fn a_subnet_over_the_limit_fails_its_generator_and_nothing_else() {
+    let t = db().await;
+    load(&t.store, "content.yaml", CONTENT_WF).await;
+    let many = format!(
+        "<content>{}</content>",
+        "<file kind='image'/>".repeat(10_001)
+    );
+    put_document(&t, "obj:many", "content", &many).await;
+    put_document(
+        &t,
+        "obj:few",
+        "content",
+        "<content><file kind='image'/></content>",
+    )
+    .await;
+    let mut req = StartRequest::new("contentWF", &[]);
+    req.objects = vec!["obj:many".into(), "obj:few".into()];
+    t.store.workflow_start(&req).await.expect("start");
+    let rt = start(&t.store, config()).await;
+    wait_until(
+        t.pool(),
+        "select status = 'error' from workdo.steps where object_id = 'obj:many' and name = 'gen'",
+        60,
+    )
+    .await;
+    wait_until(
+        t.pool(),
+        "select status = 'completed' from workdo.workflows where object_id = 'obj:few'",
+        60,
+    )
+    .await;
+    rt.stop().await;
+    let message: String = sqlx::query_scalar(
+        "select error_message from workdo.steps where object_id = 'obj:many' and name = 'gen'",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("message");
+    assert!(
+        message.contains("would compose 10001 steps, over the limit of 10000"),
+        "{message}"
+    );
+    assert!(generated_names(&t, "obj:many").await.is_empty());
 }

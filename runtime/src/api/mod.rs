@@ -133,6 +133,7 @@ impl From<StoreError> for ApiError {
             | StoreError::Invalid { .. }
             | StoreError::ObjectId(_)
             | StoreError::UnknownBricklets { .. }
+            | StoreError::SubnetTooLarge { .. }
             | StoreError::Schedule(_) => StatusCode::BAD_REQUEST,
             // The last line of defence for a character Postgres cannot store in a field the
             // checks above do not see (e.g. inside an uploaded template).

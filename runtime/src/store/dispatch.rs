@@ -11,7 +11,7 @@ use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::events::{EventBuf, NewEvent, ReadyKeys};
 use super::steps::Claimed;
-use super::{Result, Store};
+use super::{Result, Store, StoreError};
 use crate::model::dispatch::{self, Actset, Bricklet, RuleMatch};
 use crate::model::template::Template;
 
@@ -252,6 +252,16 @@ pub(super) async fn compose(
         .into_iter()
         .filter(|(b, _)| generate.refset.contains(b) && bricklets.by_name.contains_key(b))
         .collect();
+    // Counted before anything is built: past the limit the generator fails (its result is
+    // refused, and the completer records the step in error with this message).
+    let size = dispatch::subnet_size(&actset, &generate.rules, &bricklets.by_name);
+    if size > dispatch::MAX_SUBNET_STEPS {
+        return Err(StoreError::SubnetTooLarge {
+            generator: generator.to_string(),
+            steps: size,
+            max: dispatch::MAX_SUBNET_STEPS,
+        });
+    }
     let graph = dispatch::compose(&actset, &generate.rules);
     let steps = dispatch::expand(generator, &graph, &bricklets.by_name);
     let sinks = dispatch::sinks(&steps);

@@ -93,6 +93,15 @@ pub enum StoreError {
         template: String,
         names: Vec<String>,
     },
+    #[error(
+        "generator {generator} would compose {steps} steps, over the limit of {max}: its observers \
+         matched more fragments than a subnet should hold"
+    )]
+    SubnetTooLarge {
+        generator: String,
+        steps: u64,
+        max: u64,
+    },
     #[error("{0}")]
     Schedule(String),
     #[error("stored template {0} cannot be read: {1}")]

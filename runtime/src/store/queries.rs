@@ -367,9 +367,16 @@ impl Store {
                 s.run_at.to_rfc3339()
             )),
             "ready" => {
+                // A generated step waits in its bricklet step's queue, shared by every instance.
+                let queue = s
+                    .queue
+                    .clone()
+                    .unwrap_or_else(|| format!("{}:{}", s.template, s.name));
                 let ahead: i64 = sqlx::query_scalar(
                     "select count(*) from workdo.steps
-                      where template = $1 and name = $2 and status = 'ready' and active
+                      where (case when $6::text is null then template = $1 and name = $2
+                                  else queue = $6 end)
+                        and status = 'ready' and active
                         and (priority > $3 or (priority = $3 and (run_at, id) < ($4, $5)))",
                 )
                 .bind(&s.template)
@@ -377,28 +384,31 @@ impl Store {
                 .bind(s.priority)
                 .bind(s.run_at)
                 .bind(s.id)
+                .bind(&s.queue)
                 .fetch_one(&self.pool)
                 .await?;
                 reasons.push(format!(
-                    "ready since {}, priority {}, {ahead} ahead of it in the {}:{} queue",
+                    "ready since {}, priority {}, {ahead} ahead of it in the {queue} queue",
                     s.run_at.to_rfc3339(),
                     s.priority,
-                    s.template,
-                    s.name
                 ));
+                if s.generated.is_some() && s.queue.is_none() {
+                    reasons.push(
+                        "no function: a human (or external robot) task, completed through the API, CLI or web page"
+                            .into(),
+                    );
+                }
                 match spec_step {
                     Some(st) if st.skip_queue => reasons.push(
                         "skip-queue: no worker runs it; it is set through the API, CLI or web page"
                             .into(),
                     ),
-                    Some(st) if st.function.is_none() => reasons.push(
+                    Some(st) if !st.is_run() => reasons.push(
                         "no function: a human (or external robot) task, completed through the API, CLI or web page"
                             .into(),
                     ),
-                    _ => reasons.push(format!(
-                        "waiting for a worker running {}:{}",
-                        s.template, s.name
-                    )),
+                    _ if s.generated.is_some() && s.queue.is_none() => {}
+                    _ => reasons.push(format!("waiting for a worker running {queue}")),
                 }
             }
             "started" => reasons.push(match (&s.lease_owner, s.lease_expires_at) {

@@ -110,6 +110,30 @@ pub fn compose(actset: &Actset, rules: &[Construction]) -> Graph {
     g
 }
 
+/// The most steps one generator composes: past it, the generator fails with an error saying so
+/// (a rule matching a million fragments must not become a million step rows by accident).
+pub const MAX_SUBNET_STEPS: u64 = 10_000;
+
+/// How many steps composing `actset` by `rules` makes, counted without building the subnet
+/// (saturating, so that absurd counts stay absurd instead of wrapping).
+pub fn subnet_size(
+    actset: &Actset,
+    rules: &[Construction],
+    bricklets: &BTreeMap<String, Bricklet>,
+) -> u64 {
+    actset
+        .iter()
+        .map(|(b, &f)| {
+            let expanded = rules.iter().any(
+                |r| matches!(r, Construction::Sequence(x) | Construction::Parallel(x) if x == b),
+            );
+            let instances = if expanded { u64::from(f.max(1)) } else { 1 };
+            let steps = bricklets.get(b).map_or(0, |b| b.steps.len() as u64);
+            instances.saturating_mul(steps)
+        })
+        .fold(0u64, u64::saturating_add)
+}
+
 /// A step of an expanded subnet, ready to become a step row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GeneratedStep {

@@ -24,7 +24,8 @@ mod compose;
 mod tests;
 
 pub use compose::{
-    GeneratedStep, Graph, Node, before_cycle, compose, expand, generated_name, sinks,
+    GeneratedStep, Graph, MAX_SUBNET_STEPS, Node, before_cycle, compose, expand, generated_name,
+    sinks, subnet_size,
 };
 
 /// A reusable process fragment: one or more steps, prerequisites among them.
