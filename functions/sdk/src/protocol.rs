@@ -63,6 +63,10 @@ pub struct Outcome {
     /// `completed`: workflows to start on this object.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub start: Vec<StartWorkflow>,
+    /// `completed`, for a state machine's `call` action: the signal sent back to the job
+    /// (default `done`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
     /// `error`: short message for reports and mail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

@@ -225,6 +225,16 @@ async fn workflows_start(State(s): State<AppState>, c: Caller, body: Bytes) -> A
     if b.objects.is_empty() {
         return Err(ApiError::bad_request("`objects` is empty"));
     }
+    // A machine may say who starts it.
+    if let Ok(t) = s.store.template_current(&b.template).await
+        && let Some(m) = &t.spec.machine
+        && !m.access.clone().unwrap_or_default().may_start(c.0.as_str())
+    {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!("a {} token may not start {}", c.0.as_str(), b.template),
+        ));
+    }
     let req = StartRequest {
         template: b.template,
         objects: b.objects,

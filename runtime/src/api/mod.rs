@@ -5,6 +5,7 @@
 
 mod input;
 mod json;
+mod machines;
 mod openapi;
 mod workdo;
 
@@ -46,6 +47,7 @@ pub fn app(state: AppState) -> Router {
         .route("/health", get(|| async { "ok" }))
         .route("/openapi.json", get(openapi::document))
         .merge(json::router())
+        .merge(machines::router())
         .merge(workdo::router())
         .layer(DefaultBodyLimit::max(DEFAULT_BODY_LIMIT))
         .layer(axum::middleware::from_fn(input::refuse_nul))
@@ -126,9 +128,10 @@ impl From<StoreError> for ApiError {
             | StoreError::UnknownObject(_)
             | StoreError::UnknownWorkflow { .. }
             | StoreError::UnknownStep { .. } => StatusCode::NOT_FOUND,
-            StoreError::StatusMismatch { .. } | StoreError::OldVersion { .. } => {
-                StatusCode::CONFLICT
-            }
+            StoreError::StatusMismatch { .. }
+            | StoreError::OldVersion { .. }
+            | StoreError::SignalRefused(_)
+            | StoreError::TransitionRolledBack(_) => StatusCode::CONFLICT,
             StoreError::InvalidStatus { .. }
             | StoreError::Invalid { .. }
             | StoreError::ObjectId(_)
@@ -162,13 +165,20 @@ impl IntoResponse for ApiError {
 }
 
 /// The authenticated caller.
-#[derive(Debug, Clone, Copy)]
-pub struct Caller(pub Role);
+#[derive(Debug, Clone)]
+pub struct Caller(pub Role, pub Option<Scope>);
+
+/// A token scoped to one job and some of its signals.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    pub workflow: i64,
+    pub signals: Vec<String>,
+}
 
 impl Caller {
     /// 403 unless the caller's role includes `role`.
-    pub fn require(self, role: Role) -> ApiResult<()> {
-        if self.0 >= role {
+    pub fn require(&self, role: Role) -> ApiResult<()> {
+        if self.1.is_none() && self.0 >= role {
             Ok(())
         } else {
             Err(ApiError::new(
@@ -188,7 +198,7 @@ impl FromRequestParts<AppState> for Caller {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         if state.access == Access::Open {
-            return Ok(Caller(Role::Admin));
+            return Ok(Caller(Role::Admin, None));
         }
         let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, m);
         let header = parts
@@ -201,8 +211,21 @@ impl FromRequestParts<AppState> for Caller {
             .and_then(|h| h.strip_prefix("Bearer "))
             .map(str::trim)
             .ok_or_else(|| unauthorized("the Authorization header is not `Bearer <token>`"))?;
-        match state.store.token_role(token).await? {
-            Some(role) => Ok(Caller(role)),
+        match state.store.token_auth(token).await? {
+            Some((role, None)) => Ok(Caller(role, None)),
+            // A scoped token signals its job and does nothing else, reads included.
+            Some((role, Some((workflow, signals)))) => {
+                if !parts.uri.path().ends_with("/signals") {
+                    return Err(ApiError::new(
+                        StatusCode::FORBIDDEN,
+                        format!(
+                            "this token may only send {} to workflow {workflow}",
+                            signals.join(", ")
+                        ),
+                    ));
+                }
+                Ok(Caller(role, Some(Scope { workflow, signals })))
+            }
             None => Err(unauthorized("unknown, expired or revoked token")),
         }
     }

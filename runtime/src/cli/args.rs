@@ -49,9 +49,15 @@ pub enum SchedulesCmd {
 pub enum TokensCmd {
     /// Create a token and print it (it is shown only this once).
     Create {
-        /// admin, robot or viewer.
-        #[arg(long)]
-        role: String,
+        /// admin, robot or viewer (a token scoped with --workflow needs none).
+        #[arg(long, required_unless_present = "workflow")]
+        role: Option<String>,
+        /// Scope the token to this state-machine job: it may send --signals to it, nothing else.
+        #[arg(long, requires = "signals")]
+        workflow: Option<i64>,
+        /// The signals a scoped token may send, comma-separated.
+        #[arg(long, value_delimiter = ',', requires = "workflow")]
+        signals: Vec<String>,
         /// Valid for this long (e.g. 30d, 12h); without it, until revoked.
         #[arg(long, value_parser = duration)]
         expires: Option<std::time::Duration>,
@@ -259,6 +265,24 @@ pub struct FilterArgs {
     /// Only objects whose property KEY equals the JSON value (`year=1854`).
     #[arg(long, value_name = "KEY=JSON")]
     pub property_json: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MachinesCmd {
+    /// Move jobs to another version of their machine (the only way a job changes state other
+    /// than by a signal). States the new version lacks must be mapped.
+    Migrate {
+        template: String,
+        /// The SHA-256 (or a unique prefix) of the version to move to.
+        #[arg(long)]
+        to: String,
+        /// OLD=NEW: a state renamed on the way.
+        #[arg(long = "map", value_name = "OLD=NEW")]
+        map: Vec<String>,
+        /// Only this job (default: every active job of the template).
+        #[arg(long)]
+        workflow: Option<i64>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

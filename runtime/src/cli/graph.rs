@@ -25,6 +25,18 @@ pub(super) async fn graph(
     else {
         return Err(store.missing(object, template, "").await.into());
     };
+    // A machine job is drawn as its machine, its current state marked.
+    if let Some(mv) = &w.machine {
+        let spec = store.template_by_id(w.workflow.template_id).await?.spec;
+        if let Some(m) = &spec.machine {
+            let text = match format {
+                "dot" => super::machines::dot(m, Some(&mv.state)),
+                _ => super::machines::mermaid(m, Some(&mv.state)),
+            };
+            out.write_all(text.as_bytes())?;
+            return Ok(());
+        }
+    }
     let text = match format {
         "mermaid" => mermaid(&w.steps),
         "dot" => dot(&w.steps),

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 mod args;
 mod graph;
+mod machines;
 mod objects;
 mod schedules;
 mod show;
@@ -66,6 +67,19 @@ pub enum Command {
         #[arg(long)]
         template: Option<String>,
     },
+    /// Send a signal to a state-machine job; prints the transition it took.
+    Signal {
+        #[arg(value_parser = args::object_id)]
+        object: String,
+        template: String,
+        signal: String,
+        /// Data for the signal (JSON), seen by actions as `signal.data`.
+        #[arg(long)]
+        data: Option<String>,
+    },
+    /// State-machine housekeeping.
+    #[command(subcommand)]
+    Machines(MachinesCmd),
     /// A workflow's step graph, generated subnets included, as Mermaid or Graphviz DOT.
     Graph {
         #[arg(value_parser = args::object_id)]
@@ -111,7 +125,8 @@ pub enum Command {
         #[arg(value_parser = args::object_id)]
         object: String,
         template: String,
-        step: String,
+        /// The step; leave it out for a state-machine job.
+        step: Option<String>,
     },
     /// The private cluster: its URL, or stop it.
     #[command(subcommand)]
@@ -221,6 +236,29 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
         Command::Objects(ObjectsCmd::Show { id }) => {
             show::object(&store, &id, 20, json, out).await?
         }
+        Command::Signal {
+            object,
+            template,
+            signal,
+            data,
+        } => {
+            machines::signal(
+                &store,
+                &object,
+                &template,
+                &signal,
+                data.as_deref(),
+                json,
+                out,
+            )
+            .await?
+        }
+        Command::Machines(MachinesCmd::Migrate {
+            template,
+            to,
+            map,
+            workflow,
+        }) => machines::migrate(&store, &template, &to, &map, workflow, json, out).await?,
         Command::Graph {
             object,
             template,
@@ -247,7 +285,7 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
             object,
             template,
             step,
-        } => steps::why(&store, &object, &template, &step, json, out).await?,
+        } => steps::why(&store, &object, &template, step.as_deref(), json, out).await?,
         Command::Db(_) | Command::Bench { .. } => {}
         Command::Up(args) => up::up(&store, args, &cli.data_dir, out).await?,
         Command::Serve(args) => up::serve(store, &args).await?,

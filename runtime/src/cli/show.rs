@@ -44,6 +44,12 @@ pub(super) async fn object(
                 w.workflow.priority,
                 w.workflow.lane
             )?;
+            if let Some(m) = &w.machine {
+                super::machines::show(o, m)?;
+                if w.steps.is_empty() {
+                    continue;
+                }
+            }
             table(
                 o,
                 &[

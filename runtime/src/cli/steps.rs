@@ -172,10 +172,30 @@ pub(super) async fn why(
     store: &Store,
     object: &str,
     template: &str,
-    step: &str,
+    step: Option<&str>,
     json: bool,
     out: &mut impl Write,
 ) -> Result<()> {
+    let Some(step) = step else {
+        // A machine job: its state, the signals it waits for, its alarms.
+        let job = store.machine_job(object, template).await?;
+        let Some(m) = store.machine_view(job).await? else {
+            bail!("{template} on {object} is not a machine job: name a step");
+        };
+        let reasons = super::machines::why(&m);
+        return Ok(emit(
+            out,
+            json,
+            &serde_json::json!({"workflow_id": job, "machine": m, "reasons": reasons}),
+            |o| {
+                writeln!(o, "{template} on {object} (job {job})")?;
+                for r in &reasons {
+                    writeln!(o, "  - {r}")?;
+                }
+                Ok(())
+            },
+        )?);
+    };
     let why = store.why(object, template, step).await?;
     Ok(emit(out, json, &why, |o| {
         writeln!(

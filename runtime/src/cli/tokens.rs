@@ -18,17 +18,36 @@ pub(super) async fn run(
     match cmd {
         TokensCmd::Create {
             role,
+            workflow,
+            signals,
             expires,
             name,
         } => {
-            let role = Role::parse(&role)
-                .with_context(|| format!("--role {role:?}: use admin, robot or viewer"))?;
             let expires_at = match expires {
                 Some(d) => Some(
                     Utc::now() + chrono::Duration::from_std(d).context("--expires is too long")?,
                 ),
                 None => None,
             };
+            if let Some(w) = workflow {
+                if store.machine_view(w).await?.is_none() {
+                    anyhow::bail!("--workflow {w}: no such state-machine job");
+                }
+                let (id, token) = store
+                    .token_create_scoped(w, &signals, &name, expires_at)
+                    .await?;
+                emit(
+                    out,
+                    json,
+                    &serde_json::json!({"id": id, "workflow": w, "signals": signals,
+                                        "token": token, "expires_at": expires_at}),
+                    |o| writeln!(o, "{token}"),
+                )?;
+                return Ok(());
+            }
+            let role = role.unwrap_or_default();
+            let role = Role::parse(&role)
+                .with_context(|| format!("--role {role:?}: use admin, robot or viewer"))?;
             let (id, token) = store.token_create(role, &name, expires_at).await?;
             emit(
                 out,

@@ -11,10 +11,11 @@
 //! - [`dispatch`]: dynamic dispatch: bricklets, observers' matching rules, generators'
 //!   construction rules and the composition of subnets.
 //!
-//! State machines (signals, actions, alarms) take their place here as `machine`.
+//! - [`machine`]: state machines: states, transitions, actions, the expression language.
 
 pub mod alert;
 pub mod dispatch;
+pub mod machine;
 pub mod object_id;
 pub mod outcome;
 pub mod retry;

@@ -132,7 +132,21 @@ pub(crate) async fn execute(
         Status::Retrying => metrics.retried.add(1, &labels),
         _ => {}
     }
+    let answered = outcome.as_ref().ok().and_then(|o| o.signal.clone());
     let mut result = result_of(c, config, &decision, outcome);
+    // A machine's function action: its end goes back to the job as a signal.
+    if binding.machine_call {
+        let data = serde_json::json!({"step": c.name, "note": result.change.note,
+                                      "message": result.change.error_message});
+        match status {
+            Status::Completed => {
+                result.effects.signal =
+                    Some((answered.unwrap_or_else(|| "done".to_string()), data));
+            }
+            Status::Error => result.effects.signal = Some(("error".to_string(), data)),
+            _ => {}
+        }
+    }
     if matches!(status, Status::Completed) {
         if let Some(matches) = observed {
             result.effects.dispatch = Some(Dispatch::Observed {
@@ -159,6 +173,7 @@ fn effects_of(o: Outcome) -> Effects {
         documents,
         context: o.context.unwrap_or_default(),
         dispatch: None,
+        signal: None,
         start: o
             .start
             .into_iter()

@@ -16,6 +16,7 @@ use crate::store::Store;
 pub(super) async fn listen(
     store: Store,
     notifies: HashMap<String, Arc<Notify>>,
+    signals: Arc<Notify>,
     stop: CancellationToken,
 ) {
     loop {
@@ -33,9 +34,11 @@ pub(super) async fn listen(
         for n in notifies.values() {
             n.notify_one();
         }
+        signals.notify_one();
         loop {
             tokio::select! {
                 msg = listener.recv() => match msg {
+                    Ok(m) if m.channel() == crate::store::SIGNAL_CHANNEL => signals.notify_one(),
                     Ok(m) => {
                         if let Some(n) = notifies.get(m.payload()) {
                             n.notify_one();

@@ -1,6 +1,6 @@
 //! The thin runtime: workers that claim ready steps, call their functions and commit results,
 //! and the services beside them. One service a file: [`worker`], [`completer`], [`listener`],
-//! [`maintenance`], [`scheduler`], [`alerts`]; [`run`] wires them and shuts them down;
+//! [`maintenance`], [`scheduler`], [`alerts`], [`machines`] (alarms and machine signals); [`run`] wires them and shuts them down;
 //! [`inject`] runs chosen steps now (`workdo run`) through the same call and commit path.
 //!
 //! One worker loop per bound template step claims up to `batch-limit` ready steps (never more
@@ -31,6 +31,7 @@ mod completer;
 mod execute;
 pub mod inject;
 mod listener;
+mod machines;
 mod maintenance;
 mod scheduler;
 mod worker;
@@ -117,8 +118,10 @@ pub struct Binding {
     /// A generator step: its completion composes its subnet.
     pub generates: bool,
     /// Generated steps are claimed by the bricklet step they run: `TEMPLATE:BRICKLET/STEP`
-    /// (then `step` is `BRICKLET/STEP`).
+    /// (then `step` is `BRICKLET/STEP`); a machine's function actions by `TEMPLATE:call/NAME`.
     pub queue: Option<String>,
+    /// A machine's function action: its result goes back to the job as a signal.
+    pub machine_call: bool,
 }
 
 impl Binding {
@@ -179,7 +182,25 @@ pub async fn bindings(store: &Store, only: &[String]) -> Result<Vec<Binding>, Wo
                 observe: s.observe.clone(),
                 generates: s.generate.is_some(),
                 queue: None,
+                machine_call: false,
             });
+        }
+        // A machine's function actions, each claimed by its queue.
+        if let Some(m) = &t.spec.machine {
+            for (name, f) in &m.functions {
+                let step = format!("call/{name}");
+                out.push(Binding {
+                    template: t.name.clone(),
+                    queue: Some(format!("{}:{step}", t.name)),
+                    step,
+                    function: f.clone(),
+                    batch_limit: None,
+                    declared: Vec::new(),
+                    observe: None,
+                    generates: false,
+                    machine_call: true,
+                });
+            }
         }
         // The steps of the bricklets its generators may compose, each claimed by its queue.
         if t.spec.steps.iter().any(|s| s.generate.is_some()) {
@@ -200,6 +221,7 @@ pub async fn bindings(store: &Store, only: &[String]) -> Result<Vec<Binding>, Wo
                         declared: s.statuses.clone(),
                         observe: None,
                         generates: false,
+                        machine_call: false,
                     });
                 }
             }
@@ -259,9 +281,17 @@ pub async fn run(
         .map(|b| (b.key(), Arc::new(Notify::new())))
         .collect();
     let background = CancellationToken::new();
+    let signals = Arc::new(Notify::new());
     let listener = tokio::spawn(listener::listen(
         store.clone(),
         notifies.clone(),
+        Arc::clone(&signals),
+        background.clone(),
+    ));
+    let machines = tokio::spawn(machines::run(
+        store.clone(),
+        signals,
+        config.poll_interval,
         background.clone(),
     ));
     let maintenance = tokio::spawn(maintenance::maintain(
@@ -312,6 +342,7 @@ pub async fn run(
     }
     background.cancel();
     let _ = listener.await;
+    let _ = machines.await;
     let _ = maintenance.await;
     if let Some(s) = scheduler {
         let _ = s.await;

@@ -39,6 +39,10 @@ const ENGINE: &[(&str, &str)] = &[
         "50_prioritize.sql",
         include_str!("../../../migrations/engine/50_prioritize.sql"),
     ),
+    (
+        "60_machines.sql",
+        include_str!("../../../migrations/engine/60_machines.sql"),
+    ),
 ];
 
 /// Key of the advisory lock that serialises migrating one database (any number of processes

@@ -14,6 +14,7 @@ pub mod db;
 mod demo;
 mod dispatch;
 mod events;
+mod machine;
 mod objects;
 mod queries;
 mod results;
@@ -29,6 +30,7 @@ pub use schedules::{Fired, ScheduleRow};
 
 pub use bulk::StepFilter;
 pub use dispatch::{Bricklets, Dispatch, activation};
+pub use machine::{MachineView, SIGNAL_CHANNEL, Signalled};
 pub use queries::{
     EventRow, Facet, Milestone, ObjectView, QueueEntry, Why, WorkflowRow, WorkflowView,
 };
@@ -102,6 +104,10 @@ pub enum StoreError {
         steps: u64,
         max: u64,
     },
+    #[error("signal not accepted: {0}")]
+    SignalRefused(String),
+    #[error("transition rolled back: {0}")]
+    TransitionRolledBack(String),
     #[error("{0}")]
     Schedule(String),
     #[error("stored template {0} cannot be read: {1}")]
@@ -160,7 +166,9 @@ impl Store {
     /// When the server cannot be reached.
     pub async fn ready_listener(&self) -> Result<sqlx::postgres::PgListener> {
         let mut listener = sqlx::postgres::PgListener::connect_with(&self.pool).await?;
-        listener.listen(READY_CHANNEL).await?;
+        listener
+            .listen_all([READY_CHANNEL, machine::SIGNAL_CHANNEL])
+            .await?;
         Ok(listener)
     }
 }

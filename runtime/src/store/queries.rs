@@ -49,6 +49,9 @@ pub struct WorkflowView {
     #[serde(flatten)]
     pub workflow: WorkflowRow,
     pub steps: Vec<StepRow>,
+    /// A machine job's state, variables, accepted signals, alarms, children and parent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub machine: Option<super::MachineView>,
 }
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
@@ -218,17 +221,19 @@ impl Store {
         .bind(&id)
         .fetch_all(&self.pool)
         .await?;
-        let workflows = workflows
-            .into_iter()
-            .map(|w| WorkflowView {
+        let mut views = Vec::with_capacity(workflows.len());
+        for w in workflows {
+            views.push(WorkflowView {
                 steps: steps
                     .iter()
                     .filter(|s| s.workflow_id == w.id)
                     .cloned()
                     .collect(),
+                machine: self.machine_view(w.id).await?,
                 workflow: w,
-            })
-            .collect();
+            });
+        }
+        let workflows = views;
         let milestones = self.milestones(&id).await?;
         let mut events: Vec<EventRow> = sqlx::query_as(
             "select id, at, workflow_id, template, version, step, kind, status, attempt, actor, detail
@@ -458,7 +463,12 @@ impl Store {
             .bind(id)
             .fetch_all(&self.pool)
             .await?;
-        Ok(WorkflowView { workflow, steps })
+        let machine = self.machine_view(workflow.id).await?;
+        Ok(WorkflowView {
+            workflow,
+            steps,
+            machine,
+        })
     }
 
     /// Events of an object or of a workflow, oldest first, after event id `after` (paging).

@@ -46,6 +46,9 @@ pub struct Effects {
     pub start: Vec<WorkflowToStart>,
     /// An observer's matches to record, or a generator's subnet to compose.
     pub dispatch: Option<super::dispatch::Dispatch>,
+    /// A machine's function action finished (completed or in error): the signal, with its
+    /// data, that goes back to its job.
+    pub signal: Option<(String, Value)>,
 }
 
 /// A workflow a result starts on its object; priority and lane default to its workflow's.
@@ -67,6 +70,7 @@ impl Effects {
             && self.context.is_empty()
             && self.start.is_empty()
             && self.dispatch.is_none()
+            && self.signal.is_none()
     }
 }
 
@@ -143,20 +147,31 @@ impl Store {
                 }
             }
         }
-        // Templates (and their bricklets) of observers and generators, looked up before too.
-        let mut dispatching: HashMap<i64, (Template, Bricklets)> = HashMap::new();
-        for r in results.iter().filter(|r| r.effects.dispatch.is_some()) {
-            if let std::collections::hash_map::Entry::Vacant(slot) =
-                dispatching.entry(r.workflow_id)
-            {
-                let template_id: i64 =
-                    sqlx::query_scalar("select template_id from workdo.workflows where id = $1")
-                        .bind(r.workflow_id)
-                        .fetch_one(&self.pool)
-                        .await?;
-                let spec = self.template_by_id(template_id).await?.spec;
-                let bricklets = self.bricklets_of(&spec).await?;
-                slot.insert((spec, bricklets));
+        // Templates (and their bricklets) of observers and generators, looked up before too:
+        // one query for the workflows' template versions, then each version once.
+        let mut dispatching: HashMap<i64, std::sync::Arc<(Template, Bricklets)>> = HashMap::new();
+        let ids: Vec<i64> = results
+            .iter()
+            .filter(|r| r.effects.dispatch.is_some())
+            .map(|r| r.workflow_id)
+            .collect();
+        if !ids.is_empty() {
+            let versions: Vec<(i64, i64)> =
+                sqlx::query_as("select id, template_id from workdo.workflows where id = any($1)")
+                    .bind(&ids)
+                    .fetch_all(&self.pool)
+                    .await?;
+            let mut by_version: HashMap<i64, std::sync::Arc<(Template, Bricklets)>> =
+                HashMap::new();
+            for (workflow, version) in versions {
+                if let std::collections::hash_map::Entry::Vacant(slot) = by_version.entry(version) {
+                    let spec = self.template_by_id(version).await?.spec;
+                    let bricklets = self.bricklets_of(&spec).await?;
+                    slot.insert(std::sync::Arc::new((spec, bricklets)));
+                }
+                if let Some(found) = by_version.get(&version) {
+                    dispatching.insert(workflow, std::sync::Arc::clone(found));
+                }
             }
         }
         let mut tx = self.pool.begin().await?;
@@ -166,8 +181,9 @@ impl Store {
         // its completion moves (its dependants', its workflow's) already count the subnet.
         for r in results {
             if let Some(Dispatch::Compose { generator }) = &r.effects.dispatch
-                && let Some((spec, bricklets)) = dispatching.get(&r.workflow_id)
+                && let Some(found) = dispatching.get(&r.workflow_id)
             {
+                let (spec, bricklets) = &**found;
                 super::dispatch::compose(
                     &mut tx,
                     (&mut events, &mut ready),
@@ -184,8 +200,9 @@ impl Store {
         for r in results.iter().filter(|r| !lost.contains(&r.change.id)) {
             let fx = &r.effects;
             if let Some(Dispatch::Observed { observer, matches }) = &fx.dispatch
-                && let Some((spec, bricklets)) = dispatching.get(&r.workflow_id)
+                && let Some(found) = dispatching.get(&r.workflow_id)
             {
+                let (spec, bricklets) = &**found;
                 super::dispatch::record_observed(
                     &mut tx,
                     &mut events,
@@ -211,6 +228,16 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
                 super::objects::documents_put(&mut tx, &r.object_id, &fx.documents).await?;
+            }
+            if let Some((signal, data)) = &fx.signal {
+                super::machine::signal_in(
+                    &mut tx,
+                    r.workflow_id,
+                    signal,
+                    data,
+                    &format!("call:{}", r.change.id),
+                )
+                .await?;
             }
             if !fx.context.is_empty() {
                 sqlx::query("update workdo.workflows set context = context || $2 where id = $1")

@@ -201,7 +201,7 @@ impl Store {
 
     /// The current version of a template.
     pub async fn template_current(&self, name: &str) -> Result<TemplateRow> {
-        let sql = format!("{SELECT} where t.name = $1 and t.is_current and t.kind = 'steps'");
+        let sql = format!("{SELECT} where t.name = $1 and t.is_current and t.kind <> 'bricklet'");
         let row: Option<RawRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .bind(name)
             .fetch_optional(&self.pool)
@@ -242,7 +242,7 @@ impl Store {
 
     /// Current versions of all templates, by name.
     pub async fn template_list(&self) -> Result<Vec<TemplateRow>> {
-        let sql = format!("{SELECT} where t.is_current and t.kind = 'steps' order by t.name");
+        let sql = format!("{SELECT} where t.is_current and t.kind <> 'bricklet' order by t.name");
         let rows: Vec<RawRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .fetch_all(&self.pool)
             .await?;

@@ -79,6 +79,42 @@ impl Store {
     }
 
     /// The role of a valid (known, unexpired, unrevoked) token.
+    /// A token scoped to job `workflow` and `signals` (of role viewer: it may do nothing else):
+    /// a reviewer's mail can carry a link that can do exactly that.
+    pub async fn token_create_scoped(
+        &self,
+        workflow: i64,
+        signals: &[String],
+        name: &str,
+        expires_at: Option<DateTime<Utc>>,
+    ) -> Result<(i64, String)> {
+        let (id, token) = self.token_create(Role::Viewer, name, expires_at).await?;
+        sqlx::query("update workdo.tokens set workflow_id = $2, signals = $3 where id = $1")
+            .bind(id)
+            .bind(workflow)
+            .bind(signals)
+            .execute(&self.pool)
+            .await?;
+        Ok((id, token))
+    }
+
+    /// A live token's role, and its scope (job, signals) when it has one.
+    pub async fn token_auth(
+        &self,
+        token: &str,
+    ) -> Result<Option<(Role, Option<(i64, Vec<String>)>)>> {
+        let row: Option<(String, Option<i64>, Option<Vec<String>>)> = sqlx::query_as(
+            "select role, workflow_id, signals from workdo.tokens
+              where sha256 = $1 and revoked_at is null and (expires_at is null or expires_at > now())",
+        )
+        .bind(digest(token))
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.and_then(|(role, workflow, signals)| {
+            Role::parse(&role).map(|r| (r, workflow.map(|w| (w, signals.unwrap_or_default()))))
+        }))
+    }
+
     pub async fn token_role(&self, token: &str) -> Result<Option<Role>> {
         let role: Option<String> = sqlx::query_scalar(
             "select role from workdo.tokens

@@ -67,6 +67,18 @@ impl Store {
         let mut tx = self.pool.begin().await?;
         let out = self.workflow_start_in(&mut tx, req).await?;
         tx.commit().await?;
+        // Machine jobs take the signals their start sent them, in order, now.
+        let ids: Vec<i64> = out.iter().map(|s| s.workflow_id).collect();
+        let pending: Vec<i64> = sqlx::query_scalar(
+            "select distinct workflow_id from workdo.signals
+              where workflow_id = any($1) and processed_at is null",
+        )
+        .bind(&ids)
+        .fetch_all(&self.pool)
+        .await?;
+        for id in pending {
+            self.inbox_run_job(id).await?;
+        }
         Ok(out)
     }
 
@@ -164,6 +176,12 @@ impl Store {
             .await?;
             ready.add(&req.template, &started.ready);
             out.push(started);
+        }
+        if template.spec.machine.is_some() {
+            for s in &out {
+                self.machine_started(tx, &mut events, &mut ready, s.workflow_id, &template.spec)
+                    .await?;
+            }
         }
         events.flush(tx).await?;
         ready.notify(tx).await?;
@@ -333,7 +351,12 @@ fn initial_steps(spec: &Template, future: bool) -> InitialSteps {
         limits: Vec::new(),
         lifecycles: Vec::new(),
         ready: Vec::new(),
-        unfinished: spec.steps.len() as i32 - finished.len() as i32,
+        // A machine job is one unit of unfinished work until it reaches a final state.
+        unfinished: if spec.machine.is_some() {
+            1
+        } else {
+            spec.steps.len() as i32 - finished.len() as i32
+        },
     };
     for s in &spec.steps {
         let pending = s

@@ -5,7 +5,7 @@
 
 mod validate;
 mod xml;
-mod yaml;
+pub(crate) mod yaml;
 
 pub(crate) use validate::validate;
 
@@ -43,6 +43,9 @@ pub struct Template {
     /// A bricklet file's compensating bricklet (`kind: bricklet` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compensate: Option<String>,
+    /// A state machine (`kind: machine`): then `steps` is empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<crate::model::machine::Machine>,
 }
 
 /// One step (WorkDo "process") of a template.
@@ -194,6 +197,7 @@ impl Format {
 pub enum Kind {
     Template,
     Bricklet,
+    Machine,
 }
 
 impl Kind {
@@ -202,6 +206,7 @@ impl Kind {
         match self {
             Kind::Template => "steps",
             Kind::Bricklet => "bricklet",
+            Kind::Machine => "machine",
         }
     }
 }

@@ -374,6 +374,7 @@ pub(crate) fn check_bricklet(
         schedules: Vec::new(),
         bricklets: Vec::new(),
         compensate: None,
+        machine: None,
     };
     if let Err(e) = validate(origin, &pseudo, &Nowhere) {
         for p in e.problems {

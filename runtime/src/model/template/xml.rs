@@ -232,6 +232,7 @@ pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateErro
         schedules: Vec::new(),
         bricklets: Vec::new(),
         compensate: None,
+        machine: None,
     };
     // Every problem at once: those found reading the elements, and the whole template's.
     if let Err(e) = validate(origin, &template, &lines) {

@@ -85,7 +85,7 @@ struct RawStep {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawFunction {
+pub(crate) struct RawFunction {
     #[serde(default)]
     exec: Option<Command>,
     #[serde(default)]
@@ -133,7 +133,119 @@ enum Duration {
     Text(String),
 }
 
+/// A machine template as written (`kind: machine`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMachine {
+    #[allow(dead_code)]
+    kind: String,
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    config: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    variables: BTreeMap<String, serde_json::Value>,
+    initial: String,
+    #[serde(default)]
+    global: BTreeMap<String, crate::model::machine::Transition>,
+    states: BTreeMap<String, crate::model::machine::State>,
+    #[serde(default)]
+    functions: BTreeMap<String, RawFunction>,
+    #[serde(default)]
+    access: Option<crate::model::machine::Access>,
+    #[serde(default)]
+    alerts: Option<RawAlerts>,
+}
+
+/// Just the `kind` key, to choose the parser.
+#[derive(Deserialize)]
+struct KindOnly {
+    #[serde(default)]
+    kind: Option<String>,
+}
+
+fn yaml_error(origin: &str, e: &serde_norway::Error) -> TemplateError {
+    let line = e.location().map(|l| l.line());
+    let message = e.to_string();
+    let field = message
+        .split_once(": ")
+        .map(|(path, _)| path)
+        .filter(|p| !p.contains(' '))
+        .unwrap_or("yaml")
+        .to_string();
+    TemplateError::one(origin, line, &field, format!("malformed YAML: {message}"))
+}
+
+/// A `kind: machine` source into a template whose `machine` holds the description.
+fn parse_machine(origin: &str, source: &str) -> Result<(Template, Kind), TemplateError> {
+    let raw: RawMachine = serde_norway::from_str(source).map_err(|e| yaml_error(origin, &e))?;
+    let mut problems = Vec::new();
+    let mut functions = BTreeMap::new();
+    for (name, f) in raw.functions {
+        match convert_function(f) {
+            Ok(f) => {
+                functions.insert(name, f);
+            }
+            Err((field, message)) => problems.push(super::Problem {
+                file: origin.to_string(),
+                line: line_of_key(source, &name),
+                field: format!("functions.{name}.{field}"),
+                message,
+            }),
+        }
+    }
+    let machine = crate::model::machine::Machine {
+        config: raw.config,
+        variables: raw.variables,
+        initial: raw.initial,
+        global: raw.global,
+        states: raw.states,
+        functions,
+        access: raw.access,
+    };
+    if let Err(e) =
+        crate::model::machine::validate(origin, &raw.name, &machine, &|k| line_of_key(source, k))
+    {
+        problems.extend(e.problems);
+    }
+    if !problems.is_empty() {
+        problems.sort_by_key(|p| p.line);
+        return Err(TemplateError { problems });
+    }
+    Ok((
+        Template {
+            name: raw.name,
+            description: raw.description,
+            steps: Vec::new(),
+            alert_to: raw.alerts.map(|a| a.to).unwrap_or_default(),
+            schedules: Vec::new(),
+            bricklets: Vec::new(),
+            compensate: None,
+            machine: Some(machine),
+        },
+        Kind::Machine,
+    ))
+}
+
+/// The first line (from 1) where `key:` is written, for a machine's messages.
+fn line_of_key(source: &str, key: &str) -> Option<usize> {
+    source
+        .lines()
+        .position(|l| {
+            let t = l.trim_start().trim_start_matches("- ");
+            t.strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start().starts_with(':'))
+        })
+        .map(|i| i + 1)
+}
+
 pub(super) fn parse(origin: &str, source: &str) -> Result<(Template, Kind), TemplateError> {
+    if let Ok(KindOnly { kind: Some(kind) }) = serde_norway::from_str::<KindOnly>(source)
+        && kind == "machine"
+    {
+        return parse_machine(origin, source);
+    }
     let raw: RawTemplate = serde_norway::from_str(source).map_err(|e| {
         let line = e.location().map(|l| l.line());
         // serde_norway's message starts with the path of the offending field when it knows it.
@@ -218,6 +330,7 @@ pub(super) fn parse(origin: &str, source: &str) -> Result<(Template, Kind), Temp
         schedules,
         bricklets,
         compensate: raw.compensate,
+        machine: None,
     };
     // Every problem at once: those found reading the steps, and the whole template's.
     if let Err(e) = validate(origin, &template, &lines) {
@@ -316,7 +429,7 @@ fn convert_step(
     }
 }
 
-fn convert_function(f: RawFunction) -> Result<FunctionSpec, (&'static str, String)> {
+pub(crate) fn convert_function(f: RawFunction) -> Result<FunctionSpec, (&'static str, String)> {
     let runner = match (f.exec, f.warm, f.http, f.builtin) {
         (Some(c), None, None, None) => Runner::Exec { argv: c.argv() },
         (None, Some(c), None, None) => Runner::Warm {

@@ -1,0 +1,108 @@
+//! State machines over HTTP: `POST /api/workflows/{id}/signals` and
+//! `POST /api/objects/{object}/workflows/{template}/signals`, body `{"signal": …, "data": {…}}`.
+//! Who may send a signal: the machine's `access` by the token's role, or a token scoped to the
+//! job and the signal. A refused signal is 403 (not allowed) or 409 (not accepted in the job's
+//! state, or an action failed and the transition rolled back), and changes nothing.
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::post;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{ApiError, ApiResult, AppState, Caller, json_body};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/workflows/{id}/signals", post(by_id))
+        .route(
+            "/api/objects/{object}/workflows/{template}/signals",
+            post(by_object),
+        )
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignalBody {
+    signal: String,
+    #[serde(default)]
+    data: Option<Value>,
+}
+
+async fn by_id(
+    State(s): State<AppState>,
+    c: Caller,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    let id: i64 = id
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("workflow id {id:?} is not a number")))?;
+    deliver(&s, c, id, &body).await
+}
+
+async fn by_object(
+    State(s): State<AppState>,
+    c: Caller,
+    Path((object, template)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    let object = crate::model::object_id::normalize(&object).map_err(ApiError::bad_request)?;
+    let id = s.store.machine_job(&object, &template).await?;
+    deliver(&s, c, id, &body).await
+}
+
+async fn deliver(
+    s: &AppState,
+    c: Caller,
+    id: i64,
+    body: &Bytes,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    let b: SignalBody = json_body(body)?;
+    let forbidden = |m: String| ApiError::new(StatusCode::FORBIDDEN, m);
+    match &c.1 {
+        Some(scope) => {
+            if scope.workflow != id || !scope.signals.iter().any(|x| x == &b.signal) {
+                return Err(forbidden(format!(
+                    "this token may only send {} to workflow {}",
+                    scope.signals.join(", "),
+                    scope.workflow
+                )));
+            }
+        }
+        None => {
+            let template_id: Option<i64> = s.store.workflow_template_id(id).await?;
+            let template_id =
+                template_id.ok_or_else(|| ApiError::not_found(format!("no workflow {id}")))?;
+            let spec = s.store.template_by_id(template_id).await?.spec;
+            let access = spec
+                .machine
+                .as_ref()
+                .map(|m| m.access.clone().unwrap_or_default())
+                .ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::CONFLICT,
+                        format!("workflow {id} is not a machine job"),
+                    )
+                })?;
+            if !access.may_signal(c.0.as_str(), &b.signal) {
+                return Err(forbidden(format!(
+                    "a {} token may not send {:?} to {}",
+                    c.0.as_str(),
+                    b.signal,
+                    spec.name
+                )));
+            }
+        }
+    }
+    let data = b.data.unwrap_or_else(|| json!({}));
+    let actor = match &c.1 {
+        Some(_) => format!("api:scoped:{id}"),
+        None => format!("api:{}", c.0.as_str()),
+    };
+    let done = s.store.machine_signal(id, &b.signal, &data, &actor).await?;
+    Ok((StatusCode::OK, Json(json!(done))))
+}

@@ -1,0 +1,190 @@
+//! State machines from the CLI: `workdo signal`, `workdo machines migrate`, and how `show`,
+//! `why` and `graph` present a machine job.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+use super::actor;
+use crate::model::machine::Machine;
+use crate::output::emit;
+use crate::store::{MachineView, Store};
+
+/// `workdo signal OBJECT TEMPLATE SIGNAL`: the transition, then the signals the job sent itself.
+pub(super) async fn signal(
+    store: &Store,
+    object: &str,
+    template: &str,
+    signal: &str,
+    data: Option<&str>,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let data: Value = match data {
+        None => Value::Object(Default::default()),
+        Some(text) => {
+            serde_json::from_str(text).with_context(|| format!("--data is not JSON: {text}"))?
+        }
+    };
+    let job = store.machine_job(object, template).await?;
+    let done = store.machine_signal(job, signal, &data, &actor()).await?;
+    emit(out, json, &done, |o| {
+        writeln!(o, "{} --{}--> {}", done.from, done.signal, done.to)?;
+        for (s, to) in &done.followed {
+            writeln!(o, "  then {s} --> {to}")?;
+        }
+        if done.finished {
+            writeln!(o, "finished in {}", done.to)?;
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+/// `workdo machines migrate TEMPLATE --to SHA256 [--map OLD=NEW …] [--workflow ID]`.
+pub(super) async fn migrate(
+    store: &Store,
+    template: &str,
+    to: &str,
+    map: &[String],
+    workflow: Option<i64>,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let mut states = BTreeMap::new();
+    for m in map {
+        let Some((from, to)) = m.split_once('=') else {
+            bail!("--map {m:?}: expected OLD=NEW");
+        };
+        states.insert(from.to_string(), to.to_string());
+    }
+    let n = store
+        .machine_migrate(template, to, &states, workflow, &actor())
+        .await?;
+    emit(out, json, &serde_json::json!({"migrated": n}), |o| {
+        writeln!(o, "{n} jobs of {template} migrated to {to}")
+    })?;
+    Ok(())
+}
+
+/// The lines `show` prints under a machine job.
+pub(super) fn show(o: &mut dyn Write, m: &MachineView) -> std::io::Result<()> {
+    writeln!(o, "state {}  variables {}", m.state, m.variables)?;
+    if !m.accepts.is_empty() {
+        writeln!(o, "accepts {}", m.accepts.join(", "))?;
+    }
+    for a in &m.alarms {
+        writeln!(
+            o,
+            "alarm {} at {}",
+            a["signal"].as_str().unwrap_or_default(),
+            a["due_at"].as_str().unwrap_or_default()
+        )?;
+    }
+    for c in &m.children {
+        writeln!(
+            o,
+            "child {} {} on {} ({})",
+            c["workflow_id"],
+            c["template"].as_str().unwrap_or_default(),
+            c["object"].as_str().unwrap_or_default(),
+            c["state"]
+                .as_str()
+                .or(c["status"].as_str())
+                .unwrap_or_default()
+        )?;
+    }
+    if let Some(p) = m.parent {
+        writeln!(o, "child of workflow {p}")?;
+    }
+    Ok(())
+}
+
+/// Why a job is where it is: its state, the signals it waits for, its alarms.
+pub(super) fn why(m: &MachineView) -> Vec<String> {
+    let mut out = vec![format!("in state {} (variables {})", m.state, m.variables)];
+    if m.accepts.is_empty() {
+        out.push("finished: it takes no more signals".into());
+    } else {
+        out.push(format!("waiting for a signal: {}", m.accepts.join(", ")));
+    }
+    for a in &m.alarms {
+        out.push(format!(
+            "alarm {} due at {}",
+            a["signal"].as_str().unwrap_or_default(),
+            a["due_at"].as_str().unwrap_or_default()
+        ));
+    }
+    out
+}
+
+/// A machine as a Mermaid state diagram: states, transitions by signal, global signals from
+/// every non-final state, `current` marked.
+pub(super) fn mermaid(m: &Machine, current: Option<&str>) -> String {
+    let mut s = String::from("stateDiagram-v2\n");
+    s.push_str(&format!("    [*] --> {}\n", m.initial));
+    for (name, st) in &m.states {
+        for (signal, t) in &st.on {
+            s.push_str(&format!("    {name} --> {}: {signal}\n", t.target()));
+        }
+        if st.is_final {
+            s.push_str(&format!("    {name} --> [*]\n"));
+        } else {
+            for (signal, t) in &m.global {
+                if !st.on.contains_key(signal) {
+                    s.push_str(&format!(
+                        "    {name} --> {}: {signal} (global)\n",
+                        t.target()
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(c) = current {
+        s.push_str(&format!(
+            "    classDef current fill:#fd0\n    class {c} current\n"
+        ));
+    }
+    s
+}
+
+/// The same as Graphviz DOT.
+pub(super) fn dot(m: &Machine, current: Option<&str>) -> String {
+    let mut s = String::from("digraph machine {\n  rankdir=LR;\n  start [shape=point];\n");
+    for (name, st) in &m.states {
+        let shape = if st.is_final {
+            "doublecircle"
+        } else {
+            "circle"
+        };
+        let fill = if Some(name.as_str()) == current {
+            ", style=filled, fillcolor=gold"
+        } else {
+            ""
+        };
+        s.push_str(&format!("  \"{name}\" [shape={shape}{fill}];\n"));
+    }
+    s.push_str(&format!("  start -> \"{}\";\n", m.initial));
+    for (name, st) in &m.states {
+        for (signal, t) in &st.on {
+            s.push_str(&format!(
+                "  \"{name}\" -> \"{}\" [label=\"{signal}\"];\n",
+                t.target()
+            ));
+        }
+        if !st.is_final {
+            for (signal, t) in &m.global {
+                if !st.on.contains_key(signal) {
+                    s.push_str(&format!(
+                        "  \"{name}\" -> \"{}\" [label=\"{signal}\", style=dashed];\n",
+                        t.target()
+                    ));
+                }
+            }
+        }
+    }
+    s.push_str("}\n");
+    s
+}

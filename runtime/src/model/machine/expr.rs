@@ -1,0 +1,407 @@
+//! The expression language of machine actions: `${…}` in a string value.
+//!
+//! A value that is exactly `${expr}` evaluates to the expression's JSON value; `${…}` inside other
+//! text is replaced by the value's text (strings as they are); anything else is a literal.
+//! Expressions: numbers, `'strings'` or `"strings"`, `true`, `false`, `null`; names — a state
+//! variable, else a config constant, `now` (RFC 3339, UTC), `signal.actor`, `signal.name`,
+//! `signal.data.KEY…`, `state`; `+` (numbers add, otherwise text joins), `-`, `*`, `/`, `%`;
+//! `==`, `!=`, `<`, `<=`, `>`, `>=`; `&&`, `||`, `!`; parentheses. A name that is not defined
+//! is an error (a typo must not read as null).
+
+use serde_json::{Number, Value};
+
+/// What names mean while evaluating.
+pub trait Scope {
+    /// The value of `path` (`reminders`, `signal.data.id`), if defined.
+    fn lookup(&self, path: &str) -> Option<Value>;
+}
+
+/// Evaluate a template value (see the module docs).
+///
+/// # Errors
+/// A malformed expression, an undefined name, or an operation on the wrong kinds of value.
+pub fn eval_value(v: &Value, scope: &dyn Scope) -> Result<Value, String> {
+    match v {
+        Value::String(s) => eval_text(s, scope),
+        Value::Array(a) => a
+            .iter()
+            .map(|x| eval_value(x, scope))
+            .collect::<Result<_, _>>()
+            .map(Value::Array),
+        Value::Object(m) => m
+            .iter()
+            .map(|(k, x)| eval_value(x, scope).map(|v| (k.clone(), v)))
+            .collect::<Result<_, _>>()
+            .map(Value::Object),
+        other => Ok(other.clone()),
+    }
+}
+
+/// Evaluate a string: a whole `${expr}`, text with `${…}` in it, or a literal.
+///
+/// # Errors
+/// As [`eval_value`].
+pub fn eval_text(s: &str, scope: &dyn Scope) -> Result<Value, String> {
+    let t = s.trim();
+    if t.starts_with("${")
+        && t.ends_with('}')
+        && t[2..].find("${").is_none()
+        && t.matches('}').count() == 1
+    {
+        return eval(&t[2..t.len() - 1], scope);
+    }
+    if !s.contains("${") {
+        return Ok(Value::String(s.to_string()));
+    }
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(at) = rest.find("${") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| format!("{s:?}: an unclosed ${{"))?;
+        out.push_str(&text_of(&eval(&after[..end], scope)?));
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(Value::String(out))
+}
+
+/// A value as text: strings as they are, the rest as JSON.
+pub fn text_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Whether a value counts as true: `false`, `null`, `0`, `""` do not.
+pub fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Value::String(s) => !s.is_empty(),
+        _ => true,
+    }
+}
+
+/// Evaluate one expression.
+///
+/// # Errors
+/// As [`eval_value`].
+pub fn eval(expr: &str, scope: &dyn Scope) -> Result<Value, String> {
+    let tokens = lex(expr)?;
+    let mut p = Parser {
+        tokens: &tokens,
+        at: 0,
+        scope,
+        expr,
+    };
+    let v = p.or()?;
+    if p.at != tokens.len() {
+        return Err(format!("{expr:?}: unexpected {:?}", tokens[p.at]));
+    }
+    Ok(v)
+}
+
+/// Whether `expr` parses (names are not looked up): for load-time checks.
+pub fn check(expr_text: &str) -> Result<(), String> {
+    struct Any;
+    impl Scope for Any {
+        fn lookup(&self, _: &str) -> Option<Value> {
+            Some(Value::Null)
+        }
+    }
+    let mut rest = expr_text;
+    while let Some(at) = rest.find("${") {
+        let after = &rest[at + 2..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| format!("{expr_text:?}: an unclosed ${{"))?;
+        let tokens = lex(&after[..end])?;
+        let mut p = Parser {
+            tokens: &tokens,
+            at: 0,
+            scope: &Any,
+            expr: &after[..end],
+        };
+        // Parse only: evaluation errors on nulls are not syntax errors.
+        p.syntax_only()?;
+        rest = &after[end + 1..];
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Num(f64),
+    Str(String),
+    Name(String),
+    Op(&'static str),
+}
+
+fn lex(s: &str) -> Result<Vec<Tok>, String> {
+    let b: Vec<char> = s.chars().collect();
+    let mut i = 0;
+    let mut out = Vec::new();
+    const OPS: [&str; 17] = [
+        "&&", "||", "==", "!=", "<=", ">=", "<", ">", "+", "-", "*", "/", "%", "!", "(", ")", ",",
+    ];
+    while i < b.len() {
+        let c = b[i];
+        if c.is_whitespace() {
+            i += 1;
+        } else if c.is_ascii_digit() {
+            let start = i;
+            while i < b.len() && (b[i].is_ascii_digit() || b[i] == '.') {
+                i += 1;
+            }
+            let text: String = b[start..i].iter().collect();
+            out.push(Tok::Num(
+                text.parse()
+                    .map_err(|_| format!("{s:?}: bad number {text:?}"))?,
+            ));
+        } else if c == '\'' || c == '"' {
+            let start = i + 1;
+            i += 1;
+            while i < b.len() && b[i] != c {
+                i += 1;
+            }
+            if i >= b.len() {
+                return Err(format!("{s:?}: an unclosed string"));
+            }
+            out.push(Tok::Str(b[start..i].iter().collect()));
+            i += 1;
+        } else if c.is_alphabetic() || c == '_' {
+            let start = i;
+            while i < b.len() && (b[i].is_alphanumeric() || matches!(b[i], '_' | '.' | '-')) {
+                i += 1;
+            }
+            out.push(Tok::Name(b[start..i].iter().collect()));
+        } else {
+            let rest: String = b[i..].iter().take(2).collect();
+            let op = OPS
+                .iter()
+                .find(|o| rest.starts_with(**o))
+                .ok_or_else(|| format!("{s:?}: unexpected {c:?}"))?;
+            out.push(Tok::Op(op));
+            i += op.chars().count();
+        }
+    }
+    Ok(out)
+}
+
+struct Parser<'a> {
+    tokens: &'a [Tok],
+    at: usize,
+    scope: &'a dyn Scope,
+    expr: &'a str,
+}
+
+fn num(v: &Value, expr: &str) -> Result<f64, String> {
+    v.as_f64()
+        .ok_or_else(|| format!("{expr:?}: {} is not a number", text_of(v)))
+}
+
+fn number(f: f64) -> Value {
+    if f.fract() == 0.0 && f.abs() < 9.0e15 {
+        // Whole numbers stay integers: counters read as 3, not 3.0.
+        Value::Number(Number::from(f as i64))
+    } else {
+        Number::from_f64(f).map_or(Value::Null, Value::Number)
+    }
+}
+
+impl Parser<'_> {
+    fn eat(&mut self, op: &str) -> bool {
+        if matches!(self.tokens.get(self.at), Some(Tok::Op(o)) if *o == op) {
+            self.at += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn syntax_only(&mut self) -> Result<(), String> {
+        self.or().map(|_| ())?;
+        if self.at != self.tokens.len() {
+            return Err(format!(
+                "{:?}: unexpected {:?}",
+                self.expr, self.tokens[self.at]
+            ));
+        }
+        Ok(())
+    }
+
+    fn or(&mut self) -> Result<Value, String> {
+        let mut v = self.and()?;
+        while self.eat("||") {
+            let r = self.and()?;
+            v = Value::Bool(truthy(&v) || truthy(&r));
+        }
+        Ok(v)
+    }
+
+    fn and(&mut self) -> Result<Value, String> {
+        let mut v = self.cmp()?;
+        while self.eat("&&") {
+            let r = self.cmp()?;
+            v = Value::Bool(truthy(&v) && truthy(&r));
+        }
+        Ok(v)
+    }
+
+    fn cmp(&mut self) -> Result<Value, String> {
+        let v = self.sum()?;
+        for op in ["==", "!=", "<=", ">=", "<", ">"] {
+            if self.eat(op) {
+                let r = self.sum()?;
+                let ord = match (v.as_f64(), r.as_f64()) {
+                    (Some(a), Some(b)) => a.partial_cmp(&b),
+                    _ => Some(text_of(&v).cmp(&text_of(&r))),
+                };
+                let eq = match (v.as_f64(), r.as_f64()) {
+                    (Some(a), Some(b)) => a == b,
+                    _ => v == r,
+                };
+                use std::cmp::Ordering::*;
+                return Ok(Value::Bool(match op {
+                    "==" => eq,
+                    "!=" => !eq,
+                    "<" => ord == Some(Less),
+                    "<=" => matches!(ord, Some(Less | Equal)),
+                    ">" => ord == Some(Greater),
+                    _ => matches!(ord, Some(Greater | Equal)),
+                }));
+            }
+        }
+        Ok(v)
+    }
+
+    fn sum(&mut self) -> Result<Value, String> {
+        let mut v = self.product()?;
+        loop {
+            if self.eat("+") {
+                let r = self.product()?;
+                v = match (v.as_f64(), r.as_f64()) {
+                    (Some(a), Some(b)) => number(a + b),
+                    _ => Value::String(text_of(&v) + &text_of(&r)),
+                };
+            } else if self.eat("-") {
+                let r = self.product()?;
+                v = number(num(&v, self.expr)? - num(&r, self.expr)?);
+            } else {
+                return Ok(v);
+            }
+        }
+    }
+
+    fn product(&mut self) -> Result<Value, String> {
+        let mut v = self.unary()?;
+        loop {
+            let op = if self.eat("*") {
+                '*'
+            } else if self.eat("/") {
+                '/'
+            } else if self.eat("%") {
+                '%'
+            } else {
+                return Ok(v);
+            };
+            let r = self.unary()?;
+            let (a, b) = (num(&v, self.expr)?, num(&r, self.expr)?);
+            if op != '*' && b == 0.0 {
+                return Err(format!("{:?}: division by zero", self.expr));
+            }
+            v = number(match op {
+                '*' => a * b,
+                '/' => a / b,
+                _ => a % b,
+            });
+        }
+    }
+
+    fn unary(&mut self) -> Result<Value, String> {
+        if self.eat("!") {
+            return Ok(Value::Bool(!truthy(&self.unary()?)));
+        }
+        if self.eat("-") {
+            let v = self.unary()?;
+            return Ok(number(-num(&v, self.expr)?));
+        }
+        self.atom()
+    }
+
+    fn atom(&mut self) -> Result<Value, String> {
+        let tok = self
+            .tokens
+            .get(self.at)
+            .cloned()
+            .ok_or_else(|| format!("{:?}: ends too soon", self.expr))?;
+        self.at += 1;
+        match tok {
+            Tok::Num(n) => Ok(number(n)),
+            Tok::Str(s) => Ok(Value::String(s)),
+            Tok::Name(n) => match n.as_str() {
+                "true" => Ok(Value::Bool(true)),
+                "false" => Ok(Value::Bool(false)),
+                "null" => Ok(Value::Null),
+                _ => self
+                    .scope
+                    .lookup(&n)
+                    .ok_or_else(|| format!("{:?}: {n:?} is not defined", self.expr)),
+            },
+            Tok::Op("(") => {
+                let v = self.or()?;
+                if !self.eat(")") {
+                    return Err(format!("{:?}: a ( without its )", self.expr));
+                }
+                Ok(v)
+            }
+            Tok::Op(o) => Err(format!("{:?}: unexpected {o:?}", self.expr)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    struct Vars(Value);
+    impl Scope for Vars {
+        fn lookup(&self, path: &str) -> Option<Value> {
+            self.0
+                .pointer(&format!("/{}", path.replace('.', "/")))
+                .cloned()
+        }
+    }
+
+    #[test]
+    fn expressions() {
+        let s = Vars(
+            json!({"reminders": 2, "grace": "7 days", "signal": {"actor": "ann", "data": {"n": 3}}}),
+        );
+        assert_eq!(eval_text("${reminders + 1}", &s), Ok(json!(3)));
+        assert_eq!(eval_text("${grace}", &s), Ok(json!("7 days")));
+        assert_eq!(eval_text("by ${signal.actor}", &s), Ok(json!("by ann")));
+        assert_eq!(
+            eval_text("${signal.data.n * 2 > 5 && !false}", &s),
+            Ok(json!(true))
+        );
+        assert_eq!(eval_text("${(1 + 2) * 3 % 4}", &s), Ok(json!(1)));
+        assert_eq!(eval_text("${'a' + 1}", &s), Ok(json!("a1")));
+        assert_eq!(eval_text("plain", &s), Ok(json!("plain")));
+        assert!(
+            eval_text("${nope + 1}", &s)
+                .unwrap_err()
+                .contains("\"nope\" is not defined")
+        );
+        assert!(eval_text("${1 / 0}", &s).is_err());
+        assert!(eval_text("${1 +}", &s).is_err());
+        assert!(check("${reminders +}").is_err());
+        assert!(check("x ${a.b == 'c'} y").is_ok());
+    }
+}

@@ -1,0 +1,660 @@
+//! State machines in the database: a job's transitions, its inbox of signals, its alarms.
+//!
+//! A transition runs in one transaction under the job's row lock (`FOR UPDATE`): the actions on
+//! the transition, leaving the old state (its alarms cancelled), entering the new one (its enter
+//! actions), the state variables, alarms, children, mails, function steps and events. If an
+//! action fails, nothing of it is kept and a `transition_rollback` event says why. Signals the
+//! transition sends (to itself, to a parent) wait in `signals` and are taken after it commits,
+//! in order, each in a transaction of its own — a crash between the two loses nothing.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use sqlx::{Postgres, Transaction};
+
+mod actions;
+
+use super::events::{EventBuf, NewEvent, ReadyKeys};
+use super::{Result, Store, StoreError};
+use crate::model::machine;
+use crate::model::template::Template;
+use actions::{Effects, write_record};
+
+/// The channel `workdo.signal` and every inbox insert notify, with the job's id.
+pub const SIGNAL_CHANNEL: &str = "workdo_signal";
+
+/// What delivering a signal did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Signalled {
+    pub workflow_id: i64,
+    pub signal: String,
+    pub from: String,
+    pub to: String,
+    /// The job reached a final state.
+    pub finished: bool,
+    /// Signals the job sent itself, taken after this one: (signal, the state it led to, or why not).
+    pub followed: Vec<(String, String)>,
+}
+
+/// A machine job, locked.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(super) struct Job {
+    id: i64,
+    object_id: String,
+    template: String,
+    template_id: i64,
+    version: i32,
+    status: String,
+    lane: String,
+    priority: i32,
+    context: Value,
+    machine: Option<Value>,
+    parent_id: Option<i64>,
+}
+
+/// Why a transition stopped: the signal is not accepted (nothing was attempted), an action
+/// failed (everything is rolled back), or the database failed.
+pub(super) enum Stop {
+    NotAccepted(String),
+    Failed(String),
+    Db(StoreError),
+}
+
+impl From<sqlx::Error> for Stop {
+    fn from(e: sqlx::Error) -> Self {
+        Stop::Db(e.into())
+    }
+}
+
+impl From<StoreError> for Stop {
+    fn from(e: StoreError) -> Self {
+        Stop::Db(e)
+    }
+}
+
+impl Store {
+    /// The active machine job of `template` on `object`.
+    ///
+    /// # Errors
+    /// [`StoreError::UnknownWorkflow`] (or what is missing) when there is none.
+    pub async fn machine_job(&self, object: &str, template: &str) -> Result<i64> {
+        let id: Option<i64> = sqlx::query_scalar(
+            "select id from workdo.workflows
+              where object_id = $1 and template = $2 and active and machine is not null
+              order by version desc limit 1",
+        )
+        .bind(object)
+        .bind(template)
+        .fetch_optional(&self.pool)
+        .await?;
+        match id {
+            Some(id) => Ok(id),
+            None => Err(self.missing(object, template, "").await),
+        }
+    }
+
+    /// Deliver `signal` to job `workflow_id` now: its transition commits (or is refused, or
+    /// rolled back), then the signals it sent itself are taken, in order.
+    ///
+    /// # Errors
+    /// [`StoreError::SignalRefused`] when the signal is not accepted (nothing changed),
+    /// [`StoreError::TransitionRolledBack`] when an action failed (nothing changed).
+    pub async fn machine_signal(
+        &self,
+        workflow_id: i64,
+        signal: &str,
+        data: &Value,
+        actor: &str,
+    ) -> Result<Signalled> {
+        let (from, to, finished) = self.deliver(workflow_id, signal, data, actor, None).await?;
+        let followed = self.inbox_run_job(workflow_id).await?;
+        Ok(Signalled {
+            workflow_id,
+            signal: signal.to_string(),
+            from,
+            to,
+            finished,
+            followed,
+        })
+    }
+
+    /// Take pending signals of any jobs (the runtime's inbox loop): each job's in order, a job at
+    /// a time per process (a job another process holds is skipped). Returns how many were taken.
+    pub async fn machine_inbox_run(&self, jobs: i64) -> Result<usize> {
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "select workflow_id from workdo.signals where processed_at is null
+              group by workflow_id order by min(id) limit $1",
+        )
+        .bind(jobs)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut taken = 0;
+        for id in ids {
+            taken += self.inbox_run_job(id).await?.len();
+        }
+        Ok(taken)
+    }
+
+    /// Take job `id`'s pending signals, oldest first, each in its own transaction.
+    pub(crate) async fn inbox_run_job(&self, id: i64) -> Result<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        loop {
+            let mut tx = self.pool.begin().await?;
+            // The job's lock first (skip it if another process holds it), then its oldest signal.
+            let locked: Option<i64> = sqlx::query_scalar(
+                "select id from workdo.workflows where id = $1 for update skip locked",
+            )
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if locked.is_none() {
+                return Ok(out);
+            }
+            let next: Option<(i64, String, Value, String)> = sqlx::query_as(
+                "select id, signal, data, actor from workdo.signals
+                  where workflow_id = $1 and processed_at is null order by id limit 1",
+            )
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            let Some((signal_id, signal, data, actor)) = next else {
+                return Ok(out);
+            };
+            let outcome = match self
+                .deliver(id, &signal, &data, &actor, Some(signal_id))
+                .await
+            {
+                Ok((_, to, _)) => to,
+                Err(StoreError::SignalRefused(why) | StoreError::TransitionRolledBack(why)) => {
+                    format!("refused: {why}")
+                }
+                Err(e) => return Err(e),
+            };
+            out.push((signal, outcome));
+        }
+    }
+
+    /// One signal's transition, in one transaction; an inbox signal (`inbox`) is marked taken in
+    /// it. A refused or rolled-back signal is marked taken with why, in a transaction of its own.
+    async fn deliver(
+        &self,
+        workflow_id: i64,
+        signal: &str,
+        data: &Value,
+        actor: &str,
+        inbox: Option<i64>,
+    ) -> Result<(String, String, bool)> {
+        let template_id: Option<i64> =
+            sqlx::query_scalar("select template_id from workdo.workflows where id = $1")
+                .bind(workflow_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        let template_id = template_id.ok_or_else(|| {
+            StoreError::SignalRefused(format!("there is no workflow {workflow_id}"))
+        })?;
+        let spec = self.template_by_id(template_id).await?.spec;
+        let mut tx = self.pool.begin().await?;
+        let job: Job = sqlx::query_as(
+            "select id, object_id, template, template_id, version, status, lane, priority,
+                    context, machine, parent_id
+               from workdo.workflows where id = $1 for update",
+        )
+        .bind(workflow_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        // A migration between the two reads: read the description it moved the job to.
+        let spec = if job.template_id == template_id {
+            spec
+        } else {
+            self.template_by_id(job.template_id).await?.spec
+        };
+        let mut events = EventBuf::default();
+        let mut ready = ReadyKeys::default();
+        let mut fx = Effects {
+            events: &mut events,
+            ready: &mut ready,
+            signalled: Vec::new(),
+        };
+        let result = self
+            .transition(&mut tx, &job, &spec, signal, data, actor, &mut fx)
+            .await;
+        let signalled = std::mem::take(&mut fx.signalled);
+        let state = job
+            .machine
+            .as_ref()
+            .and_then(|m| m["state"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        let (error, outcome) = match result {
+            Ok((from, to, finished)) => {
+                if let Some(sid) = inbox {
+                    mark_taken(&mut tx, sid, &to).await?;
+                }
+                events.flush(&mut tx).await?;
+                ready.notify(&mut tx).await?;
+                notify_signals(&mut tx, &signalled).await?;
+                tx.commit().await?;
+                return Ok((from, to, finished));
+            }
+            Err(Stop::Db(e)) => return Err(e),
+            Err(Stop::NotAccepted(why)) => (
+                StoreError::SignalRefused(why.clone()),
+                format!("refused: {why}"),
+            ),
+            Err(Stop::Failed(reason)) => (
+                StoreError::TransitionRolledBack(format!(
+                    "{signal} in {state}: {reason}; nothing of the transition happened"
+                )),
+                format!("rolled back: {reason}"),
+            ),
+        };
+        tx.rollback().await?;
+        let mut tx = self.pool.begin().await?;
+        if matches!(error, StoreError::TransitionRolledBack(_)) {
+            let mut events = EventBuf::default();
+            events.push(
+                NewEvent::new(&job.object_id, "transition_rollback", actor)
+                    .workflow(job.id)
+                    .template(&job.template)
+                    .version(job.version)
+                    .detail(json!({"state": state, "transition": signal,
+                                   "reason": outcome.trim_start_matches("rolled back: ")})),
+            );
+            events.flush(&mut tx).await?;
+        }
+        if let Some(sid) = inbox {
+            mark_taken(&mut tx, sid, &outcome).await?;
+        }
+        tx.commit().await?;
+        Err(error)
+    }
+
+    /// The transition itself, inside `tx`; on any [`Stop`] the caller rolls back.
+    #[allow(clippy::too_many_arguments)]
+    async fn transition(
+        &self,
+        tx: &mut Transaction<'_, Postgres>,
+        job: &Job,
+        spec: &Template,
+        signal: &str,
+        data: &Value,
+        actor: &str,
+        fx: &mut Effects<'_>,
+    ) -> std::result::Result<(String, String, bool), Stop> {
+        let refuse = |why: String| Err(Stop::NotAccepted(why));
+        let Some(m) = &spec.machine else {
+            return refuse(format!("{} is not a machine", job.template));
+        };
+        let Some(record) = job.machine.clone() else {
+            return refuse(format!("workflow {} is not a machine job", job.id));
+        };
+        if job.status == "completed" {
+            return refuse(format!(
+                "the job is finished (in {})",
+                record["state"].as_str().unwrap_or("?")
+            ));
+        }
+        let state = record["state"].as_str().unwrap_or_default().to_string();
+        let Some(t) = machine::transition(m, &state, signal) else {
+            return refuse(format!(
+                "{signal:?} is not accepted in {state}; it accepts {}",
+                machine::accepted(m, &state).join(", ")
+            ));
+        };
+        let mut vars = record["variables"].as_object().cloned().unwrap_or_default();
+        fx.events.push(
+            NewEvent::new(&job.object_id, "signal_received", actor)
+                .workflow(job.id)
+                .template(&job.template)
+                .version(job.version)
+                .detail(json!({"state": state, "signal": signal, "data": data,
+                               "variables": vars})),
+        );
+        let signal_value = json!({"name": signal, "actor": actor, "data": data});
+        let target = t.target().to_string();
+        self.fire(
+            tx,
+            job,
+            m,
+            &spec.name,
+            &mut vars,
+            &state,
+            &target,
+            &signal_value,
+            t.actions(),
+            "transition",
+            fx,
+        )
+        .await?;
+        // Leaving the state cancels its alarms; entering the target runs its enter actions.
+        sqlx::query(
+            "update workdo.alarms set cancelled_at = now()
+              where workflow_id = $1 and state = $2 and fired_at is null and cancelled_at is null",
+        )
+        .bind(job.id)
+        .bind(&state)
+        .execute(&mut **tx)
+        .await?;
+        fx.events.push(
+            NewEvent::new(&job.object_id, "state_entered", actor)
+                .workflow(job.id)
+                .template(&job.template)
+                .version(job.version)
+                .detail(json!({"state": target, "from": state, "signal": signal})),
+        );
+        let enter = m
+            .states
+            .get(&target)
+            .map(|s| s.enter.clone())
+            .unwrap_or_default();
+        self.fire(
+            tx,
+            job,
+            m,
+            &spec.name,
+            &mut vars,
+            &target,
+            &target,
+            &signal_value,
+            &enter,
+            "enter",
+            fx,
+        )
+        .await?;
+        let finished = m.states.get(&target).is_some_and(|s| s.is_final);
+        write_record(tx, job.id, &target, &vars, finished).await?;
+        if finished {
+            fx.events.push(
+                NewEvent::new(&job.object_id, "workflow_completed", actor)
+                    .workflow(job.id)
+                    .template(&job.template)
+                    .version(job.version)
+                    .status("completed")
+                    .detail(json!({"state": target})),
+            );
+        }
+        Ok((state, target, finished))
+    }
+}
+
+async fn mark_taken(tx: &mut Transaction<'_, Postgres>, id: i64, outcome: &str) -> Result<()> {
+    sqlx::query("update workdo.signals set processed_at = now(), outcome = $2 where id = $1")
+        .bind(id)
+        .bind(outcome)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+pub(super) async fn notify_signals(tx: &mut Transaction<'_, Postgres>, jobs: &[i64]) -> Result<()> {
+    if jobs.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<String> = jobs.iter().map(i64::to_string).collect();
+    sqlx::query("select pg_notify($1, j) from unnest($2::text[]) as j")
+        .bind(SIGNAL_CHANNEL)
+        .bind(&ids)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// A signal for job `job` from outside a transition (a function action's result), in `tx`,
+/// with its NOTIFY.
+pub(super) async fn signal_in(
+    tx: &mut Transaction<'_, Postgres>,
+    job: i64,
+    signal: &str,
+    data: &Value,
+    actor: &str,
+) -> Result<()> {
+    sqlx::query(
+        "insert into workdo.signals (workflow_id, signal, data, actor) values ($1, $2, $3, $4)",
+    )
+    .bind(job)
+    .bind(signal)
+    .bind(data)
+    .bind(actor)
+    .execute(&mut **tx)
+    .await?;
+    notify_signals(tx, &[job]).await
+}
+
+/// A due alarm: id, job, signal, object, template, object version, due time.
+type DueAlarm = (i64, i64, String, String, String, i32, DateTime<Utc>);
+
+/// A machine job as `show` and the API give it.
+#[derive(Debug, Clone, Serialize)]
+pub struct MachineView {
+    pub state: String,
+    pub variables: Value,
+    /// The signals its state accepts (its own, then the global ones).
+    pub accepts: Vec<String>,
+    /// Alarms set and not yet fired or cancelled: `{signal, due_at, state}`.
+    pub alarms: Vec<Value>,
+    /// Workflows it forked: `{workflow_id, template, object, status}`.
+    pub children: Vec<Value>,
+    pub parent: Option<i64>,
+}
+
+impl Store {
+    /// The template version a workflow is locked to, if the workflow exists.
+    pub async fn workflow_template_id(&self, id: i64) -> Result<Option<i64>> {
+        Ok(
+            sqlx::query_scalar("select template_id from workdo.workflows where id = $1")
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+
+    /// Fire due alarms (claimed with `SKIP LOCKED`, so each fires once however many runtimes
+    /// run): each becomes a signal in its job's inbox, in one transaction. Returns how many.
+    pub async fn machine_alarms_fire(&self, limit: i64) -> Result<usize> {
+        let mut tx = self.pool.begin().await?;
+        let due: Vec<DueAlarm> = sqlx::query_as(
+            "select a.id, a.workflow_id, a.signal, w.object_id, w.template, w.version, a.due_at
+               from workdo.alarms a join workdo.workflows w on w.id = a.workflow_id
+              where a.fired_at is null and a.cancelled_at is null and a.due_at <= now()
+              order by a.due_at limit $1 for update of a skip locked",
+        )
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        if due.is_empty() {
+            return Ok(0);
+        }
+        let mut events = EventBuf::default();
+        let mut jobs = Vec::new();
+        for (id, job, signal, object, template, version, due_at) in &due {
+            sqlx::query("update workdo.alarms set fired_at = now() where id = $1")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(
+                "insert into workdo.signals (workflow_id, signal, data, actor)
+                 values ($1, $2, $3, 'alarm')",
+            )
+            .bind(job)
+            .bind(signal)
+            .bind(json!({"alarm": id, "due_at": due_at}))
+            .execute(&mut *tx)
+            .await?;
+            events.push(
+                NewEvent::new(object, "alarm_fired", "alarm")
+                    .workflow(*job)
+                    .template(template)
+                    .version(*version)
+                    .detail(json!({"signal": signal, "due_at": due_at,
+                                   "late_ms": (Utc::now() - *due_at).num_milliseconds()})),
+            );
+            jobs.push(*job);
+        }
+        events.flush(&mut tx).await?;
+        notify_signals(&mut tx, &jobs).await?;
+        tx.commit().await?;
+        Ok(due.len())
+    }
+
+    /// When the next alarm is due, if any is set.
+    pub async fn machine_next_alarm(&self) -> Result<Option<DateTime<Utc>>> {
+        let next: Option<DateTime<Utc>> = sqlx::query_scalar(
+            "select min(due_at) from workdo.alarms where fired_at is null and cancelled_at is null",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(next)
+    }
+
+    /// Job `workflow_id`'s state, variables, accepted signals, alarms, children and parent;
+    /// `None` for a workflow that is not a machine job.
+    pub async fn machine_view(&self, workflow_id: i64) -> Result<Option<MachineView>> {
+        let row: Option<(Option<Value>, Option<i64>, i64)> = sqlx::query_as(
+            "select machine, parent_id, template_id from workdo.workflows where id = $1",
+        )
+        .bind(workflow_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some((Some(record), parent, template_id)) = row else {
+            return Ok(None);
+        };
+        let spec = self.template_by_id(template_id).await?.spec;
+        let state = record["state"].as_str().unwrap_or_default().to_string();
+        let accepts = spec
+            .machine
+            .as_ref()
+            .map(|m| machine::accepted(m, &state))
+            .unwrap_or_default();
+        let alarms: Vec<Value> = sqlx::query_scalar(
+            "select jsonb_build_object('signal', signal, 'due_at', due_at, 'state', state)
+               from workdo.alarms
+              where workflow_id = $1 and fired_at is null and cancelled_at is null order by due_at",
+        )
+        .bind(workflow_id)
+        .fetch_all(&self.pool)
+        .await?;
+        let children: Vec<Value> = sqlx::query_scalar(
+            "select jsonb_build_object('workflow_id', id, 'template', template, 'object', object_id,
+                                       'status', status, 'state', machine ->> 'state')
+               from workdo.workflows where parent_id = $1 order by id",
+        )
+        .bind(workflow_id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(Some(MachineView {
+            state,
+            variables: record["variables"].clone(),
+            accepts,
+            alarms,
+            children,
+            parent,
+        }))
+    }
+
+    /// Explicit migration: move `template`'s active jobs (or only `workflow`) to the version
+    /// whose SHA-256 starts with `to`, their states renamed by `map`. Refused, listing them,
+    /// when a job's state is neither in the new description nor mapped. Returns how many moved.
+    pub async fn machine_migrate(
+        &self,
+        template: &str,
+        to: &str,
+        map: &BTreeMap<String, String>,
+        workflow: Option<i64>,
+        actor: &str,
+    ) -> Result<usize> {
+        let versions: Vec<(i64, String)> = sqlx::query_as(
+            "select id, sha256 from workdo.templates
+              where name = $1 and kind = 'machine' and starts_with(sha256, $2)",
+        )
+        .bind(template)
+        .bind(to)
+        .fetch_all(&self.pool)
+        .await?;
+        let (target_id, sha) = match versions.as_slice() {
+            [one] => one.clone(),
+            [] => {
+                return Err(StoreError::SignalRefused(format!(
+                    "{template} has no machine version with SHA-256 {to}…"
+                )));
+            }
+            _ => {
+                return Err(StoreError::SignalRefused(format!(
+                    "{to} names {} versions of {template}; give more of the SHA-256",
+                    versions.len()
+                )));
+            }
+        };
+        let target = self.template_by_id(target_id).await?.spec;
+        let Some(m) = &target.machine else {
+            return Err(StoreError::SignalRefused(format!(
+                "{template} is not a machine"
+            )));
+        };
+        let mut tx = self.pool.begin().await?;
+        let jobs: Vec<(i64, String, i32, Value)> = sqlx::query_as(
+            "select id, object_id, version, machine from workdo.workflows
+              where template = $1 and machine is not null and active and status = 'active'
+                and ($2::bigint is null or id = $2)
+              order by id for update",
+        )
+        .bind(template)
+        .bind(workflow)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut missing = std::collections::BTreeSet::new();
+        for (_, _, _, record) in &jobs {
+            let state = record["state"].as_str().unwrap_or_default();
+            let to_state = map.get(state).map(String::as_str).unwrap_or(state);
+            if !m.states.contains_key(to_state) {
+                missing.insert(state.to_string());
+            }
+        }
+        if !missing.is_empty() {
+            return Err(StoreError::SignalRefused(format!(
+                "migration refused: states {} are not in {template} {} and not mapped (--map OLD=NEW)",
+                missing.into_iter().collect::<Vec<_>>().join(", "),
+                &sha[..12]
+            )));
+        }
+        let mut events = EventBuf::default();
+        for (id, object, version, record) in &jobs {
+            let from = record["state"].as_str().unwrap_or_default();
+            let state = map.get(from).cloned().unwrap_or_else(|| from.to_string());
+            sqlx::query(
+                "update workdo.workflows
+                    set template_id = $2, machine = jsonb_set(machine, '{state}', to_jsonb($3::text))
+                  where id = $1",
+            )
+            .bind(id)
+            .bind(target_id)
+            .bind(&state)
+            .execute(&mut *tx)
+            .await?;
+            if state != from {
+                sqlx::query(
+                    "update workdo.alarms set state = $3
+                      where workflow_id = $1 and state = $2 and fired_at is null and cancelled_at is null",
+                )
+                .bind(id)
+                .bind(from)
+                .bind(&state)
+                .execute(&mut *tx)
+                .await?;
+            }
+            events.push(
+                NewEvent::new(object, "migrated", actor)
+                    .workflow(*id)
+                    .template(template)
+                    .version(*version)
+                    .detail(json!({"to_sha256": sha, "from_state": from, "state": state,
+                                   "map": map})),
+            );
+        }
+        events.flush(&mut tx).await?;
+        tx.commit().await?;
+        Ok(jobs.len())
+    }
+}
