@@ -110,6 +110,14 @@ pub fn spec() -> Value {
             "/api/retry": {"post": op("Put steps in error back in the queue, attempts reset (by object, template and/or step)", "robot", json!({
                 "requestBody": json_body(obj(json!({"object": s, "template": s, "step": s}), &[]))
             }))},
+            "/api/workflows/{id}/signals": {"parameters": path_params(&["id"]), "post": op("Send a signal to a state-machine job: its transition, then the signals it sent itself. Allowed by the machine's access for the token's role, or by a token scoped to the job and the signal; 403 when not allowed, 409 when not accepted in the job's state or rolled back by a failing action (nothing changes)", "robot", json!({
+                "requestBody": json_body(obj(json!({"signal": s, "data": {"type": "object"}}), &["signal"])),
+                "responses": {"200": {"description": "{workflow_id, signal, from, to, finished, followed}"}, "403": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}}
+            }))},
+            "/api/objects/{object}/workflows/{template}/signals": {"parameters": path_params(&["object", "template"]), "post": op("Send a signal to the object's active job of a machine template (as /api/workflows/{id}/signals)", "robot", json!({
+                "requestBody": json_body(obj(json!({"signal": s, "data": {"type": "object"}}), &["signal"])),
+                "responses": {"200": {"description": "{workflow_id, signal, from, to, finished, followed}"}, "403": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"}}
+            }))},
             "/objects/{druid}/workflows": {
                 "parameters": path_params(&["druid"]),
                 "get": op("WorkDo: <workflows> XML of the object", "viewer", json!({})),
