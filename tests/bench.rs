@@ -47,6 +47,8 @@ async fn quick_bench_runs_every_scenario_and_checks_itself() {
         "function calls, exec, 2 at a time",
         "claim+complete, 2 steps then 10 side by side, ordinary steps",
         "claim+complete, the same composed at run time (observer, generator, 10 generated)",
+        "machine signals, one job, one after another",
+        "alarm firing delay: p99",
     ] {
         assert!(
             names.contains(&expected),

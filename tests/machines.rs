@@ -693,3 +693,113 @@ fn machine_descriptions_are_checked_when_loading() {
         "{all}"
     );
 }
+
+#[tokio::test]
+async fn the_loan_review_runs_under_workdo_up_driven_by_cli_api_and_sql() {
+    workdo::install_crypto();
+    let t = db().await;
+    let root = support::workflows_dir().join("..");
+    let workdo = env!("CARGO_BIN_EXE_workdo");
+    let cli = |args: &[&str]| {
+        std::process::Command::new(workdo)
+            .args(args)
+            .env("DATABASE_URL", &t.url)
+            .env("RUST_LOG", "error")
+            .current_dir(&root)
+            .output()
+            .expect("workdo")
+    };
+    let ok = |args: &[&str]| {
+        let out = cli(args);
+        assert!(
+            out.status.success(),
+            "workdo {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    ok(&["templates", "load", "workflows/loanReviewWF.yaml"]);
+    for o in ["obj:loan-cli", "obj:loan-api", "obj:loan-sql"] {
+        ok(&["start", "loanReviewWF", o]);
+    }
+    let (_, token) = t
+        .store
+        .token_create(workdo::store::Role::Admin, "test", None)
+        .await
+        .expect("token");
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
+        l.local_addr().expect("addr").port()
+    };
+    let mut up = std::process::Command::new(workdo)
+        .args(["up", "--listen", &format!("127.0.0.1:{port}"), "--poll-interval", "200ms"])
+        .env("DATABASE_URL", &t.url)
+        .env("RUST_LOG", "error")
+        .current_dir(&root)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("workdo up");
+    // The notify-reviewer function runs under `workdo up` and signals `notified` back.
+    wait_until(
+        t.pool(),
+        "select count(*) = 3 from workdo.workflows where machine ->> 'state' = 'Notified'",
+        60,
+    )
+    .await;
+    // CLI: a refused signal exits 1 with the reason; an accepted one prints the transition.
+    let refused = cli(&["signal", "obj:loan-cli", "loanReviewWF", "open"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("not accepted in Notified"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let moved = ok(&["signal", "obj:loan-cli", "loanReviewWF", "approve"]);
+    assert!(moved.contains("Notified --approve--> Approved"), "{moved}");
+    // API.
+    let http = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{port}/api/objects/obj:loan-api/workflows/loanReviewWF/signals");
+    let answered = loop {
+        match http
+            .post(&url)
+            .bearer_auth(&token)
+            .json(&json!({"signal": "reject"}))
+            .send()
+            .await
+        {
+            Ok(r) => break r,
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    };
+    assert_eq!(answered.status().as_u16(), 200);
+    // SQL: taken by the runtime.
+    let sql_job = t.store.machine_job("obj:loan-sql", "loanReviewWF").await.expect("job");
+    sqlx::query("select workdo.signal($1, 'cancel')")
+        .bind(sql_job)
+        .execute(t.pool())
+        .await
+        .expect("signal");
+    wait_until(
+        t.pool(),
+        "select count(*) = 3 from workdo.workflows where status = 'completed'",
+        30,
+    )
+    .await;
+    up.kill().expect("stop");
+    up.wait().expect("reaped");
+    let states: Vec<String> = sqlx::query_scalar(
+        "select machine ->> 'state' from workdo.workflows order by object_id",
+    )
+    .fetch_all(t.pool())
+    .await
+    .expect("states");
+    assert_eq!(states, vec!["Rejected", "Approved", "Cancelled"]);
+    // show --json and why describe a job.
+    let shown: Value = serde_json::from_str(&ok(&["--json", "show", "obj:loan-cli"])).expect("json");
+    assert_eq!(shown["workflows"][0]["machine"]["state"], "Approved");
+    assert_eq!(shown["workflows"][0]["machine"]["variables"]["approved_by"], "cli");
+    let graph = ok(&["graph", "obj:loan-cli", "loanReviewWF"]);
+    assert!(graph.starts_with("stateDiagram-v2"), "{graph}");
+    assert!(graph.contains("Review --> Approved: approve"), "{graph}");
+}

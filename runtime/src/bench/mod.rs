@@ -30,8 +30,8 @@ use crate::model::template;
 use crate::store::Store;
 use crate::store::db::{self, with_database};
 use scenarios::{
-    DAG, DagRun, call_rate, claim_complete, dag, fanout, load, scale, start_rate, wake_latency,
-    yardstick,
+    DAG, DagRun, alarm_delays, call_rate, claim_complete, dag, fanout, load, machine_signals,
+    scale, start_rate, wake_latency, yardstick,
 };
 
 #[derive(Debug, Clone)]
@@ -58,6 +58,8 @@ pub enum Scenario {
     Calls,
     /// Generated steps (dynamic dispatch) against ordinary ones of the same shape.
     Dispatch,
+    /// State machines: signals per second (one job; many in parallel) and alarm delays.
+    Machines,
 }
 
 impl Options {
@@ -112,6 +114,10 @@ struct Sizes {
     claims: usize,
     /// Workflows of the dispatch scenario (12 steps each).
     fanout: usize,
+    /// Signals to one job; jobs signalled in parallel; alarms set.
+    signals: usize,
+    jobs: usize,
+    alarms: usize,
 }
 
 impl Sizes {
@@ -128,6 +134,9 @@ impl Sizes {
                 large: 10_000,
                 claims: 50,
                 fanout: 20,
+                signals: 50,
+                jobs: 20,
+                alarms: 20,
             }
         } else {
             // 5,000 DAG workflows: a run of several seconds, so the figure is the steady rate
@@ -145,6 +154,9 @@ impl Sizes {
                 large: 1_000_000,
                 claims: 200,
                 fanout: 2_000,
+                signals: 2_000,
+                jobs: 1_000,
+                alarms: 500,
             }
         }
     }
@@ -227,6 +239,9 @@ pub async fn run(
     }
     if opts.runs(Scenario::Dispatch) {
         dispatch_rows(&store, &sizes, runs, &mut rows).await?;
+    }
+    if opts.runs(Scenario::Machines) {
+        machine_rows(&store, &sizes, runs, &mut rows).await?;
     }
     pool.close().await;
     print(out, &rows, runs, opts.quick, json)?;
@@ -343,6 +358,42 @@ async fn dispatch_rows(
     gen_row.ratio = Some(gen_row.median / base.median);
     rows.push(base);
     rows.push(gen_row);
+    Ok(())
+}
+
+/// Signals per second to one job and to many jobs in parallel; alarm firing delay.
+async fn machine_rows(
+    store: &Store,
+    sizes: &Sizes,
+    runs: usize,
+    rows: &mut Vec<Row>,
+) -> Result<()> {
+    let (mut one, mut many, mut p50, mut p99) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..runs {
+        one.push(machine_signals(store, 1, sizes.signals, 1).await?);
+        many.push(machine_signals(store, sizes.jobs, 5, 16).await?);
+        let mut late = alarm_delays(store, sizes.alarms).await?;
+        p50.push(percentile(&mut late, 0.5));
+        p99.push(percentile(&mut late, 0.99));
+    }
+    let one_row = row(
+        "machine signals, one job, one after another".into(),
+        "signals/s",
+        one,
+    );
+    let mut many_row = row(
+        format!(
+            "machine signals, {} jobs, 16 in parallel (5 signals each)",
+            sizes.jobs
+        ),
+        "signals/s",
+        many,
+    );
+    many_row.ratio = Some(many_row.median / one_row.median);
+    rows.push(one_row);
+    rows.push(many_row);
+    rows.push(row("alarm firing delay: p50".into(), "ms", p50));
+    rows.push(row("alarm firing delay: p99".into(), "ms", p99));
     Ok(())
 }
 

@@ -411,3 +411,98 @@ pub(super) async fn fanout(
     store.bench_check_exactly_once(steps as i64).await?;
     Ok(rate)
 }
+
+const COUNTER_MACHINE: &str = "name: benchMachineWF\nkind: machine\nvariables: { count: 0 }\ninitial: Idle\nstates:\n  Idle:\n    on:\n      bump: { to: Idle, actions: [ { set: { count: \"${count + 1}\" } } ] }\n      arm: Armed\n  Armed:\n    enter:\n      - alarm: { signal: ring, in: \"${grace}\" }\n    on:\n      ring: Rung\n  Rung: { final: true }\n";
+
+/// Signals per second: `jobs` machine jobs each signalled `per_job` times, `parallel` jobs at a
+/// time (each job's signals one after another: a job's transitions are serialised anyway).
+/// Every signal is checked to have counted.
+pub(super) async fn machine_signals(
+    store: &Store,
+    jobs: usize,
+    per_job: usize,
+    parallel: usize,
+) -> Result<f64> {
+    use std::sync::Arc;
+    store.bench_reset().await?;
+    load(store, "bench-machine.yaml", COUNTER_MACHINE).await?;
+    let ids = objects("job", jobs);
+    start_bulk(store, "benchMachineWF", &ids).await?;
+    let jobs_ids: Vec<i64> = {
+        let mut out = Vec::with_capacity(jobs);
+        for o in &ids {
+            out.push(store.machine_job(o, "benchMachineWF").await?);
+        }
+        out
+    };
+    let gate = Arc::new(tokio::sync::Semaphore::new(parallel.max(1)));
+    let began = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for id in jobs_ids {
+        let (store, gate) = (store.clone(), Arc::clone(&gate));
+        tasks.spawn(async move {
+            let _slot = gate.acquire_owned().await?;
+            for _ in 0..per_job {
+                store
+                    .machine_signal(id, "bump", &serde_json::json!({}), "bench")
+                    .await?;
+            }
+            Ok::<(), anyhow::Error>(())
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r??;
+    }
+    let rate = (jobs * per_job) as f64 / began.elapsed().as_secs_f64();
+    let (total, _) = store.bench_machine_totals("Idle").await?;
+    if total != (jobs * per_job) as i64 {
+        bail!(
+            "bench check failed: {total} of {} signals counted",
+            jobs * per_job
+        );
+    }
+    Ok(rate)
+}
+
+/// How late alarms fire (ms) under the runtime: `jobs` jobs armed with alarms due 200 ms to
+/// 1.2 s ahead, fired by one runtime; every job must ring once.
+pub(super) async fn alarm_delays(store: &Store, jobs: usize) -> Result<Vec<f64>> {
+    store.bench_reset().await?;
+    load(store, "bench-machine.yaml", COUNTER_MACHINE).await?;
+    for i in 0..jobs {
+        let mut req = StartRequest::new("benchMachineWF", &[]);
+        req.objects = vec![format!("alarm:{i:07}")];
+        req.context = serde_json::json!({"grace": format!("{}ms", 200 + (i * 1000) / jobs.max(1))});
+        store.workflow_start(&req).await?;
+        let id = store
+            .machine_job(&format!("alarm:{i:07}"), "benchMachineWF")
+            .await?;
+        store
+            .machine_signal(id, "arm", &serde_json::json!({}), "bench")
+            .await?;
+    }
+    let config = runtime::Config {
+        schedules: false,
+        ..runtime::Config::default()
+    };
+    let token = CancellationToken::new();
+    let run = tokio::spawn(runtime::run(store.clone(), config, Vec::new(), token.clone()));
+    let began = Instant::now();
+    loop {
+        let (_, rung) = store.bench_machine_totals("Rung").await?;
+        if rung as usize == jobs {
+            break;
+        }
+        if began.elapsed() > Duration::from_secs(120) {
+            bail!("alarms did not fire: {rung} of {jobs} jobs rang");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    token.cancel();
+    run.await??;
+    let late = store.bench_alarm_late_ms().await?;
+    if late.len() != jobs {
+        bail!("bench check failed: {} alarms fired for {jobs} jobs", late.len());
+    }
+    Ok(late)
+}

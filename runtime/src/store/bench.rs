@@ -68,7 +68,7 @@ impl Store {
     pub async fn bench_reset(&self) -> Result<()> {
         sqlx::query(
             "truncate workdo.steps, workdo.workflows, workdo.events, workdo.milestones, workdo.objects,
-                      workdo.alert_outbox cascade",
+                      workdo.alert_outbox, workdo.signals, workdo.alarms cascade",
         )
         .execute(&self.pool)
         .await?;
@@ -87,6 +87,27 @@ impl Store {
         .execute(&self.pool)
         .await?;
         Ok(())
+    }
+
+    /// How late each fired alarm was (ms), from the `alarm_fired` events.
+    pub async fn bench_alarm_late_ms(&self) -> Result<Vec<f64>> {
+        Ok(sqlx::query_scalar(
+            "select (detail ->> 'late_ms')::float8 from workdo.events where kind = 'alarm_fired'",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// The sum of the `count` variable over the machine jobs, and how many jobs are in `state`.
+    pub async fn bench_machine_totals(&self, state: &str) -> Result<(i64, i64)> {
+        Ok(sqlx::query_as(
+            "select coalesce(sum((machine -> 'variables' ->> 'count')::bigint), 0)::bigint,
+                    count(*) filter (where machine ->> 'state' = $1)
+               from workdo.workflows where machine is not null",
+        )
+        .bind(state)
+        .fetch_one(&self.pool)
+        .await?)
     }
 
     /// Refresh the planner's statistics of the steps.
