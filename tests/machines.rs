@@ -492,7 +492,7 @@ async fn the_articles_for_deletion_example_reaches_its_final_states() {
     // 3. PROD: the child's alarm deletes, it tells the parent, whose review is endorsed by alarm.
     let prod = start_afd(
         "obj:afd-prod",
-        json!({"prod": true, "normal_grace_period": "300ms", "longer_grace_period": "300ms"}),
+        json!({"prod": true, "prod_grace_period": "300ms", "longer_grace_period": "300ms"}),
     )
     .await;
     let rt = start(&t.store, config()).await;
@@ -732,7 +732,13 @@ async fn the_loan_review_runs_under_workdo_up_driven_by_cli_api_and_sql() {
         l.local_addr().expect("addr").port()
     };
     let mut up = std::process::Command::new(workdo)
-        .args(["up", "--listen", &format!("127.0.0.1:{port}"), "--poll-interval", "200ms"])
+        .args([
+            "up",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--poll-interval",
+            "200ms",
+        ])
         .env("DATABASE_URL", &t.url)
         .env("RUST_LOG", "error")
         .current_dir(&root)
@@ -759,7 +765,8 @@ async fn the_loan_review_runs_under_workdo_up_driven_by_cli_api_and_sql() {
     assert!(moved.contains("Notified --approve--> Approved"), "{moved}");
     // API.
     let http = reqwest::Client::new();
-    let url = format!("http://127.0.0.1:{port}/api/objects/obj:loan-api/workflows/loanReviewWF/signals");
+    let url =
+        format!("http://127.0.0.1:{port}/api/objects/obj:loan-api/workflows/loanReviewWF/signals");
     let answered = loop {
         match http
             .post(&url)
@@ -774,7 +781,11 @@ async fn the_loan_review_runs_under_workdo_up_driven_by_cli_api_and_sql() {
     };
     assert_eq!(answered.status().as_u16(), 200);
     // SQL: taken by the runtime.
-    let sql_job = t.store.machine_job("obj:loan-sql", "loanReviewWF").await.expect("job");
+    let sql_job = t
+        .store
+        .machine_job("obj:loan-sql", "loanReviewWF")
+        .await
+        .expect("job");
     sqlx::query("select workdo.signal($1, 'cancel')")
         .bind(sql_job)
         .execute(t.pool())
@@ -788,17 +799,20 @@ async fn the_loan_review_runs_under_workdo_up_driven_by_cli_api_and_sql() {
     .await;
     up.kill().expect("stop");
     up.wait().expect("reaped");
-    let states: Vec<String> = sqlx::query_scalar(
-        "select machine ->> 'state' from workdo.workflows order by object_id",
-    )
-    .fetch_all(t.pool())
-    .await
-    .expect("states");
+    let states: Vec<String> =
+        sqlx::query_scalar("select machine ->> 'state' from workdo.workflows order by object_id")
+            .fetch_all(t.pool())
+            .await
+            .expect("states");
     assert_eq!(states, vec!["Rejected", "Approved", "Cancelled"]);
     // show --json and why describe a job.
-    let shown: Value = serde_json::from_str(&ok(&["--json", "show", "obj:loan-cli"])).expect("json");
+    let shown: Value =
+        serde_json::from_str(&ok(&["--json", "show", "obj:loan-cli"])).expect("json");
     assert_eq!(shown["workflows"][0]["machine"]["state"], "Approved");
-    assert_eq!(shown["workflows"][0]["machine"]["variables"]["approved_by"], "cli");
+    assert_eq!(
+        shown["workflows"][0]["machine"]["variables"]["approved_by"],
+        "cli"
+    );
     let graph = ok(&["graph", "obj:loan-cli", "loanReviewWF"]);
     assert!(graph.starts_with("stateDiagram-v2"), "{graph}");
     assert!(graph.contains("Review --> Approved: approve"), "{graph}");

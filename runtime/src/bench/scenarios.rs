@@ -486,7 +486,12 @@ pub(super) async fn alarm_delays(store: &Store, jobs: usize) -> Result<Vec<f64>>
         ..runtime::Config::default()
     };
     let token = CancellationToken::new();
-    let run = tokio::spawn(runtime::run(store.clone(), config, Vec::new(), token.clone()));
+    let run = tokio::spawn(runtime::run(
+        store.clone(),
+        config,
+        Vec::new(),
+        token.clone(),
+    ));
     let began = Instant::now();
     loop {
         let (_, rung) = store.bench_machine_totals("Rung").await?;
@@ -502,7 +507,10 @@ pub(super) async fn alarm_delays(store: &Store, jobs: usize) -> Result<Vec<f64>>
     run.await??;
     let late = store.bench_alarm_late_ms().await?;
     if late.len() != jobs {
-        bail!("bench check failed: {} alarms fired for {jobs} jobs", late.len());
+        bail!(
+            "bench check failed: {} alarms fired for {jobs} jobs",
+            late.len()
+        );
     }
     Ok(late)
 }

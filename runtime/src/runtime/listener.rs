@@ -16,7 +16,7 @@ use crate::store::Store;
 pub(super) async fn listen(
     store: Store,
     notifies: HashMap<String, Arc<Notify>>,
-    signals: Arc<Notify>,
+    signals: [Arc<Notify>; 2],
     stop: CancellationToken,
 ) {
     loop {
@@ -34,11 +34,17 @@ pub(super) async fn listen(
         for n in notifies.values() {
             n.notify_one();
         }
-        signals.notify_one();
+        for s in &signals {
+            s.notify_one();
+        }
         loop {
             tokio::select! {
                 msg = listener.recv() => match msg {
-                    Ok(m) if m.channel() == crate::store::SIGNAL_CHANNEL => signals.notify_one(),
+                    Ok(m) if m.channel() == crate::store::SIGNAL_CHANNEL => {
+                        for s in &signals {
+                            s.notify_one();
+                        }
+                    }
                     Ok(m) => {
                         if let Some(n) = notifies.get(m.payload()) {
                             n.notify_one();

@@ -281,16 +281,17 @@ pub async fn run(
         .map(|b| (b.key(), Arc::new(Notify::new())))
         .collect();
     let background = CancellationToken::new();
-    let signals = Arc::new(Notify::new());
+    let (signals, alarms) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
     let listener = tokio::spawn(listener::listen(
         store.clone(),
         notifies.clone(),
-        Arc::clone(&signals),
+        [Arc::clone(&signals), Arc::clone(&alarms)],
         background.clone(),
     ));
     let machines = tokio::spawn(machines::run(
         store.clone(),
         signals,
+        alarms,
         config.poll_interval,
         background.clone(),
     ));

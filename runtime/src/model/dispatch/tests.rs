@@ -247,3 +247,28 @@ fn cycles_among_before_rules_are_found() {
         None
     );
 }
+
+#[test]
+fn entity_bombs_and_doctype_tricks_are_refused_not_expanded() {
+    let obs = Observe {
+        document: "d".into(),
+        rules: vec![MatchRule {
+            xpath: "//a".into(),
+            op: Op::Add,
+            generator: "g".into(),
+            bricklets: vec!["b".into()],
+        }],
+    };
+    let bomb = "<?xml version=\"1.0\"?><!DOCTYPE lolz [<!ENTITY lol \"lol\"><!ENTITY lol2 \"&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;\"><!ENTITY lol3 \"&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;\">]><a>&lol3;</a>";
+    let started = std::time::Instant::now();
+    let result = observe(&obs, bomb);
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    match result {
+        Err(e) => assert!(e.contains("not well-formed XML"), "{e}"),
+        // A parser that ignores the DTD must not have expanded it either.
+        Ok(m) => assert_eq!(m[0].fragments, 1),
+    }
+    // An external entity is never fetched: the document is refused.
+    let external = "<!DOCTYPE a [<!ENTITY x SYSTEM \"file:///etc/passwd\">]><a>&x;</a>";
+    assert!(observe(&obs, external).is_err());
+}

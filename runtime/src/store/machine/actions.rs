@@ -220,6 +220,8 @@ impl Store {
                     .bind(due)
                     .execute(&mut **tx)
                     .await?;
+                    // The runtime's alarm loop hears of it (it may be due before its next look).
+                    fx.signalled.push(job.id);
                     fx.events.push(
                         NewEvent::new(&job.object_id, "alarm_set", "machine")
                             .workflow(job.id)
