@@ -469,6 +469,14 @@ pub(super) async fn machine_signals(
 pub(super) async fn alarm_delays(store: &Store, jobs: usize) -> Result<Vec<f64>> {
     store.bench_reset().await?;
     load(store, "bench-machine.yaml", COUNTER_MACHINE).await?;
+    // The runtime runs while the jobs are armed, as it would: an alarm's delay is from its due
+    // time to its firing, not from the start of the run.
+    let config = runtime::Config {
+        schedules: false,
+        ..runtime::Config::default()
+    };
+    let token = CancellationToken::new();
+    let run = tokio::spawn(runtime::run(store.clone(), config, Vec::new(), token.clone()));
     for i in 0..jobs {
         let mut req = StartRequest::new("benchMachineWF", &[]);
         req.objects = vec![format!("alarm:{i:07}")];
@@ -481,17 +489,6 @@ pub(super) async fn alarm_delays(store: &Store, jobs: usize) -> Result<Vec<f64>>
             .machine_signal(id, "arm", &serde_json::json!({}), "bench")
             .await?;
     }
-    let config = runtime::Config {
-        schedules: false,
-        ..runtime::Config::default()
-    };
-    let token = CancellationToken::new();
-    let run = tokio::spawn(runtime::run(
-        store.clone(),
-        config,
-        Vec::new(),
-        token.clone(),
-    ));
     let began = Instant::now();
     loop {
         let (_, rung) = store.bench_machine_totals("Rung").await?;
