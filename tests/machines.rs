@@ -718,10 +718,17 @@ async fn the_loan_review_runs_under_workdo_up_driven_by_cli_api_and_sql() {
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    ok(&["templates", "load", "workflows/loanReviewWF.yaml"]);
+    ok(&[
+        "templates",
+        "load",
+        "workflows/loanReviewWF.yaml",
+        "workflows/proposedDeletion.yaml",
+        "workflows/articlesForDeletion.yaml",
+    ]);
     for o in ["obj:loan-cli", "obj:loan-api", "obj:loan-sql"] {
         ok(&["start", "loanReviewWF", o]);
     }
+    ok(&["start", "articlesForDeletion", "obj:afd-up"]);
     let (_, token) = t
         .store
         .token_create(workdo::store::Role::Admin, "test", None)
@@ -791,19 +798,41 @@ async fn the_loan_review_runs_under_workdo_up_driven_by_cli_api_and_sql() {
         .execute(t.pool())
         .await
         .expect("signal");
+    // The AfD example under the same runtime: kept by the CLI, the keep reversed through the API.
+    let kept = ok(&["signal", "obj:afd-up", "articlesForDeletion", "keep"]);
+    assert!(kept.contains("then review --> Review"), "{kept}");
+    let reversed = http
+        .post(format!(
+            "http://127.0.0.1:{port}/api/objects/obj:afd-up/workflows/articlesForDeletion/signals"
+        ))
+        .bearer_auth(&token)
+        .json(&json!({"signal": "reverse"}))
+        .send()
+        .await
+        .expect("reverse");
+    assert_eq!(reversed.status().as_u16(), 200);
     wait_until(
         t.pool(),
-        "select count(*) = 3 from workdo.workflows where status = 'completed'",
+        "select count(*) = 4 from workdo.workflows where status = 'completed'",
         30,
     )
     .await;
     up.kill().expect("stop");
     up.wait().expect("reaped");
-    let states: Vec<String> =
-        sqlx::query_scalar("select machine ->> 'state' from workdo.workflows order by object_id")
-            .fetch_all(t.pool())
-            .await
-            .expect("states");
+    let afd: String = sqlx::query_scalar(
+        "select machine ->> 'state' from workdo.workflows where object_id = 'obj:afd-up'",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("afd");
+    assert_eq!(afd, "Reversed");
+    let states: Vec<String> = sqlx::query_scalar(
+        "select machine ->> 'state' from workdo.workflows
+          where template = 'loanReviewWF' order by object_id",
+    )
+    .fetch_all(t.pool())
+    .await
+    .expect("states");
     assert_eq!(states, vec!["Rejected", "Approved", "Cancelled"]);
     // show --json and why describe a job.
     let shown: Value =
@@ -816,4 +845,62 @@ async fn the_loan_review_runs_under_workdo_up_driven_by_cli_api_and_sql() {
     let graph = ok(&["graph", "obj:loan-cli", "loanReviewWF"]);
     assert!(graph.starts_with("stateDiagram-v2"), "{graph}");
     assert!(graph.contains("Review --> Approved: approve"), "{graph}");
+}
+
+/// A chain of 200 self-stimulated transitions, started by `workdo signal` (which takes the
+/// follow-ups itself) and killed with SIGKILL part-way: the runtime started afterwards finishes
+/// the chain, and every transition happened exactly once.
+#[tokio::test]
+async fn kill_9_between_a_signals_commit_and_its_follow_ups_loses_and_repeats_nothing() {
+    let t = db().await;
+    load(
+        &t.store,
+        "chain.yaml",
+        "name: chainWF\nkind: machine\nvariables: { count: 0 }\ninitial: Idle\nstates:\n  Idle:\n    on:\n      go: Loop\n  Loop:\n    enter:\n      - signal: tick\n    on:\n      tick:\n        to: Loop\n        actions:\n          - fail: { when: \"count >= 200\", message: done }\n          - set: { count: \"${count + 1}\" }\n",
+    )
+    .await;
+    let id = job(&t, "chainWF", "obj:chain").await;
+    let mut signal = std::process::Command::new(env!("CARGO_BIN_EXE_workdo"))
+        .args(["signal", "obj:chain", "chainWF", "go"])
+        .env("DATABASE_URL", &t.url)
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("workdo signal");
+    // Kill it once the chain is under way, not before and not after.
+    wait_until(
+        t.pool(),
+        "select (machine -> 'variables' ->> 'count')::int >= 20 from workdo.workflows where object_id = 'obj:chain'",
+        60,
+    )
+    .await;
+    signal.kill().expect("kill -9");
+    signal.wait().expect("reaped");
+    let at_kill = state(&t, id).await.1["count"].as_i64().unwrap_or_default();
+    assert!(at_kill < 200, "the chain ended before the kill ({at_kill})");
+    let rt = start(&t.store, config()).await;
+    wait_until(
+        t.pool(),
+        "select count(*) = 0 from workdo.signals where processed_at is null",
+        60,
+    )
+    .await;
+    rt.stop().await;
+    assert_eq!(state(&t, id).await.1["count"], 200);
+    let ticks = count(
+        &t,
+        "select count(*) from workdo.signals where workflow_id = $1 and signal = 'tick'",
+        id,
+    )
+    .await;
+    // 200 counted ticks and the one the guard refused.
+    assert_eq!(ticks, 201);
+    let rollbacks = count(
+        &t,
+        "select count(*) from workdo.events where workflow_id = $1 and kind = 'transition_rollback'",
+        id,
+    )
+    .await;
+    assert_eq!(rollbacks, 1);
 }

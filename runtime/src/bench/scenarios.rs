@@ -476,7 +476,12 @@ pub(super) async fn alarm_delays(store: &Store, jobs: usize) -> Result<Vec<f64>>
         ..runtime::Config::default()
     };
     let token = CancellationToken::new();
-    let run = tokio::spawn(runtime::run(store.clone(), config, Vec::new(), token.clone()));
+    let run = tokio::spawn(runtime::run(
+        store.clone(),
+        config,
+        Vec::new(),
+        token.clone(),
+    ));
     for i in 0..jobs {
         let mut req = StartRequest::new("benchMachineWF", &[]);
         req.objects = vec![format!("alarm:{i:07}")];

@@ -86,6 +86,20 @@ pub fn render_digest(template: &str, step: &str, payloads: &[Value], total: usiz
 }
 
 /// The stuck-step monitor's mail.
+/// A state machine's `mail` action: its subject and body as the transition evaluated them.
+pub fn render_machine_mail(p: &Value) -> Mail {
+    Mail {
+        subject: format!("[workdo] {}", s(p, "subject")),
+        body: format!(
+            "{}\n\n-- \n{} on {} (state {})\n",
+            s(p, "body"),
+            s(p, "template"),
+            s(p, "object"),
+            s(p, "state")
+        ),
+    }
+}
+
 pub fn render_stuck(p: &Value) -> Mail {
     let list = |key: &str| {
         p.get(key)

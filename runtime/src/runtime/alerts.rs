@@ -255,6 +255,7 @@ impl Sender {
             }
             let mail = match row.kind.as_str() {
                 "stuck" => render_stuck(&row.payload),
+                "mail" => crate::model::alert::render_machine_mail(&row.payload),
                 _ => render_step_error(&row.payload, &self.config.api_url),
             };
             match self.send(&row.recipients, &mail).await {
