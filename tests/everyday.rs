@@ -259,3 +259,167 @@ async fn object_ids_follow_one_rule_everywhere() {
         assert_eq!(rust, sql, "{id:?}");
     }
 }
+
+#[tokio::test]
+async fn operators_list_page_delete_and_archive() {
+    let c = Cli::new().await;
+    c.load("t.yaml", T_WF);
+    for i in 0..5 {
+        c.ok(&["start", "tWF", &format!("obj:item{i}")]);
+    }
+    // Objects a page at a time.
+    let page = c.json(&["objects", "list", "--limit", "2"]);
+    let ids: Vec<&str> = page
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter_map(|o| o["id"].as_str())
+        .collect();
+    assert_eq!(ids, vec!["obj:item0", "obj:item1"]);
+    let next = c.json(&["objects", "list", "--limit", "2", "--after", "obj:item1"]);
+    assert_eq!(next[0]["id"], "obj:item2");
+    assert!(
+        c.ok(&["objects", "list", "--limit", "2"])
+            .contains("more: --after obj:item1")
+    );
+    // Workflows filtered; finish two, archive them, purge none left.
+    let active = c.json(&["workflows", "list", "--status", "active"]);
+    assert_eq!(active.as_array().map(Vec::len), Some(5));
+    for o in ["obj:item0", "obj:item1"] {
+        c.ok(&["run", "tWF:a", "--object", o]);
+        c.ok(&["step", "set", o, "tWF", "b", "completed"]);
+    }
+    let done = c.json(&["workflows", "list", "--status", "completed"]);
+    assert_eq!(done.as_array().map(Vec::len), Some(2));
+    let archived = c.json(&["archive", "--finished-before", "0s", "--batch", "1"]);
+    assert_eq!(archived["workflows"], 2);
+    assert_eq!(archived["batches"], 2);
+    assert_eq!(archived["steps"], 4);
+    let pool = sqlx::PgPool::connect(&c.url).await.expect("connect");
+    let kept: i64 = sqlx::query_scalar(
+        "select count(*) from workdo.archive where jsonb_array_length(record -> 'steps') = 2
+            and jsonb_array_length(record -> 'events') > 0",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("archive");
+    assert_eq!(kept, 2);
+    assert_eq!(
+        c.json(&["workflows", "list", "--status", "completed"])
+            .as_array()
+            .map(Vec::len),
+        Some(0)
+    );
+    // Delete a workflow by id, then an object.
+    let id = c.json(&["workflows", "list", "--object", "obj:item2"])[0]["id"]
+        .as_i64()
+        .expect("id");
+    c.ok(&["workflows", "delete", &id.to_string()]);
+    assert!(
+        c.fails(&["workflows", "delete", &id.to_string()])
+            .contains("no such workflow")
+    );
+    c.ok(&["objects", "delete", "obj:item3"]);
+    assert!(
+        c.fails(&["objects", "delete", "obj:item3"])
+            .contains("no object \"obj:item3\"")
+    );
+    assert_eq!(
+        c.json(&["workflows", "list"]).as_array().map(Vec::len),
+        Some(1)
+    );
+}
+
+#[tokio::test]
+async fn schedules_switch_off_and_templates_go_back_a_version() {
+    let c = Cli::new().await;
+    c.load("t.yaml", T_WF);
+    std::fs::write(
+        c.path().join("s.yaml"),
+        "schedules:\n  - name: nightly\n    cron: \"0 0 3 * * *\"\n    start: tWF\n    objects: { ids: [obj:s1] }\n",
+    )
+    .expect("write");
+    c.ok(&["schedules", "load", "s.yaml"]);
+    c.ok(&["schedules", "disable", "nightly"]);
+    let listed = c.json(&["schedules", "list"]);
+    assert_eq!(listed[0]["enabled"], false, "{listed}");
+    c.ok(&["schedules", "enable", "nightly"]);
+    assert_eq!(c.json(&["schedules", "list"])[0]["enabled"], true);
+    c.ok(&["schedules", "delete", "nightly"]);
+    assert_eq!(
+        c.json(&["schedules", "list"]).as_array().map(Vec::len),
+        Some(0)
+    );
+    assert!(
+        c.fails(&["schedules", "delete", "nightly"])
+            .contains("no schedule \"nightly\"")
+    );
+    // Versions, and making an older one current again.
+    let v2 = format!("{T_WF}  - name: c\n    prereqs: [b]\n");
+    c.load("t.yaml", &v2);
+    let versions = c.json(&["templates", "versions", "tWF"]);
+    assert_eq!(versions.as_array().map(Vec::len), Some(2));
+    assert_eq!(versions[1]["is_current"], true);
+    let sha1 = workdo::model::template::sha256_hex(T_WF);
+    let used = c.ok(&["templates", "use", "tWF", &sha1[..10]]);
+    assert!(used.contains("is the current version"), "{used}");
+    assert_eq!(
+        c.json(&["templates", "show", "tWF"])["sha256"],
+        sha1.as_str()
+    );
+    assert!(
+        c.fails(&["templates", "use", "tWF", "ffff"])
+            .contains("no version")
+    );
+    // Completions need no database.
+    let bash = std::process::Command::new(WORKDO)
+        .args(["completions", "bash"])
+        .env_remove("DATABASE_URL")
+        .env("WORKDO_DATA_DIR", c.path().join("never-created"))
+        .output()
+        .expect("completions");
+    assert!(bash.status.success());
+    assert!(String::from_utf8_lossy(&bash.stdout).contains("_workdo"));
+    assert!(!c.path().join("never-created").exists());
+}
+
+#[tokio::test]
+async fn up_says_what_it_runs_on_start() {
+    use std::io::BufRead;
+    let c = Cli::new().await;
+    c.load("t.yaml", T_WF);
+    let mut up = Command::new(WORKDO)
+        .args(["up", "--no-api"])
+        .env("DATABASE_URL", &c.url)
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("up");
+    let mut line = String::new();
+    std::io::BufReader::new(up.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("a line");
+    up.kill().expect("stop");
+    up.wait().expect("reaped");
+    assert!(
+        line.starts_with("workdo up: database postgres://"),
+        "{line}"
+    );
+    assert!(line.contains("1 templates; 1 workers; API off"), "{line}");
+}
+
+#[tokio::test]
+async fn errors_are_json_under_json() {
+    let c = Cli::new().await;
+    let out = c.run(&["--json", "why", "obj:none", "nopeWF", "a"]);
+    assert!(!out.status.success());
+    let err: Value = serde_json::from_slice(&out.stderr).expect("a JSON error");
+    assert!(
+        err["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no object \"obj:none\""),
+        "{err}"
+    );
+}

@@ -800,7 +800,14 @@ async fn the_loan_review_runs_under_workdo_up_driven_by_cli_api_and_sql() {
         .expect("signal");
     // The AfD example under the same runtime: kept by the CLI, the keep reversed through the API.
     let kept = ok(&["signal", "obj:afd-up", "articlesForDeletion", "keep"]);
-    assert!(kept.contains("then review --> Review"), "{kept}");
+    assert!(kept.contains("Discussion --keep--> Keep"), "{kept}");
+    // Its self-stimulated `review` is taken by this command or by the runtime, once.
+    wait_until(
+        t.pool(),
+        "select machine ->> 'state' = 'Review' from workdo.workflows where object_id = 'obj:afd-up'",
+        30,
+    )
+    .await;
     let reversed = http
         .post(format!(
             "http://127.0.0.1:{port}/api/objects/obj:afd-up/workflows/articlesForDeletion/signals"
@@ -903,4 +910,47 @@ async fn kill_9_between_a_signals_commit_and_its_follow_ups_loses_and_repeats_no
     )
     .await;
     assert_eq!(rollbacks, 1);
+}
+
+/// Two takers of one job's inbox at once (a command taking its follow-ups while the runtime's
+/// loop does the same): every signal is taken exactly once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_taking_one_inbox_take_each_signal_once() {
+    let t = db().await;
+    load(
+        &t.store,
+        "chain.yaml",
+        "name: chainWF\nkind: machine\nvariables: { count: 0 }\ninitial: Idle\nstates:\n  Idle:\n    on:\n      go: Loop\n  Loop:\n    enter:\n      - signal: tick\n    on:\n      tick:\n        to: Loop\n        actions:\n          - fail: { when: \"count >= 200\", message: done }\n          - set: { count: \"${count + 1}\" }\n",
+    )
+    .await;
+    let id = job(&t, "chainWF", "obj:race").await;
+    let store = t.store.clone();
+    let racer = tokio::spawn(async move {
+        for _ in 0..2000 {
+            store.machine_inbox_run(10).await.expect("inbox");
+            tokio::task::yield_now().await;
+        }
+    });
+    t.store
+        .machine_signal(id, "go", &json!({}), "t")
+        .await
+        .expect("go");
+    racer.await.expect("racer");
+    t.store.machine_inbox_run(10).await.expect("inbox");
+    assert_eq!(state(&t, id).await.1["count"], 200);
+    let rollbacks = count(
+        &t,
+        "select count(*) from workdo.events where workflow_id = $1 and kind = 'transition_rollback'",
+        id,
+    )
+    .await;
+    assert_eq!(rollbacks, 1);
+    let received = count(
+        &t,
+        "select count(*) from workdo.events where workflow_id = $1 and kind = 'signal_received'",
+        id,
+    )
+    .await;
+    // go and the 200 ticks counted (the refused one rolled back with its event).
+    assert_eq!(received, 201);
 }

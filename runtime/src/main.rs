@@ -41,7 +41,12 @@ async fn run() -> std::process::ExitCode {
             std::process::ExitCode::from(141)
         }
         Err(e) => {
-            eprintln!("workdo: {e:#}");
+            // With --json, the error is JSON too, so that scripts read one format.
+            if std::env::args().any(|a| a == "--json") {
+                eprintln!("{}", serde_json::json!({"error": format!("{e:#}")}));
+            } else {
+                eprintln!("workdo: {e:#}");
+            }
             std::process::ExitCode::FAILURE
         }
     }

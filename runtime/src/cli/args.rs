@@ -43,6 +43,12 @@ pub enum SchedulesCmd {
     },
     /// Every schedule with its next fire time.
     List,
+    /// Let a schedule fire again.
+    Enable { name: String },
+    /// Stop a schedule firing (it stays, and `enable` resumes it).
+    Disable { name: String },
+    /// Delete a schedule (loading its file again brings it back).
+    Delete { name: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -153,6 +159,14 @@ pub enum TemplatesCmd {
     List,
     /// One template's steps.
     Show { name: String },
+    /// Every stored version of a template (SHA-256, when loaded, which is current).
+    Versions { name: String },
+    /// Make a stored version current again (new workflows start on it).
+    Use {
+        name: String,
+        /// Its SHA-256, or a unique prefix.
+        sha256: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -178,6 +192,43 @@ pub enum ObjectsCmd {
         #[arg(value_parser = object_id)]
         id: String,
     },
+    /// Objects by id, a page at a time.
+    List {
+        /// Only ids starting with this (e.g. druid:bb).
+        #[arg(long)]
+        prefix: Option<String>,
+        /// The page after this id (the last of the previous page).
+        #[arg(long)]
+        after: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+    },
+    /// Delete an object with its documents, workflows and steps (its events stay).
+    Delete {
+        #[arg(value_parser = object_id)]
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkflowsCmd {
+    /// Workflows by id, a page at a time.
+    List {
+        #[arg(long)]
+        template: Option<String>,
+        /// active or completed.
+        #[arg(long, value_parser = ["active", "completed"])]
+        status: Option<String>,
+        #[arg(long, value_parser = object_id)]
+        object: Option<String>,
+        /// The page after this workflow id.
+        #[arg(long, default_value_t = 0)]
+        after: i64,
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+    },
+    /// Delete a workflow with its steps.
+    Delete { id: i64 },
 }
 
 #[derive(Debug, Args)]

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 mod args;
 mod graph;
+mod housekeeping;
 mod machines;
 mod objects;
 mod schedules;
@@ -32,12 +33,14 @@ pub struct Cli {
     /// Postgres to use. Without it, a private cluster is started under --data-dir.
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     pub database_url: Option<String>,
-    /// Where the private cluster lives when no database URL is given.
+    /// Where the private cluster lives when no database URL is given: by default the user's
+    /// data directory ($XDG_DATA_HOME/workdo, else ~/.local/share/workdo), whatever the
+    /// current directory.
     #[arg(
         long,
         env = "WORKDO_DATA_DIR",
         global = true,
-        default_value = ".workdo"
+        default_value_os_t = default_data_dir()
     )]
     pub data_dir: PathBuf,
     /// Print JSON instead of tables.
@@ -80,6 +83,26 @@ pub enum Command {
     /// State-machine housekeeping.
     #[command(subcommand)]
     Machines(MachinesCmd),
+    /// List and delete workflows.
+    #[command(subcommand)]
+    Workflows(WorkflowsCmd),
+    /// Move finished workflows (steps and events with them) out of the live tables, in batches
+    /// that never hold up the runtime; with --purge, delete them.
+    #[command(after_help = "Example: workdo archive --finished-before 90d")]
+    Archive {
+        /// Workflows completed longer ago than this (e.g. 90d, 12h).
+        #[arg(long, value_parser = args::duration)]
+        finished_before: std::time::Duration,
+        /// Workflows per transaction.
+        #[arg(long, default_value_t = 1000)]
+        batch: i64,
+        /// Delete instead of archiving into workdo.archive.
+        #[arg(long)]
+        purge: bool,
+    },
+    /// Print shell completions (bash, zsh, fish, elvish, powershell).
+    #[command(after_help = "Example: workdo completions bash > /etc/bash_completion.d/workdo")]
+    Completions { shell: clap_complete::Shell },
     /// A workflow's step graph, generated subnets included, as Mermaid or Graphviz DOT.
     Graph {
         #[arg(value_parser = args::object_id)]
@@ -175,11 +198,28 @@ pub enum Command {
     },
 }
 
+/// The per-user data directory: `$XDG_DATA_HOME/workdo`, else `$HOME/.local/share/workdo`,
+/// else `.workdo` (no home at all).
+pub fn default_data_dir() -> PathBuf {
+    let non_empty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(x) = non_empty("XDG_DATA_HOME") {
+        return PathBuf::from(x).join("workdo");
+    }
+    match non_empty("HOME") {
+        Some(h) => PathBuf::from(h).join(".local/share/workdo"),
+        None => PathBuf::from(".workdo"),
+    }
+}
+
 /// Run a parsed command, writing its output to `out`.
 ///
 /// # Errors
 /// Anything the command reports: bad input, a missing database, a failed statement.
 pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
+    // Completions need no database.
+    if let Command::Completions { shell } = &cli.command {
+        return housekeeping::completions(*shell, out);
+    }
     if let Command::Db(DbCmd::Stop) = &cli.command {
         if cli.database_url.is_some() {
             bail!("DATABASE_URL is set: there is no private cluster to stop");
@@ -192,6 +232,15 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
         return Ok(());
     }
     let target = db::resolve(cli.database_url.as_deref(), &cli.data_dir).await?;
+    // Which database this is, for the runtime's start-up line.
+    let database = match &target.cluster {
+        Some(c) => format!(
+            "the private cluster in {} (port {})",
+            c.dir.display(),
+            c.port
+        ),
+        None => db::redact(&target.url),
+    };
     if let Command::Bench {
         runs,
         quick,
@@ -236,6 +285,52 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
         Command::Objects(ObjectsCmd::Show { id }) => {
             show::object(&store, &id, 20, json, out).await?
         }
+        Command::Objects(ObjectsCmd::List {
+            prefix,
+            after,
+            limit,
+        }) => {
+            housekeeping::objects_list(
+                &store,
+                prefix.as_deref(),
+                after.as_deref(),
+                limit,
+                json,
+                out,
+            )
+            .await?
+        }
+        Command::Objects(ObjectsCmd::Delete { id }) => {
+            housekeeping::object_delete(&store, &id, out).await?
+        }
+        Command::Workflows(WorkflowsCmd::List {
+            template,
+            status,
+            object,
+            after,
+            limit,
+        }) => {
+            housekeeping::workflows_list(
+                &store,
+                template.as_deref(),
+                status.as_deref(),
+                object.as_deref(),
+                after,
+                limit,
+                json,
+                out,
+            )
+            .await?
+        }
+        Command::Workflows(WorkflowsCmd::Delete { id }) => {
+            housekeeping::workflow_delete(&store, id, out).await?
+        }
+        Command::Archive {
+            finished_before,
+            batch,
+            purge,
+        } => housekeeping::archive(&store, finished_before, batch, purge, json, out).await?,
+        Command::Completions { .. } => {}
         Command::Signal {
             object,
             template,
@@ -287,7 +382,7 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
             step,
         } => steps::why(&store, &object, &template, step.as_deref(), json, out).await?,
         Command::Db(_) | Command::Bench { .. } => {}
-        Command::Up(args) => up::up(&store, args, &cli.data_dir, out).await?,
+        Command::Up(args) => up::up(&store, args, &cli.data_dir, &database, out).await?,
         Command::Serve(args) => up::serve(store, &args).await?,
         Command::Tokens(cmd) => tokens::run(&store, cmd, json, out).await?,
         Command::Run {

@@ -29,6 +29,18 @@ pub(super) async fn run(
                 writeln!(o, "{n} schedules loaded")
             })?;
         }
+        SchedulesCmd::Enable { name } => {
+            store.schedule_enable(&name, true).await?;
+            writeln!(out, "schedule {name} enabled")?;
+        }
+        SchedulesCmd::Disable { name } => {
+            store.schedule_enable(&name, false).await?;
+            writeln!(out, "schedule {name} disabled")?;
+        }
+        SchedulesCmd::Delete { name } => {
+            store.schedule_delete(&name).await?;
+            writeln!(out, "schedule {name} deleted")?;
+        }
         SchedulesCmd::List => {
             let rows = store.schedules_list().await?;
             emit(out, json, &rows, |o| {

@@ -20,6 +20,12 @@ pub(super) async fn run(
         TemplatesCmd::Load { paths } => load(store, &paths, json, out).await,
         TemplatesCmd::List => list(store, json, out).await,
         TemplatesCmd::Show { name } => show(store, &name, json, out).await,
+        TemplatesCmd::Versions { name } => {
+            super::housekeeping::template_versions(store, &name, json, out).await
+        }
+        TemplatesCmd::Use { name, sha256 } => {
+            super::housekeeping::template_use(store, &name, &sha256, json, out).await
+        }
     }
 }
 

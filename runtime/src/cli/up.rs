@@ -95,6 +95,7 @@ pub(super) async fn up(
     store: &Store,
     args: UpArgs,
     data_dir: &std::path::Path,
+    database: &str,
     out: &mut impl Write,
 ) -> Result<()> {
     let Some(n) = args.demo else {
@@ -102,6 +103,18 @@ pub(super) async fn up(
         let config = runtime_config(&args.runtime, false)?;
         let token = shutdown_on_signal()?;
         let server = spawn_api(store, &args, &token).await?;
+        let templates = store.template_list().await?.len();
+        writeln!(
+            out,
+            "workdo up: database {database}; {templates} templates; {} workers; API {}",
+            bindings.len(),
+            if server.is_some() {
+                format!("http://{}", args.api.address())
+            } else {
+                "off".into()
+            }
+        )?;
+        out.flush()?;
         if bindings.is_empty() {
             eprintln!(
                 "workdo: no step of the loaded templates has a function; running maintenance only"

@@ -14,6 +14,7 @@ pub mod db;
 mod demo;
 mod dispatch;
 mod events;
+mod housekeeping;
 mod machine;
 mod objects;
 mod queries;
@@ -30,6 +31,7 @@ pub use schedules::{Fired, ScheduleRow};
 
 pub use bulk::StepFilter;
 pub use dispatch::{Bricklets, Dispatch, activation};
+pub use housekeeping::{Archived, ObjectRow, WorkflowListRow};
 pub use machine::{MachineView, SIGNAL_CHANNEL, Signalled};
 pub use queries::{
     EventRow, Facet, Milestone, ObjectView, QueueEntry, Why, WorkflowRow, WorkflowView,
@@ -108,6 +110,8 @@ pub enum StoreError {
     SignalRefused(String),
     #[error("transition rolled back: {0}")]
     TransitionRolledBack(String),
+    #[error("the signal was taken by another process")]
+    SignalTaken,
     #[error("{0}")]
     Schedule(String),
     #[error("stored template {0} cannot be read: {1}")]

@@ -172,6 +172,8 @@ impl Store {
                 Err(StoreError::SignalRefused(why) | StoreError::TransitionRolledBack(why)) => {
                     format!("refused: {why}")
                 }
+                // Another process took it (and the ones after it, in order): we are done.
+                Err(StoreError::SignalTaken) => return Ok(out),
                 Err(e) => return Err(e),
             };
             out.push((signal, outcome));
@@ -206,6 +208,19 @@ impl Store {
         .bind(workflow_id)
         .fetch_one(&mut *tx)
         .await?;
+        // An inbox signal may have been taken by another process between our look at the inbox
+        // and this lock: then it is not ours to take (exactly once).
+        if let Some(sid) = inbox {
+            let pending: bool =
+                sqlx::query_scalar("select processed_at is null from workdo.signals where id = $1")
+                    .bind(sid)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            if !pending {
+                tx.rollback().await?;
+                return Err(StoreError::SignalTaken);
+            }
+        }
         // A migration between the two reads: read the description it moved the job to.
         let spec = if job.template_id == template_id {
             spec

@@ -1,0 +1,200 @@
+//! What an operator lists and tidies: `objects list|delete`, `workflows list|delete`,
+//! `archive`, `schedules enable|disable|delete`, `templates versions|use`, `completions`.
+
+use std::io::Write;
+
+use anyhow::{Context, Result};
+use chrono::Utc;
+
+use super::actor;
+use crate::output::{emit, table};
+use crate::store::Store;
+
+pub(super) async fn objects_list(
+    store: &Store,
+    prefix: Option<&str>,
+    after: Option<&str>,
+    limit: i64,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let rows = store.objects_list(prefix, after, limit).await?;
+    emit(out, json, &rows, |o| {
+        table(
+            o,
+            &[
+                "object",
+                "version",
+                "workflows",
+                "active",
+                "updated",
+                "properties",
+            ],
+            rows.iter().map(|r| {
+                vec![
+                    r.id.clone(),
+                    r.version.to_string(),
+                    r.workflows.to_string(),
+                    r.active_workflows.to_string(),
+                    r.updated_at.format("%Y-%m-%d %H:%M").to_string(),
+                    r.properties.to_string(),
+                ]
+            }),
+        )?;
+        if rows.len() as i64 == limit
+            && let Some(last) = rows.last()
+        {
+            writeln!(o, "more: --after {}", last.id)?;
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn workflows_list(
+    store: &Store,
+    template: Option<&str>,
+    status: Option<&str>,
+    object: Option<&str>,
+    after: i64,
+    limit: i64,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let rows = store
+        .workflows_list(template, status, object, after, limit)
+        .await?;
+    emit(out, json, &rows, |o| {
+        table(
+            o,
+            &[
+                "id",
+                "object",
+                "template",
+                "version",
+                "status",
+                "unfinished",
+                "state",
+                "created",
+            ],
+            rows.iter().map(|r| {
+                vec![
+                    r.id.to_string(),
+                    r.object_id.clone(),
+                    r.template.clone(),
+                    r.version.to_string(),
+                    if r.active {
+                        r.status.clone()
+                    } else {
+                        format!("{} (superseded)", r.status)
+                    },
+                    r.unfinished.to_string(),
+                    r.state.clone().unwrap_or_default(),
+                    r.created_at.format("%Y-%m-%d %H:%M").to_string(),
+                ]
+            }),
+        )?;
+        if rows.len() as i64 == limit
+            && let Some(last) = rows.last()
+        {
+            writeln!(o, "more: --after {}", last.id)?;
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+pub(super) async fn archive(
+    store: &Store,
+    finished_before: std::time::Duration,
+    batch: i64,
+    purge: bool,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let before = Utc::now()
+        - chrono::Duration::from_std(finished_before).context("--finished-before is too long")?;
+    let done = store.archive(before, batch, purge).await?;
+    emit(out, json, &done, |o| {
+        writeln!(
+            o,
+            "{} {} workflows finished before {} ({} steps, {} events, {} batches)",
+            if purge { "purged" } else { "archived" },
+            done.workflows,
+            before.format("%Y-%m-%d %H:%M:%S UTC"),
+            done.steps,
+            done.events,
+            done.batches
+        )
+    })?;
+    Ok(())
+}
+
+pub(super) async fn workflow_delete(store: &Store, id: i64, out: &mut impl Write) -> Result<()> {
+    store.workflow_delete_by_id(id, &actor()).await?;
+    writeln!(out, "deleted workflow {id}")?;
+    Ok(())
+}
+
+pub(super) async fn object_delete(store: &Store, id: &str, out: &mut impl Write) -> Result<()> {
+    store.object_delete(id, &actor()).await?;
+    writeln!(out, "deleted object {id} with its workflows and documents")?;
+    Ok(())
+}
+
+pub(super) async fn template_versions(
+    store: &Store,
+    name: &str,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let rows = store.template_versions(name).await?;
+    emit(out, json, &rows, |o| {
+        table(
+            o,
+            &["sha256", "current", "loaded", "origin", "steps"],
+            rows.iter().map(|r| {
+                vec![
+                    r.sha256.clone(),
+                    if r.is_current {
+                        "yes".into()
+                    } else {
+                        String::new()
+                    },
+                    r.loaded_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                    r.origin.clone().unwrap_or_default(),
+                    r.spec.steps.len().to_string(),
+                ]
+            }),
+        )
+    })?;
+    Ok(())
+}
+
+pub(super) async fn template_use(
+    store: &Store,
+    name: &str,
+    sha: &str,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let row = store.template_use(name, sha).await?;
+    emit(out, json, &row, |o| {
+        writeln!(
+            o,
+            "{name} {} (loaded {}) is the current version; new workflows start on it",
+            &row.sha256[..12],
+            row.loaded_at.format("%Y-%m-%d %H:%M:%S UTC")
+        )
+    })?;
+    Ok(())
+}
+
+/// Shell completions for `shell`, printed.
+pub(super) fn completions(shell: clap_complete::Shell, out: &mut impl Write) -> Result<()> {
+    use clap::CommandFactory;
+    let mut cmd = super::Cli::command();
+    clap_complete::generate(shell, &mut cmd, "workdo", out);
+    Ok(())
+}

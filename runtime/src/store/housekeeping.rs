@@ -1,0 +1,303 @@
+//! What an operator lists and tidies: objects and workflows page by page, finished workflows
+//! archived or purged in batches, schedules switched on and off, template versions.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::events::{EventBuf, NewEvent};
+use super::templates::TemplateRow;
+use super::{Result, Store, StoreError};
+
+/// An object in a list.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct ObjectRow {
+    pub id: String,
+    pub version: i32,
+    pub properties: Value,
+    pub workflows: i64,
+    pub active_workflows: i64,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A workflow in a list.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct WorkflowListRow {
+    pub id: i64,
+    pub object_id: String,
+    pub template: String,
+    pub version: i32,
+    pub status: String,
+    pub active: bool,
+    pub unfinished: i32,
+    pub state: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+}
+
+/// What one archive or purge run moved.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Archived {
+    pub workflows: u64,
+    pub steps: u64,
+    pub events: u64,
+    pub batches: u64,
+}
+
+impl Store {
+    /// Objects by id after `after` (paging), those whose id starts with `prefix`.
+    pub async fn objects_list(
+        &self,
+        prefix: Option<&str>,
+        after: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<ObjectRow>> {
+        Ok(sqlx::query_as(
+            "select o.id, o.version, o.properties,
+                    (select count(*) from workdo.workflows w where w.object_id = o.id) as workflows,
+                    (select count(*) from workdo.workflows w
+                      where w.object_id = o.id and w.active and w.status = 'active') as active_workflows,
+                    o.updated_at
+               from workdo.objects o
+              where ($1::text is null or starts_with(o.id, $1)) and ($2::text is null or o.id > $2)
+              order by o.id limit $3",
+        )
+        .bind(prefix)
+        .bind(after)
+        .bind(limit.clamp(1, 10_000))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Workflows by id after `after` (paging), filtered.
+    pub async fn workflows_list(
+        &self,
+        template: Option<&str>,
+        status: Option<&str>,
+        object: Option<&str>,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<WorkflowListRow>> {
+        Ok(sqlx::query_as(
+            "select id, object_id, template, version, status, active, unfinished,
+                    machine ->> 'state' as state, created_at, completed_at
+               from workdo.workflows
+              where ($1::text is null or template = $1) and ($2::text is null or status = $2)
+                and ($3::text is null or object_id = $3) and id > $4
+              order by id limit $5",
+        )
+        .bind(template)
+        .bind(status)
+        .bind(object)
+        .bind(after)
+        .bind(limit.clamp(1, 10_000))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Delete workflow `id` with its steps.
+    ///
+    /// # Errors
+    /// [`StoreError::UnknownWorkflow`] when there is none.
+    pub async fn workflow_delete_by_id(&self, id: i64, actor: &str) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let row: Option<(String, String, i32)> = sqlx::query_as(
+            "delete from workdo.workflows where id = $1 returning object_id, template, version",
+        )
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((object, template, version)) = row else {
+            return Err(StoreError::Invalid {
+                field: "workflow",
+                value: id.to_string(),
+                reason: "there is no such workflow",
+            });
+        };
+        let mut events = EventBuf::default();
+        events.push(
+            NewEvent::new(&object, "workflow_deleted", actor)
+                .workflow(id)
+                .template(&template)
+                .version(version),
+        );
+        events.flush(&mut tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Delete object `id` with its documents, workflows, steps and milestones (its events stay:
+    /// the log is append-only, and says it was deleted).
+    pub async fn object_delete(&self, id: &str, actor: &str) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let n = sqlx::query("delete from workdo.objects where id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if n == 0 {
+            return Err(StoreError::UnknownObject(id.to_string()));
+        }
+        let mut events = EventBuf::default();
+        events.push(NewEvent::new(id, "object_deleted", actor));
+        events.flush(&mut tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Move (or, with `purge`, delete) workflows completed before `before`, `batch` at a time,
+    /// each batch its own short transaction that locks only the rows it moves (`SKIP LOCKED`),
+    /// so the runtime is never held up. Returns what moved.
+    pub async fn archive(
+        &self,
+        before: DateTime<Utc>,
+        batch: i64,
+        purge: bool,
+    ) -> Result<Archived> {
+        let mut total = Archived::default();
+        loop {
+            let mut tx = self.pool.begin().await?;
+            let ids: Vec<i64> = sqlx::query_scalar(
+                "select id from workdo.workflows
+                  where status = 'completed' and completed_at < $1
+                  order by completed_at, id limit $2 for update skip locked",
+            )
+            .bind(before)
+            .bind(batch.clamp(1, 100_000))
+            .fetch_all(&mut *tx)
+            .await?;
+            if ids.is_empty() {
+                tx.commit().await?;
+                return Ok(total);
+            }
+            if !purge {
+                sqlx::query(
+                    "insert into workdo.archive (workflow_id, object_id, template, completed_at, record)
+                     select w.id, w.object_id, w.template, w.completed_at,
+                            jsonb_build_object(
+                              'workflow', to_jsonb(w),
+                              'steps', coalesce((select jsonb_agg(to_jsonb(s) order by s.id)
+                                                   from workdo.steps s where s.workflow_id = w.id), '[]'),
+                              'events', coalesce((select jsonb_agg(to_jsonb(e) order by e.id)
+                                                    from workdo.events e where e.workflow_id = w.id), '[]'))
+                       from workdo.workflows w where w.id = any($1)
+                     on conflict (workflow_id) do nothing",
+                )
+                .bind(&ids)
+                .execute(&mut *tx)
+                .await?;
+            }
+            let events = sqlx::query("delete from workdo.events where workflow_id = any($1)")
+                .bind(&ids)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            let steps = sqlx::query("delete from workdo.steps where workflow_id = any($1)")
+                .bind(&ids)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            let workflows = sqlx::query("delete from workdo.workflows where id = any($1)")
+                .bind(&ids)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            tx.commit().await?;
+            total.workflows += workflows;
+            total.steps += steps;
+            total.events += events;
+            total.batches += 1;
+        }
+    }
+
+    /// Switch a schedule on or off.
+    pub async fn schedule_enable(&self, name: &str, enabled: bool) -> Result<()> {
+        let n = sqlx::query(
+            "update workdo.schedules set enabled = $2, updated_at = now() where name = $1",
+        )
+        .bind(name)
+        .bind(enabled)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        if n == 0 {
+            return Err(StoreError::Schedule(format!("no schedule {name:?}")));
+        }
+        Ok(())
+    }
+
+    /// Delete a schedule.
+    pub async fn schedule_delete(&self, name: &str) -> Result<()> {
+        let n = sqlx::query("delete from workdo.schedules where name = $1")
+            .bind(name)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        if n == 0 {
+            return Err(StoreError::Schedule(format!("no schedule {name:?}")));
+        }
+        Ok(())
+    }
+
+    /// Every stored version of `name`, oldest first.
+    pub async fn template_versions(&self, name: &str) -> Result<Vec<TemplateRow>> {
+        let ids: Vec<i64> =
+            sqlx::query_scalar("select id from workdo.templates where name = $1 order by id")
+                .bind(name)
+                .fetch_all(&self.pool)
+                .await?;
+        if ids.is_empty() {
+            return Err(StoreError::UnknownTemplate(name.to_string()));
+        }
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            out.push(self.template_by_id(id).await?);
+        }
+        Ok(out)
+    }
+
+    /// Make the version of `name` whose SHA-256 starts with `sha` the current one.
+    pub async fn template_use(&self, name: &str, sha: &str) -> Result<TemplateRow> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("select pg_advisory_xact_lock(hashtext('workdo.template:' || $1))")
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "select id from workdo.templates where name = $1 and starts_with(sha256, $2)",
+        )
+        .bind(name)
+        .bind(sha)
+        .fetch_all(&mut *tx)
+        .await?;
+        let id = match ids.as_slice() {
+            [one] => *one,
+            [] => {
+                return Err(StoreError::Invalid {
+                    field: "sha256",
+                    value: sha.to_string(),
+                    reason: "no version of the template has it",
+                });
+            }
+            _ => {
+                return Err(StoreError::Invalid {
+                    field: "sha256",
+                    value: sha.to_string(),
+                    reason: "names several versions: give more of it",
+                });
+            }
+        };
+        sqlx::query(
+            "update workdo.templates set is_current = false where name = $1 and is_current",
+        )
+        .bind(name)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("update workdo.templates set is_current = true where id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        self.template_by_id(id).await
+    }
+}
