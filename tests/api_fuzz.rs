@@ -69,6 +69,18 @@ fn routes() -> Vec<(&'static str, String, &'static str, String)> {
             r#"{"context":{"batch":9}}"#.into(),
         ),
         (
+            "POST",
+            "/api/workflows/1/signals".into(),
+            json,
+            r#"{"signal":"bump","data":{"n":1}}"#.into(),
+        ),
+        (
+            "POST",
+            format!("/api/objects/{DRUID}/workflows/fuzzMachineWF/signals"),
+            json,
+            r#"{"signal":"bump","data":{"n":1}}"#.into(),
+        ),
+        (
             "PUT",
             format!("/objects/{DRUID}/workflows/{WF}/descriptive-metadata"),
             xml,
@@ -100,6 +112,17 @@ fn api_bodies_never_fail_the_server() {
     let (base, admin, _t) = rt.block_on(async {
         let t = db().await;
         load(&t.store, "google.xml", GOOGLE_XML).await;
+        // A machine job (workflow 1) for the signal routes.
+        load(
+            &t.store,
+            "machine.yaml",
+            "name: fuzzMachineWF\nkind: machine\nvariables: { count: 0 }\ninitial: Idle\nstates:\n  Idle:\n    on:\n      bump: { to: Idle, actions: [ { set: { count: \"${count + signal.data.n}\" } } ] }\n",
+        )
+        .await;
+        t.store
+            .workflow_start(&workdo::store::StartRequest::new("fuzzMachineWF", &[DRUID]))
+            .await
+            .expect("machine job");
         t.store
             .object_put(DRUID, &Default::default(), &Default::default(), "test")
             .await

@@ -111,6 +111,12 @@ async fn signals_move_a_job_and_refusals_change_nothing() {
             .contains("accepts add, arm, boom, bump, chain, stop"),
         "{err}"
     );
+    let err = t
+        .store
+        .machine_signal(id, "add", &json!({"n": "a\u{0}b"}), "ann")
+        .await
+        .expect_err("NUL");
+    assert!(err.to_string().contains("NUL character"), "{err}");
     // A failing action rolls the whole transition back: state, variables, alarms untouched.
     let before = state(&t, id).await;
     let err = t
@@ -953,4 +959,67 @@ async fn two_processes_taking_one_inbox_take_each_signal_once() {
     .await;
     // go and the 200 ticks counted (the refused one rolled back with its event).
     assert_eq!(received, 201);
+}
+
+#[tokio::test]
+async fn a_machine_that_forks_itself_or_signals_itself_for_ever_is_bounded() {
+    let t = db().await;
+    // Forks itself (on a new object each time) on entering its first state: the 16th
+    // generation's start fails, and with it the whole start (nothing of it is kept).
+    load(
+        &t.store,
+        "forever.yaml",
+        "name: foreverWF\nkind: machine\nconfig: { n: 0 }\ninitial: A\nstates:\n  A:\n    enter:\n      - fork: { template: foreverWF, object: \"obj:f${n + 1}\", context: { n: \"${n + 1}\" } }\n",
+    )
+    .await;
+    let err = t
+        .store
+        .workflow_start(&StartRequest::new("foreverWF", &["obj:forever"]))
+        .await
+        .expect_err("bounded");
+    assert!(err.to_string().contains("nest more than 16 deep"), "{err}");
+    let left: i64 = sqlx::query_scalar("select count(*) from workdo.workflows")
+        .fetch_one(t.pool())
+        .await
+        .expect("count");
+    assert_eq!(left, 0);
+    // Forking its own template on its own object would replace itself: refused.
+    load(
+        &t.store,
+        "self.yaml",
+        "name: selfWF\nkind: machine\ninitial: A\nstates:\n  A:\n    on: { go: { to: A, actions: [ { fork: { template: selfWF } } ] } }\n",
+    )
+    .await;
+    let me = job(&t, "selfWF", "obj:self").await;
+    let err = t
+        .store
+        .machine_signal(me, "go", &json!({}), "t")
+        .await
+        .expect_err("refused");
+    assert!(
+        err.to_string()
+            .contains("cannot fork its own template on its own object"),
+        "{err}"
+    );
+    // Signals itself for ever: a command takes 1,000 follow-ups and returns; the rest wait.
+    load(
+        &t.store,
+        "loop.yaml",
+        "name: loopWF\nkind: machine\ninitial: Idle\nstates:\n  Idle:\n    on: { go: Spin }\n  Spin:\n    enter:\n      - signal: again\n    on: { again: Spin }\n",
+    )
+    .await;
+    let id = job(&t, "loopWF", "obj:loop").await;
+    let done = t
+        .store
+        .machine_signal(id, "go", &json!({}), "t")
+        .await
+        .expect("go");
+    assert_eq!(done.followed.len(), 1000);
+    let pending = count(
+        &t,
+        "select count(*) from workdo.signals where workflow_id = $1 and processed_at is null",
+        id,
+    )
+    .await;
+    assert_eq!(pending, 1);
 }

@@ -244,6 +244,7 @@ async fn workflows_start(State(s): State<AppState>, c: Caller, body: Bytes) -> A
         start_at: b.start_at,
         context: b.context.unwrap_or_else(|| json!({})),
         actor: format!("api:{}", c.0.as_str()),
+        parent: None,
     };
     let started = s.store.workflow_start(&req).await?;
     Ok((StatusCode::CREATED, Json(json!(started))).into_response())

@@ -59,6 +59,7 @@ pub(super) async fn start(
         start_at: args.start_at,
         context,
         actor: actor(),
+        parent: None,
     };
     let started = store.workflow_start(&req).await?;
     Ok(emit(out, json, &started, |o| {

@@ -270,6 +270,7 @@ impl Store {
                         start_at: s.start_at,
                         context: Value::Object(s.context.clone()),
                         actor: actor.to_string(),
+                        parent: None,
                     };
                     let started = start_one(
                         &mut tx,

@@ -24,6 +24,8 @@ pub struct StartRequest {
     pub start_at: Option<DateTime<Utc>>,
     pub context: Value,
     pub actor: String,
+    /// The machine job that forks these workflows.
+    pub parent: Option<i64>,
 }
 
 impl StartRequest {
@@ -37,6 +39,7 @@ impl StartRequest {
             start_at: None,
             context: Value::Object(Default::default()),
             actor: "workdo".into(),
+            parent: None,
         }
     }
 }
@@ -77,7 +80,7 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         for id in pending {
-            self.inbox_run_job(id).await?;
+            self.inbox_run_job(id, 1000).await?;
         }
         Ok(out)
     }
@@ -445,10 +448,10 @@ async fn insert_workflows(
     let rows: Vec<(i64, String, i32)> = sqlx::query_as(
         "insert into workdo.workflows
             (object_id, template, template_id, version, priority, lane, start_at, context, unfinished,
-             status, completed_at, trace_context)
+             status, completed_at, trace_context, parent_id)
          select t.o, $4, $5, t.v, $6, $7, $8, $9, $10,
                 case when $10 = 0 then 'completed' else 'active' end,
-                case when $10 = 0 then now() end, t.tc
+                case when $10 = 0 then now() end, t.tc, $11
            from unnest($1::text[], $2::int[], $3::text[]) as t(o, v, tc)
          returning id, object_id, version",
     )
@@ -462,6 +465,7 @@ async fn insert_workflows(
     .bind(start_at)
     .bind(&req.context)
     .bind(init.unfinished)
+    .bind(req.parent)
     .fetch_all(&mut **tx)
     .await?;
     let (wids, wobjects, wversions): (Vec<i64>, Vec<String>, Vec<i32>) =

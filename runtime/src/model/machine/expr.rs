@@ -96,6 +96,7 @@ pub fn eval(expr: &str, scope: &dyn Scope) -> Result<Value, String> {
     let mut p = Parser {
         tokens: &tokens,
         at: 0,
+        depth: 0,
         scope,
         expr,
     };
@@ -124,6 +125,7 @@ pub fn check(expr_text: &str) -> Result<(), String> {
         let mut p = Parser {
             tokens: &tokens,
             at: 0,
+            depth: 0,
             scope: &Any,
             expr: &after[..end],
         };
@@ -133,6 +135,9 @@ pub fn check(expr_text: &str) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The deepest nesting of parentheses and unary operators an expression may have.
+const MAX_DEPTH: usize = 64;
 
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {
@@ -196,6 +201,9 @@ fn lex(s: &str) -> Result<Vec<Tok>, String> {
 struct Parser<'a> {
     tokens: &'a [Tok],
     at: usize,
+    /// Nesting so far: parentheses and unary operators recurse, and a description must not be
+    /// able to overflow the stack.
+    depth: usize,
     scope: &'a dyn Scope,
     expr: &'a str,
 }
@@ -324,6 +332,19 @@ impl Parser<'_> {
     }
 
     fn unary(&mut self) -> Result<Value, String> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(format!(
+                "{:?}: nested more than {MAX_DEPTH} deep",
+                self.expr
+            ));
+        }
+        let v = self.unary_inner();
+        self.depth -= 1;
+        v
+    }
+
+    fn unary_inner(&mut self) -> Result<Value, String> {
         if self.eat("!") {
             return Ok(Value::Bool(!truthy(&self.unary()?)));
         }
@@ -403,5 +424,12 @@ mod tests {
         assert!(eval_text("${1 +}", &s).is_err());
         assert!(check("${reminders +}").is_err());
         assert!(check("x ${a.b == 'c'} y").is_ok());
+        let deep = format!("${{{}1{}}}", "(".repeat(100_000), ")".repeat(100_000));
+        assert!(
+            eval_text(&deep, &s)
+                .unwrap_err()
+                .contains("nested more than 64 deep")
+        );
+        assert!(check(&format!("${{{}true}}", "!".repeat(100_000))).is_err());
     }
 }

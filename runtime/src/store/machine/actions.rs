@@ -15,6 +15,9 @@ use crate::store::events::{EventBuf, NewEvent, ReadyKeys};
 use crate::store::workflows::StartRequest;
 use crate::store::{Result, Store, StoreError};
 
+/// How deep children may nest (a parent, its child, the child's child, …).
+const MAX_FORK_DEPTH: i32 = 16;
+
 /// Names while a transition runs: state variables, then the job's context, then config; `now`,
 /// `state`, `signal.name`, `signal.actor`, `signal.data…`.
 pub(super) struct Ctx<'a> {
@@ -245,10 +248,39 @@ impl Store {
                         );
                         continue;
                     }
+                    // A machine that forks itself on start would recurse for ever.
+                    let depth: i32 = sqlx::query_scalar(
+                        "with recursive up(id, parent_id, d) as (
+                             select id, parent_id, 1 from workdo.workflows where id = $1
+                             union all
+                             select w.id, w.parent_id, up.d + 1
+                               from workdo.workflows w join up on w.id = up.parent_id
+                              where up.d <= $2)
+                         select max(d) from up",
+                    )
+                    .bind(job.id)
+                    .bind(MAX_FORK_DEPTH)
+                    .fetch_one(&mut **tx)
+                    .await?;
+                    if depth >= MAX_FORK_DEPTH {
+                        return Err(Stop::Failed(format!(
+                            "fork {}: jobs nest more than {MAX_FORK_DEPTH} deep",
+                            f.template
+                        )));
+                    }
                     let object = match &f.object {
                         Some(o) => expr::text_of(&expr::eval_text(o, &ctx).map_err(bad)?),
                         None => job.object_id.clone(),
                     };
+                    // Starting the same template on the same object replaces its workflow: here,
+                    // the very job that forks.
+                    if f.template == job.template && object == job.object_id {
+                        return Err(Stop::Failed(format!(
+                            "fork {}: a job cannot fork its own template on its own object (that \
+                             would replace the job itself); name another object",
+                            f.template
+                        )));
+                    }
                     let context = expr::eval_value(&json!(f.context), &ctx).map_err(bad)?;
                     let mut req = StartRequest::new(&f.template, &[]);
                     req.objects = vec![object.clone()];
@@ -256,6 +288,7 @@ impl Store {
                     req.priority = job.priority;
                     req.lane = job.lane.clone();
                     req.actor = format!("parent:{}", job.id);
+                    req.parent = Some(job.id);
                     let started =
                         Box::pin(self.workflow_start_in(tx, &req))
                             .await

@@ -109,8 +109,16 @@ impl Store {
         data: &Value,
         actor: &str,
     ) -> Result<Signalled> {
+        // Postgres cannot store a NUL character; say so instead of failing in the database.
+        if signal.contains('\0') || data.to_string().contains("\\u0000") {
+            return Err(StoreError::SignalRefused(
+                "the signal or its data contains a NUL character (U+0000)".into(),
+            ));
+        }
         let (from, to, finished) = self.deliver(workflow_id, signal, data, actor, None).await?;
-        let followed = self.inbox_run_job(workflow_id).await?;
+        // A machine that keeps signalling itself is not this command's to run for ever: past
+        // this many follow-ups, the runtime takes the rest.
+        let followed = self.inbox_run_job(workflow_id, 1000).await?;
         Ok(Signalled {
             workflow_id,
             signal: signal.to_string(),
@@ -133,15 +141,16 @@ impl Store {
         .await?;
         let mut taken = 0;
         for id in ids {
-            taken += self.inbox_run_job(id).await?.len();
+            // A few at a time per job, so that one busy job does not starve the others.
+            taken += self.inbox_run_job(id, 100).await?.len();
         }
         Ok(taken)
     }
 
     /// Take job `id`'s pending signals, oldest first, each in its own transaction.
-    pub(crate) async fn inbox_run_job(&self, id: i64) -> Result<Vec<(String, String)>> {
+    pub(crate) async fn inbox_run_job(&self, id: i64, max: usize) -> Result<Vec<(String, String)>> {
         let mut out = Vec::new();
-        loop {
+        while out.len() < max {
             let mut tx = self.pool.begin().await?;
             // The job's lock first (skip it if another process holds it), then its oldest signal.
             let locked: Option<i64> = sqlx::query_scalar(
@@ -178,6 +187,7 @@ impl Store {
             };
             out.push((signal, outcome));
         }
+        Ok(out)
     }
 
     /// One signal's transition, in one transaction; an inbox signal (`inbox`) is marked taken in
