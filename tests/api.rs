@@ -999,7 +999,12 @@ async fn openapi_describes_every_route() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/api");
     let mut served = std::collections::BTreeSet::new();
     for f in std::fs::read_dir(&dir).expect("api dir") {
-        let src = std::fs::read_to_string(f.expect("entry").path()).expect("source");
+        let path = f.expect("entry").path();
+        // The admin page's HTML routes are pages, not the API (tests/admin.rs drives them).
+        if path.file_name().is_some_and(|n| n == "admin.rs") {
+            continue;
+        }
+        let src = std::fs::read_to_string(&path).expect("source");
         for part in src.split(".route(").skip(1) {
             let path = part.trim_start().trim_start_matches('\n').trim_start();
             if let Some(rest) = path.strip_prefix('"')

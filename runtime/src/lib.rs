@@ -6,13 +6,15 @@
 //! - [`invoke`]: calling step functions (exec, warm, http, builtin);
 //! - [`runtime`]: the services of `workdo up` (workers, completers, listener, maintenance,
 //!   scheduler, alerts);
-//! - [`api`], [`bench`], [`demo`] and [`cli`]: the surfaces; [`output`] prints for them;
+//! - [`api`], [`bench`], [`demo`] and [`cli`]: the surfaces; [`output`] prints for them and
+//!   [`graph`] draws workflows for them;
 //! - [`pg`]: the private Postgres cluster; [`telemetry`]: traces, logs and metrics.
 
 pub mod api;
 pub mod bench;
 pub mod cli;
 pub mod demo;
+pub mod graph;
 pub mod invoke;
 pub mod model;
 pub mod output;

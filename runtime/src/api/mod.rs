@@ -3,6 +3,7 @@
 //! unchanged. Every request but `/health` and `/openapi.json` needs a bearer token; its role
 //! decides what it may do.
 
+mod admin;
 mod input;
 mod json;
 mod machines;
@@ -45,6 +46,7 @@ pub struct AppState {
 pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/health", get(|| async { "ok" }))
+        .merge(admin::router())
         .route("/openapi.json", get(openapi::document))
         .merge(json::router())
         .merge(machines::router())

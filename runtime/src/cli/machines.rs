@@ -8,7 +8,6 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
 use super::actor;
-use crate::model::machine::Machine;
 use crate::output::emit;
 use crate::store::{MachineView, Store};
 
@@ -118,73 +117,4 @@ pub(super) fn why(m: &MachineView) -> Vec<String> {
         ));
     }
     out
-}
-
-/// A machine as a Mermaid state diagram: states, transitions by signal, global signals from
-/// every non-final state, `current` marked.
-pub(super) fn mermaid(m: &Machine, current: Option<&str>) -> String {
-    let mut s = String::from("stateDiagram-v2\n");
-    s.push_str(&format!("    [*] --> {}\n", m.initial));
-    for (name, st) in &m.states {
-        for (signal, t) in &st.on {
-            s.push_str(&format!("    {name} --> {}: {signal}\n", t.target()));
-        }
-        if st.is_final {
-            s.push_str(&format!("    {name} --> [*]\n"));
-        } else {
-            for (signal, t) in &m.global {
-                if !st.on.contains_key(signal) {
-                    s.push_str(&format!(
-                        "    {name} --> {}: {signal} (global)\n",
-                        t.target()
-                    ));
-                }
-            }
-        }
-    }
-    if let Some(c) = current {
-        s.push_str(&format!(
-            "    classDef current fill:#fd0\n    class {c} current\n"
-        ));
-    }
-    s
-}
-
-/// The same as Graphviz DOT.
-pub(super) fn dot(m: &Machine, current: Option<&str>) -> String {
-    let mut s = String::from("digraph machine {\n  rankdir=LR;\n  start [shape=point];\n");
-    for (name, st) in &m.states {
-        let shape = if st.is_final {
-            "doublecircle"
-        } else {
-            "circle"
-        };
-        let fill = if Some(name.as_str()) == current {
-            ", style=filled, fillcolor=gold"
-        } else {
-            ""
-        };
-        s.push_str(&format!("  \"{name}\" [shape={shape}{fill}];\n"));
-    }
-    s.push_str(&format!("  start -> \"{}\";\n", m.initial));
-    for (name, st) in &m.states {
-        for (signal, t) in &st.on {
-            s.push_str(&format!(
-                "  \"{name}\" -> \"{}\" [label=\"{signal}\"];\n",
-                t.target()
-            ));
-        }
-        if !st.is_final {
-            for (signal, t) in &m.global {
-                if !st.on.contains_key(signal) {
-                    s.push_str(&format!(
-                        "  \"{name}\" -> \"{}\" [label=\"{signal}\", style=dashed];\n",
-                        t.target()
-                    ));
-                }
-            }
-        }
-    }
-    s.push_str("}\n");
-    s
 }

@@ -60,6 +60,41 @@ impl Store {
         Ok(n)
     }
 
+    /// Put the chosen steps that are in `error` back in the queue (attempts reset), or skip the
+    /// chosen steps that are unfinished (`skip`): what the admin page's buttons do. Steps that
+    /// are no longer eligible are left alone. Returns how many changed.
+    pub async fn steps_act_on(&self, ids: &[i64], skip: bool, actor: &str) -> Result<usize> {
+        let mut tx = self.pool.begin().await?;
+        let eligible: Vec<i64> = sqlx::query_scalar(
+            "select id from workdo.steps
+              where id = any($1) and active
+                and (case when $2 then status not in ('completed', 'skipped') else status = 'error' end)
+              order by id for update",
+        )
+        .bind(ids)
+        .bind(skip)
+        .fetch_all(&mut *tx)
+        .await?;
+        let changes: Vec<Change> = eligible
+            .into_iter()
+            .map(|id| {
+                if skip {
+                    Change::new(id, Status::Skipped, "skipped")
+                } else {
+                    let mut c = Change::new(id, Status::Waiting, "retried");
+                    c.reset_attempts = true;
+                    c
+                }
+            })
+            .collect();
+        let n = Self::steps_apply(&mut tx, &changes, actor)
+            .await?
+            .changed
+            .len();
+        tx.commit().await?;
+        Ok(n)
+    }
+
     /// Skip every unfinished step matching `filter`. Returns how many.
     pub async fn steps_skip(&self, filter: &StepFilter, actor: &str) -> Result<usize> {
         self.bulk(filter, actor, |id| {

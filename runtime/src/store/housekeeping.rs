@@ -95,6 +95,28 @@ impl Store {
         .await?)
     }
 
+    /// Active steps of `template`'s `step` in `status`, most recently changed first: a facet's
+    /// list (the admin page).
+    pub async fn steps_in(
+        &self,
+        template: &str,
+        step: &str,
+        status: &str,
+        limit: i64,
+    ) -> Result<Vec<super::StepRow>> {
+        Ok(sqlx::query_as(
+            "select * from workdo.steps
+              where template = $1 and name = $2 and status = $3 and active
+              order by updated_at desc, id limit $4",
+        )
+        .bind(template)
+        .bind(step)
+        .bind(status)
+        .bind(limit.clamp(1, 10_000))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     /// Delete workflow `id` with its steps.
     ///
     /// # Errors

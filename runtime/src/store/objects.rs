@@ -9,6 +9,17 @@ use super::events::{EventBuf, NewEvent};
 use super::{Result, Store, object_id};
 
 impl Store {
+    /// One named document of an object, if it has it.
+    pub async fn document(&self, object: &str, name: &str) -> Result<Option<String>> {
+        Ok(sqlx::query_scalar(
+            "select content from workdo.documents where object_id = $1 and name = $2",
+        )
+        .bind(object)
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
     /// Register an object, or merge `properties` into an existing one and replace the named
     /// documents. Returns whether it was new.
     pub async fn object_put(

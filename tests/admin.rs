@@ -1,0 +1,276 @@
+//! The admin page in a real headless Chromium (Debian's `chromium` and `chromium-driver`,
+//! which `.ci/run` installs), driven through WebDriver: sign in with a token, the grid's
+//! counts, a facet's steps retried from the page, an object's page with its history and graph,
+//! a viewer who cannot act, markup in an object id shown as text. Screenshots of each page go
+//! to `target/admin-screenshots/`. No sleeps stand in for waits: each step waits for its element.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use support::{TestDb, db, load};
+use workdo::api::{Access, AppState, app};
+use workdo::store::{Role, StartRequest};
+
+/// chromedriver on a free port, killed when dropped.
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+async fn browser() -> (Client, Driver) {
+    let exe = ["chromedriver", "/usr/bin/chromedriver"]
+        .into_iter()
+        .find(|c| Command::new(c).arg("--version").output().is_ok())
+        .expect("chromedriver is not installed: apt-get install -y chromium chromium-driver (.ci/run does)");
+    let port = free_port();
+    let child = Command::new(exe)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromedriver");
+    let driver = Driver(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "chromedriver did not listen");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                                    "--disable-dev-shm-usage", "--window-size=1280,900"]}),
+    );
+    let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("a browser session");
+    (client, driver)
+}
+
+async fn serve(t: &TestDb) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let state = AppState {
+        store: t.store.clone(),
+        access: Access::Tokens,
+    };
+    tokio::spawn(async move { axum::serve(listener, app(state)).await });
+    base
+}
+
+async fn shot(c: &Client, name: &str) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/admin-screenshots");
+    let _ = std::fs::create_dir_all(&dir);
+    if let Ok(png) = c.screenshot().await {
+        let _ = std::fs::write(dir.join(format!("{name}.png")), png);
+    }
+}
+
+async fn sign_in(c: &Client, base: &str, token: &str) {
+    c.goto(&format!("{base}/")).await.expect("open");
+    let field = c
+        .wait()
+        .for_element(Locator::Id("token"))
+        .await
+        .expect("sign-in form");
+    field.send_keys(token).await.expect("type the token");
+    c.find(Locator::Id("signin"))
+        .await
+        .expect("button")
+        .click()
+        .await
+        .expect("sign in");
+    c.wait()
+        .for_element(Locator::Id("facets"))
+        .await
+        .expect("the overview");
+}
+
+/// The text of the facet link `template:step:status`, once it shows `expected`.
+async fn wait_count(c: &Client, facet: &str, expected: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let found = c
+            .find(Locator::Css(&format!("a[data-facet='{facet}']")))
+            .await
+            .ok();
+        let text = match found {
+            Some(e) => e.text().await.unwrap_or_default(),
+            None => String::new(),
+        };
+        if text == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{facet} shows {text:?}, not {expected:?}"
+        );
+        c.refresh().await.expect("reload");
+        c.wait()
+            .for_element(Locator::Id("facets"))
+            .await
+            .expect("the overview");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_see_counts_retry_errors_and_read_objects_in_a_browser() {
+    workdo::install_crypto();
+    let t = db().await;
+    load(
+        &t.store,
+        "page.yaml",
+        "name: pageWF\nsteps:\n  - name: scan\n  - name: shelve\n    prereqs: [scan]\n",
+    )
+    .await;
+    let mut req = StartRequest::new("pageWF", &[]);
+    req.objects = (0..5).map(|i| format!("obj:page{i}")).collect();
+    req.objects.push("obj:<b>bold</b>".into());
+    t.store.workflow_start(&req).await.expect("start");
+    // Three scans in error, as a failing robot would leave them.
+    for i in 0..3 {
+        let mut set =
+            workdo::store::SetRequest::new(&format!("obj:page{i}"), "pageWF", "scan", "error");
+        set.error_message = Some("scanner jammed".into());
+        t.store.step_set(&set).await.expect("error");
+    }
+    let base = serve(&t).await;
+    let admin = t
+        .store
+        .token_create(Role::Admin, "ui", None)
+        .await
+        .expect("token")
+        .1;
+    let viewer = t
+        .store
+        .token_create(Role::Viewer, "ui", None)
+        .await
+        .expect("token")
+        .1;
+    let (c, _driver) = browser().await;
+
+    sign_in(&c, &base, &admin).await;
+    wait_count(&c, "pageWF:scan:error", "3").await;
+    wait_count(&c, "pageWF:scan:ready", "3").await;
+    wait_count(&c, "pageWF:shelve:waiting", "6").await;
+    shot(&c, "overview").await;
+
+    // The errors' list: choose them all and retry; the counts change.
+    c.find(Locator::Css("a[data-facet='pageWF:scan:error']"))
+        .await
+        .expect("facet")
+        .click()
+        .await
+        .expect("open the facet");
+    c.wait()
+        .for_element(Locator::Id("retry"))
+        .await
+        .expect("the list");
+    shot(&c, "errors").await;
+    let rows = c
+        .find_all(Locator::Css("input[name=id]"))
+        .await
+        .expect("rows");
+    assert_eq!(rows.len(), 3);
+    assert!(c.source().await.expect("page").contains("scanner jammed"));
+    c.find(Locator::Id("all"))
+        .await
+        .expect("all")
+        .click()
+        .await
+        .expect("choose all");
+    c.execute("window.confirm = () => true;", vec![])
+        .await
+        .expect("no dialog");
+    c.find(Locator::Id("retry"))
+        .await
+        .expect("retry")
+        .click()
+        .await
+        .expect("retry");
+    c.goto(&format!("{base}/")).await.expect("overview");
+    wait_count(&c, "pageWF:scan:ready", "6").await;
+    assert!(
+        c.find(Locator::Css("a[data-facet='pageWF:scan:error']"))
+            .await
+            .is_err(),
+        "no error left"
+    );
+
+    // An object's page: its steps, history and graph; markup in an id is text.
+    c.goto(&format!("{base}/ui/objects/obj:page0"))
+        .await
+        .expect("object");
+    c.wait()
+        .for_element(Locator::Id("history"))
+        .await
+        .expect("history");
+    let page = c.source().await.expect("page");
+    assert!(
+        page.contains("retried") && page.contains("flowchart TD"),
+        "history and graph"
+    );
+    shot(&c, "object").await;
+    c.goto(&format!("{base}/ui/objects/obj:%3Cb%3Ebold%3C%2Fb%3E"))
+        .await
+        .expect("object");
+    c.wait()
+        .for_element(Locator::Id("history"))
+        .await
+        .expect("history");
+    let title = c
+        .find(Locator::Css("h1"))
+        .await
+        .expect("h1")
+        .text()
+        .await
+        .expect("text");
+    assert_eq!(title, "obj:<b>bold</b>", "shown as text");
+    assert!(c.find(Locator::Css("h1 b")).await.is_err(), "not as markup");
+
+    // A viewer sees the list but no buttons, and a forged POST is refused.
+    c.delete_all_cookies().await.expect("sign out");
+    sign_in(&c, &base, &viewer).await;
+    c.goto(&format!(
+        "{base}/ui/steps?template=pageWF&step=scan&status=ready"
+    ))
+    .await
+    .expect("list");
+    c.wait()
+        .for_element(Locator::Css("table"))
+        .await
+        .expect("the list");
+    assert!(
+        c.find(Locator::Id("retry")).await.is_err(),
+        "a viewer has no retry button"
+    );
+    shot(&c, "viewer").await;
+    let forged = reqwest::Client::new()
+        .post(format!("{base}/ui/steps/act"))
+        .header("cookie", format!("workdo_token={viewer}"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("action=skip&id=1&csrf=whatever")
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(forged.status().as_u16(), 403);
+    c.close().await.expect("close the browser");
+}
