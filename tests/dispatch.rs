@@ -528,7 +528,7 @@ async fn kill_9_while_generators_compose_inserts_each_subnet_once() {
 }
 
 #[tokio::test]
-async fn the_digital_library_example_runs_end_to_end_under_workdo_up() {
+async fn both_shipped_examples_run_end_to_end_under_workdo_up() {
     let t = db().await;
     let root = support::workflows_dir().join("..");
     let workdo = env!("CARGO_BIN_EXE_workdo");
@@ -552,6 +552,7 @@ async fn the_digital_library_example_runs_end_to_end_under_workdo_up() {
         "load",
         "workflows/bricklets",
         "workflows/digitalObjectWF.yaml",
+        "workflows/lectureWF.yaml",
     ]);
     assert!(
         loaded.contains("loaded bricklet image-metadata"),
@@ -566,6 +567,15 @@ async fn the_digital_library_example_runs_end_to_end_under_workdo_up() {
         "contentMetadata=tests/fixtures/documents/contentMetadata.xml",
     ]);
     cli(&["start", "digitalObjectWF", druid]);
+    // The paper's example under the same runtime.
+    cli(&[
+        "objects",
+        "add",
+        "druid:bb123cd4567",
+        "--document",
+        "lecture=tests/fixtures/documents/lecture.xml",
+    ]);
+    cli(&["start", "lectureWF", "druid:bb123cd4567"]);
     let mut up = std::process::Command::new(workdo)
         .args(["up", "--no-api", "--poll-interval", "200ms"])
         .env("DATABASE_URL", &t.url)
@@ -598,8 +608,13 @@ async fn the_digital_library_example_runs_end_to_end_under_workdo_up() {
         }
     }
     assert_eq!(edges(&t, druid).await, expected);
+    assert_eq!(
+        generated_names(&t, "druid:bb123cd4567").await.len(),
+        9,
+        "the lecture's subnet"
+    );
     let notes: Vec<String> = sqlx::query_scalar(
-        "select note from workdo.steps where generated is not null order by name",
+        "select note from workdo.steps where generated is not null and object_id = 'druid:bc123df4567' order by name",
     )
     .fetch_all(t.pool())
     .await
