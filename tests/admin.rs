@@ -206,6 +206,12 @@ async fn operators_see_counts_retry_errors_and_read_objects_in_a_browser() {
         .click()
         .await
         .expect("retry");
+    // Back on the list once the POST is done: it has none left in error.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !c.source().await.unwrap_or_default().contains("0 steps of") {
+        assert!(Instant::now() < deadline, "the retry did not come back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     c.goto(&format!("{base}/")).await.expect("overview");
     wait_count(&c, "pageWF:scan:ready", "6").await;
     assert!(
@@ -245,6 +251,74 @@ async fn operators_see_counts_retry_errors_and_read_objects_in_a_browser() {
         .expect("text");
     assert_eq!(title, "obj:<b>bold</b>", "shown as text");
     assert!(c.find(Locator::Css("h1 b")).await.is_err(), "not as markup");
+
+    // The errors, templates and timings pages.
+    let mut set = workdo::store::SetRequest::new("obj:page4", "pageWF", "scan", "error");
+    set.error_message = Some("lamp failed".into());
+    set.error_text = Some("at line 3 <script>alert(1)</script>".into());
+    t.store.step_set(&set).await.expect("error");
+    c.goto(&format!("{base}/ui/errors")).await.expect("errors");
+    let table = c
+        .wait()
+        .for_element(Locator::Id("errors"))
+        .await
+        .expect("errors table");
+    let text = table.text().await.expect("text");
+    assert!(
+        text.contains("pageWF:scan") && text.contains("lamp failed"),
+        "{text}"
+    );
+    assert!(
+        c.find(Locator::Css("#errors script")).await.is_err(),
+        "text, not markup"
+    );
+    shot(&c, "errors-grouped").await;
+    c.find(Locator::Css("button.retry-group"))
+        .await
+        .expect("retry all")
+        .click()
+        .await
+        .expect("retry the group");
+    // The confirmation names the count; accept it as a person would.
+    assert_eq!(
+        c.get_alert_text().await.expect("a confirmation"),
+        "Retry 1 steps?"
+    );
+    c.accept_alert().await.expect("confirm");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !c
+        .source()
+        .await
+        .unwrap_or_default()
+        .contains("0 steps in error, in 0 groups")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the group's retry did not come back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        c.find(Locator::Css("button.retry-group")).await.is_err(),
+        "the group was retried"
+    );
+    c.goto(&format!("{base}/ui/templates"))
+        .await
+        .expect("templates");
+    let templates = c
+        .wait()
+        .for_element(Locator::Id("templates"))
+        .await
+        .expect("templates");
+    assert!(templates.text().await.expect("text").contains("pageWF"));
+    c.goto(&format!("{base}/ui/timings?hours=1"))
+        .await
+        .expect("timings");
+    c.wait()
+        .for_element(Locator::Id("timings"))
+        .await
+        .expect("timings table");
+    shot(&c, "timings").await;
 
     // A viewer sees the list but no buttons, and a forged POST is refused.
     c.delete_all_cookies().await.expect("sign out");

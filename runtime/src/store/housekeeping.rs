@@ -35,6 +35,34 @@ pub struct WorkflowListRow {
     pub completed_at: Option<DateTime<Utc>>,
 }
 
+/// Steps in error that share a template step and a message: the admin page's errors view.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct ErrorGroup {
+    pub template: String,
+    pub step: String,
+    pub message: String,
+    pub count: i64,
+    pub first: DateTime<Utc>,
+    pub last: DateTime<Utc>,
+    /// One of the group's error texts (e.g. a stack trace).
+    pub text: Option<String>,
+    pub ids: Vec<i64>,
+}
+
+/// Elapsed and wait times of one template step over a window (seconds).
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct Timing {
+    pub template: String,
+    pub step: String,
+    pub finished: i64,
+    pub elapsed_p50: Option<f64>,
+    pub elapsed_p95: Option<f64>,
+    pub elapsed_p99: Option<f64>,
+    pub wait_p50: Option<f64>,
+    pub wait_p95: Option<f64>,
+    pub wait_p99: Option<f64>,
+}
+
 /// What one archive or purge run moved.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Archived {
@@ -113,6 +141,41 @@ impl Store {
         .bind(step)
         .bind(status)
         .bind(limit.clamp(1, 10_000))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Active steps in error, grouped by template step and message, biggest group first.
+    pub async fn errors_grouped(&self) -> Result<Vec<ErrorGroup>> {
+        Ok(sqlx::query_as(
+            "select template, name as step, coalesce(error_message, '') as message,
+                    count(*) as count, min(updated_at) as first, max(updated_at) as last,
+                    (array_agg(error_text order by updated_at desc))[1] as text,
+                    array_agg(id order by id) as ids
+               from workdo.steps where status = 'error' and active
+              group by template, name, coalesce(error_message, '')
+              order by count(*) desc, template, name",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Per template step, over the steps finished in the last `hours`: elapsed (the function's
+    /// time) and wait (ready to started) at p50, p95 and p99.
+    pub async fn timings(&self, hours: f64) -> Result<Vec<Timing>> {
+        Ok(sqlx::query_as(
+            "select template, name as step, count(*) as finished,
+                    percentile_cont(0.5) within group (order by elapsed) as elapsed_p50,
+                    percentile_cont(0.95) within group (order by elapsed) as elapsed_p95,
+                    percentile_cont(0.99) within group (order by elapsed) as elapsed_p99,
+                    percentile_cont(0.5) within group (order by extract(epoch from started_at - run_at)) as wait_p50,
+                    percentile_cont(0.95) within group (order by extract(epoch from started_at - run_at)) as wait_p95,
+                    percentile_cont(0.99) within group (order by extract(epoch from started_at - run_at)) as wait_p99
+               from workdo.steps
+              where finished_at > now() - make_interval(secs => $1) and status = 'completed'
+              group by template, name order by template, name",
+        )
+        .bind(hours * 3600.0)
         .fetch_all(&self.pool)
         .await?)
     }

@@ -11,15 +11,18 @@ use std::fmt::Write as _;
 
 use axum::Form;
 use axum::Router;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+mod objects;
+mod reports;
+
 use super::{Access, AppState};
-use crate::store::{Role, Store};
+use crate::store::Role;
 
 const COOKIE: &str = "workdo_token";
 
@@ -30,8 +33,11 @@ pub fn router() -> Router<AppState> {
         .route("/signout", post(signout))
         .route("/ui/steps", get(steps))
         .route("/ui/steps/act", post(act))
-        .route("/ui/objects/{id}", get(object))
-        .route("/ui/objects/{id}/signal", post(signal))
+        .route("/ui/objects/{id}", get(objects::object))
+        .route("/ui/objects/{id}/signal", post(objects::signal))
+        .route("/ui/errors", get(reports::errors))
+        .route("/ui/templates", get(reports::templates))
+        .route("/ui/timings", get(reports::timings))
 }
 
 /// Text safe in HTML, attributes included.
@@ -51,16 +57,16 @@ pub fn esc(s: &str) -> String {
 }
 
 /// A query-string value, percent-encoded.
-fn enc(s: &str) -> String {
+pub(super) fn enc(s: &str) -> String {
     serde_urlencoded::to_string([("v", s)])
         .map(|q| q.trim_start_matches("v=").to_string())
         .unwrap_or_default()
 }
 
 /// Who is looking: a role, and the token whose hash is the CSRF token of its forms.
-struct Viewer {
-    role: Role,
-    csrf: String,
+pub(super) struct Viewer {
+    pub(super) role: Role,
+    pub(super) csrf: String,
 }
 
 fn cookie_token(headers: &HeaderMap) -> Option<String> {
@@ -82,7 +88,7 @@ fn csrf_of(token: &str) -> String {
 }
 
 /// The viewer, or the sign-in page.
-async fn viewer(s: &AppState, headers: &HeaderMap) -> Result<Viewer, Response> {
+pub(super) async fn viewer(s: &AppState, headers: &HeaderMap) -> Result<Viewer, Response> {
     if s.access == Access::Open {
         return Ok(Viewer {
             role: Role::Admin,
@@ -101,7 +107,7 @@ async fn viewer(s: &AppState, headers: &HeaderMap) -> Result<Viewer, Response> {
     }
 }
 
-fn page(title: &str, v: Option<&Viewer>, body: &str) -> Html<String> {
+pub(super) fn page(title: &str, v: Option<&Viewer>, body: &str) -> Html<String> {
     let who = match v {
         Some(v) => format!(
             "<form method=post action=/signout class=who><span>{}</span> <input type=hidden name=csrf value=\"{}\"><button>Sign out</button></form>",
@@ -111,7 +117,7 @@ fn page(title: &str, v: Option<&Viewer>, body: &str) -> Html<String> {
         None => String::new(),
     };
     Html(format!(
-        "<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width, initial-scale=1\"><title>{} · workdo</title><style>{STYLE}</style></head><body><header><a href=/ class=brand>workdo</a> {who}</header><main><h1>{}</h1>{body}</main></body></html>",
+        "<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width, initial-scale=1\"><title>{} · workdo</title><style>{STYLE}</style></head><body><header><nav><a href=/ class=brand>workdo</a> <a href=/ui/errors>errors</a> <a href=/ui/templates>templates</a> <a href=/ui/timings>timings</a></nav> {who}</header><main><h1>{}</h1>{body}</main></body></html>",
         esc(title),
         esc(title)
     ))
@@ -288,11 +294,11 @@ async fn steps(
 }
 
 /// A form's fields, repeated `id`s kept.
-fn form_pairs(body: &str) -> Vec<(String, String)> {
+pub(super) fn form_pairs(body: &str) -> Vec<(String, String)> {
     serde_urlencoded::from_str(body).unwrap_or_default()
 }
 
-fn field<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
+pub(super) fn field<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
     pairs
         .iter()
         .find(|(k, _)| k == key)
@@ -300,7 +306,7 @@ fn field<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
 }
 
 /// The viewer, allowed to act, with the form's CSRF token right.
-async fn actor(
+pub(super) async fn actor(
     s: &AppState,
     headers: &HeaderMap,
     pairs: &[(String, String)],
@@ -346,175 +352,7 @@ async fn act(State(s): State<AppState>, headers: HeaderMap, body: String) -> Res
     Redirect::to(back).into_response()
 }
 
-async fn object(State(s): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    let v = match viewer(&s, &headers).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let view = match s.store.object_view(&id, 50).await {
-        Ok(view) => view,
-        Err(e) => return failure(&e.to_string()),
-    };
-    let mut body = format!(
-        "<p>version {}</p><h2>Properties</h2><pre id=properties>{}</pre>",
-        view.version,
-        esc(&serde_json::to_string_pretty(&view.properties).unwrap_or_default())
-    );
-    if !view.documents.is_empty() {
-        body.push_str("<h2>Documents</h2>");
-        for name in &view.documents {
-            let text = document_text(&s.store, &view.id, name).await;
-            let _ = write!(body, "<h3>{}</h3><pre>{}</pre>", esc(name), esc(&text));
-        }
-    }
-    for w in &view.workflows {
-        let _ = write!(
-            body,
-            "<section class=workflow><h2>{} (workflow {}, {})</h2>",
-            esc(&w.workflow.template),
-            w.workflow.id,
-            esc(&w.workflow.status)
-        );
-        if let Some(m) = &w.machine {
-            let _ = write!(body, "<p>state <b class=state>{}</b></p>", esc(&m.state));
-            if v.role >= Role::Robot && !m.accepts.is_empty() {
-                let _ = write!(
-                    body,
-                    "<form method=post action=\"/ui/objects/{}/signal\"><input type=hidden name=csrf value=\"{}\"><input type=hidden name=workflow value={}>",
-                    esc(&enc(&view.id)),
-                    esc(&v.csrf),
-                    w.workflow.id
-                );
-                for a in &m.accepts {
-                    let _ = write!(
-                        body,
-                        "<button name=signal value=\"{}\">{}</button> ",
-                        esc(a),
-                        esc(a)
-                    );
-                }
-                body.push_str("</form>");
-            }
-            if let Ok(t) = s.store.template_by_id(w.workflow.template_id).await
-                && let Some(spec) = &t.spec.machine
-            {
-                let _ = write!(
-                    body,
-                    "<pre class=graph>{}</pre>",
-                    esc(&crate::graph::machine_mermaid(spec, Some(&m.state)))
-                );
-            }
-        }
-        if !w.steps.is_empty() {
-            body.push_str("<table><thead><tr><th scope=col>step</th><th scope=col>status</th><th scope=col class=n>attempts</th><th scope=col>note / error</th></tr></thead><tbody>");
-            for st in &w.steps {
-                let _ = write!(
-                    body,
-                    "<tr><td>{}</td><td class=\"{}\">{}</td><td class=n>{}/{}</td><td>{}</td></tr>",
-                    esc(&st.name),
-                    esc(&st.status),
-                    esc(&st.status),
-                    st.attempts,
-                    st.max_attempts,
-                    esc(st
-                        .error_message
-                        .as_deref()
-                        .or(st.note.as_deref())
-                        .unwrap_or(""))
-                );
-            }
-            body.push_str("</tbody></table>");
-            let _ = write!(
-                body,
-                "<details><summary>graph (Mermaid)</summary><pre class=graph>{}</pre></details>",
-                esc(&crate::graph::mermaid(&w.steps))
-            );
-        }
-        body.push_str("</section>");
-    }
-    body.push_str("<h2>Milestones</h2><ul>");
-    for m in &view.milestones {
-        let _ = write!(
-            body,
-            "<li>{} {} (version {})</li>",
-            m.at.format("%Y-%m-%d %H:%M:%S"),
-            esc(&m.name),
-            m.version
-        );
-    }
-    body.push_str("</ul><h2>History</h2><table id=history><tbody>");
-    for e in &view.events {
-        let _ = write!(
-            body,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            e.at.format("%Y-%m-%d %H:%M:%S%.3f"),
-            esc(&e.kind),
-            esc(&format!(
-                "{}:{}",
-                e.template.as_deref().unwrap_or(""),
-                e.step.as_deref().unwrap_or("")
-            )),
-            esc(e.status.as_deref().unwrap_or(""))
-        );
-    }
-    body.push_str("</tbody></table>");
-    page(&view.id, Some(&v), &body).into_response()
-}
-
-async fn document_text(store: &Store, object: &str, name: &str) -> String {
-    store
-        .document(object, name)
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or_default()
-}
-
-async fn signal(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    body: String,
-) -> Response {
-    let pairs = form_pairs(&body);
-    let v = match actor(&s, &headers, &pairs).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let workflow: i64 = field(&pairs, "workflow")
-        .and_then(|w| w.parse().ok())
-        .unwrap_or(0);
-    let name = field(&pairs, "signal").unwrap_or_default().to_string();
-    // The machine's access rules, as over the API.
-    let allowed = match s.store.workflow_template_id(workflow).await {
-        Ok(Some(t)) => s
-            .store
-            .template_by_id(t)
-            .await
-            .ok()
-            .and_then(|t| t.spec.machine)
-            .is_some_and(|m| {
-                m.access
-                    .unwrap_or_default()
-                    .may_signal(v.role.as_str(), &name)
-            }),
-        _ => false,
-    };
-    if !allowed {
-        return (StatusCode::FORBIDDEN, "this token may not send that signal").into_response();
-    }
-    let who = format!("ui:{}", v.role.as_str());
-    if let Err(e) = s
-        .store
-        .machine_signal(workflow, &name, &serde_json::json!({}), &who)
-        .await
-    {
-        return failure(&e.to_string());
-    }
-    Redirect::to(&format!("/ui/objects/{}", enc(&id))).into_response()
-}
-
-fn failure(message: &str) -> Response {
+pub(super) fn failure(message: &str) -> Response {
     (
         StatusCode::CONFLICT,
         page(

@@ -1,0 +1,176 @@
+//! The admin page's reports: errors grouped by message (with a retry per group), templates
+//! with their versions, and timings per template step.
+
+use std::fmt::Write as _;
+
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::{esc, failure, page, viewer};
+use crate::api::AppState;
+use crate::store::Role;
+
+/// Steps in error by template step and message: the text of one, first and last failure, and a
+/// retry of the whole group (robot and admin).
+pub(super) async fn errors(State(s): State<AppState>, headers: HeaderMap) -> Response {
+    let v = match viewer(&s, &headers).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let groups = match s.store.errors_grouped().await {
+        Ok(g) => g,
+        Err(e) => return failure(&e.to_string()),
+    };
+    let mut body = format!(
+        "<p>{} steps in error, in {} groups.</p><table id=errors><thead><tr><th scope=col>step</th><th scope=col>message</th><th scope=col class=n>steps</th><th scope=col>first</th><th scope=col>last</th><th></th></tr></thead><tbody>",
+        groups.iter().map(|g| g.count).sum::<i64>(),
+        groups.len()
+    );
+    for g in &groups {
+        let retry = if v.role >= Role::Robot {
+            let mut f = format!(
+                "<form method=post action=/ui/steps/act onsubmit=\"return confirm('Retry {} steps?')\"><input type=hidden name=csrf value=\"{}\"><input type=hidden name=back value=/ui/errors><input type=hidden name=action value=retry>",
+                g.count,
+                esc(&v.csrf)
+            );
+            for id in &g.ids {
+                let _ = write!(f, "<input type=hidden name=id value={id}>");
+            }
+            f.push_str("<button class=retry-group>Retry all</button></form>");
+            f
+        } else {
+            String::new()
+        };
+        let _ = write!(
+            body,
+            "<tr><td>{}:{}</td><td>{}{}</td><td class=n>{}</td><td>{}</td><td>{}</td><td>{retry}</td></tr>",
+            esc(&g.template),
+            esc(&g.step),
+            esc(&g.message),
+            g.text
+                .as_deref()
+                .map(|t| format!(
+                    "<details><summary>text</summary><pre>{}</pre></details>",
+                    esc(t)
+                ))
+                .unwrap_or_default(),
+            g.count,
+            g.first.format("%Y-%m-%d %H:%M:%S"),
+            g.last.format("%Y-%m-%d %H:%M:%S")
+        );
+    }
+    body.push_str("</tbody></table>");
+    page("Errors", Some(&v), &body).into_response()
+}
+
+/// Every template and bricklet with its versions (SHA-256, when loaded, which is current) and
+/// its steps with their prerequisites.
+pub(super) async fn templates(State(s): State<AppState>, headers: HeaderMap) -> Response {
+    let v = match viewer(&s, &headers).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let mut current = match s.store.template_list().await {
+        Ok(t) => t,
+        Err(e) => return failure(&e.to_string()),
+    };
+    current.extend(s.store.bricklet_list().await.unwrap_or_default());
+    let mut body = String::from("<div id=templates>");
+    for t in &current {
+        let kind = if t.spec.machine.is_some() {
+            "machine"
+        } else if t.kind == "bricklet" {
+            "bricklet"
+        } else {
+            "steps"
+        };
+        let _ = write!(
+            body,
+            "<section><h2>{} <small>({kind})</small></h2><ul>",
+            esc(&t.name)
+        );
+        for version in s.store.template_versions(&t.name).await.unwrap_or_default() {
+            let _ = write!(
+                body,
+                "<li><code>{}</code> loaded {}{}</li>",
+                esc(&version.sha256[..12]),
+                version.loaded_at.format("%Y-%m-%d %H:%M:%S"),
+                if version.is_current {
+                    " — current"
+                } else {
+                    ""
+                }
+            );
+        }
+        body.push_str("</ul>");
+        if let Some(m) = &t.spec.machine {
+            let _ = write!(
+                body,
+                "<pre class=graph>{}</pre>",
+                esc(&crate::graph::machine_mermaid(m, None))
+            );
+        } else if !t.spec.steps.is_empty() {
+            body.push_str("<table><thead><tr><th scope=col>step</th><th scope=col>after</th></tr></thead><tbody>");
+            for st in &t.spec.steps {
+                let _ = write!(
+                    body,
+                    "<tr><td>{}</td><td>{}</td></tr>",
+                    esc(&st.name),
+                    esc(&st.prereqs.join(", "))
+                );
+            }
+            body.push_str("</tbody></table>");
+        }
+        body.push_str("</section>");
+    }
+    body.push_str("</div>");
+    page("Templates", Some(&v), &body).into_response()
+}
+
+#[derive(Deserialize)]
+pub(super) struct Window {
+    hours: Option<f64>,
+}
+
+/// p50/p95/p99 of elapsed and wait (ready to started) per template step, over a window.
+pub(super) async fn timings(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Query(w): Query<Window>,
+) -> Response {
+    let v = match viewer(&s, &headers).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let hours = w
+        .hours
+        .filter(|h| h.is_finite() && *h > 0.0 && *h <= 24.0 * 366.0)
+        .unwrap_or(24.0);
+    let rows = match s.store.timings(hours).await {
+        Ok(r) => r,
+        Err(e) => return failure(&e.to_string()),
+    };
+    let ms = |x: Option<f64>| x.map(|v| format!("{:.1}", v * 1000.0)).unwrap_or_default();
+    let mut body = format!(
+        "<form><label>last <input name=hours type=number min=1 value={hours}> hours</label> <button>show</button></form><table id=timings><thead><tr><th scope=col>step</th><th scope=col class=n>finished</th><th scope=col class=n>elapsed p50 ms</th><th scope=col class=n>p95</th><th scope=col class=n>p99</th><th scope=col class=n>wait p50 ms</th><th scope=col class=n>p95</th><th scope=col class=n>p99</th></tr></thead><tbody>"
+    );
+    for r in &rows {
+        let _ = write!(
+            body,
+            "<tr><td>{}:{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td></tr>",
+            esc(&r.template),
+            esc(&r.step),
+            r.finished,
+            ms(r.elapsed_p50),
+            ms(r.elapsed_p95),
+            ms(r.elapsed_p99),
+            ms(r.wait_p50),
+            ms(r.wait_p95),
+            ms(r.wait_p99)
+        );
+    }
+    body.push_str("</tbody></table>");
+    page("Timings", Some(&v), &body).into_response()
+}
