@@ -320,6 +320,15 @@ async fn operators_see_counts_retry_errors_and_read_objects_in_a_browser() {
         .expect("timings table");
     shot(&c, "timings").await;
 
+    c.goto(&format!("{base}/ui/schedules"))
+        .await
+        .expect("schedules");
+    c.wait()
+        .for_element(Locator::Id("outbox"))
+        .await
+        .expect("the outbox");
+    shot(&c, "schedules-alerts").await;
+
     // A viewer sees the list but no buttons, and a forged POST is refused.
     c.delete_all_cookies().await.expect("sign out");
     sign_in(&c, &base, &viewer).await;

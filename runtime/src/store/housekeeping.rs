@@ -63,6 +63,20 @@ pub struct Timing {
     pub wait_p99: Option<f64>,
 }
 
+/// An alert outbox row, for the admin page.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct OutboxEntry {
+    pub id: i64,
+    pub created_at: DateTime<Utc>,
+    pub kind: String,
+    pub template: Option<String>,
+    pub step: Option<String>,
+    pub object_id: Option<String>,
+    pub status: String,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+}
+
 /// What one archive or purge run moved.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Archived {
@@ -140,6 +154,17 @@ impl Store {
         .bind(template)
         .bind(step)
         .bind(status)
+        .bind(limit.clamp(1, 10_000))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// The alert outbox, newest first.
+    pub async fn outbox_recent(&self, limit: i64) -> Result<Vec<OutboxEntry>> {
+        Ok(sqlx::query_as(
+            "select id, created_at, kind, template, step, object_id, status, attempts, last_error
+               from workdo.alert_outbox order by id desc limit $1",
+        )
         .bind(limit.clamp(1, 10_000))
         .fetch_all(&self.pool)
         .await?)

@@ -31,7 +31,7 @@ pub use schedules::{Fired, ScheduleRow};
 
 pub use bulk::StepFilter;
 pub use dispatch::{Bricklets, Dispatch, activation};
-pub use housekeeping::{Archived, ErrorGroup, ObjectRow, Timing, WorkflowListRow};
+pub use housekeeping::{Archived, ErrorGroup, ObjectRow, OutboxEntry, Timing, WorkflowListRow};
 pub use machine::{MachineView, SIGNAL_CHANNEL, Signalled};
 pub use queries::{
     EventRow, Facet, Milestone, ObjectView, QueueEntry, Why, WorkflowRow, WorkflowView,

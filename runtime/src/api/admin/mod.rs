@@ -38,6 +38,7 @@ pub fn router() -> Router<AppState> {
         .route("/ui/errors", get(reports::errors))
         .route("/ui/templates", get(reports::templates))
         .route("/ui/timings", get(reports::timings))
+        .route("/ui/schedules", get(reports::schedules_alerts))
 }
 
 /// Text safe in HTML, attributes included.
@@ -117,7 +118,7 @@ pub(super) fn page(title: &str, v: Option<&Viewer>, body: &str) -> Html<String> 
         None => String::new(),
     };
     Html(format!(
-        "<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width, initial-scale=1\"><title>{} · workdo</title><style>{STYLE}</style></head><body><header><nav><a href=/ class=brand>workdo</a> <a href=/ui/errors>errors</a> <a href=/ui/templates>templates</a> <a href=/ui/timings>timings</a></nav> {who}</header><main><h1>{}</h1>{body}</main></body></html>",
+        "<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width, initial-scale=1\"><title>{} · workdo</title><style>{STYLE}</style></head><body><header><nav><a href=/ class=brand>workdo</a> <a href=/ui/errors>errors</a> <a href=/ui/templates>templates</a> <a href=/ui/timings>timings</a> <a href=/ui/schedules>schedules and alerts</a></nav> {who}</header><main><h1>{}</h1>{body}</main></body></html>",
         esc(title),
         esc(title)
     ))
@@ -158,6 +159,7 @@ async fn overview(State(s): State<AppState>, headers: HeaderMap) -> Response {
         Ok(f) => f,
         Err(e) => return failure(&e.to_string()),
     };
+    let depths = s.store.queue_depths().await.unwrap_or_default();
     let mut rows: Vec<(String, String)> = Vec::new();
     for f in &facets {
         let key = (f.template.clone(), f.step.clone());
@@ -171,7 +173,7 @@ async fn overview(State(s): State<AppState>, headers: HeaderMap) -> Response {
     for c in COLUMNS {
         let _ = write!(body, "<th scope=col class=n>{c}</th>");
     }
-    body.push_str("<th scope=col class=n>other</th></tr></thead><tbody>");
+    body.push_str("<th scope=col class=n>other</th><th scope=col class=n>oldest ready</th></tr></thead><tbody>");
     for (t, st) in &rows {
         let _ = write!(body, "<tr><td>{}</td><td>{}</td>", esc(t), esc(st));
         for c in COLUMNS {
@@ -198,18 +200,35 @@ async fn overview(State(s): State<AppState>, headers: HeaderMap) -> Response {
             .filter(|f| &f.template == t && &f.step == st && !COLUMNS.contains(&f.status.as_str()))
             .map(|f| f.count)
             .sum();
+        // How long the oldest ready step of this queue has waited (over its lanes).
+        let oldest = depths
+            .iter()
+            .filter(|d| &d.0 == t && &d.1 == st)
+            .map(|d| d.4)
+            .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
         let _ = write!(
             body,
-            "<td class=n>{}</td></tr>",
+            "<td class=n>{}</td><td class=n>{}</td></tr>",
             if other > 0 {
                 other.to_string()
             } else {
                 String::new()
-            }
+            },
+            oldest.map(age).unwrap_or_default()
         );
     }
     body.push_str("</tbody></table><script>setTimeout(()=>{if(!document.activeElement||document.activeElement===document.body)location.reload()},5000)</script>");
     page("Overview", Some(&v), &body).into_response()
+}
+
+/// Seconds as a short age: `42 s`, `7 min`, `3 h`, `2 d`.
+fn age(secs: f64) -> String {
+    match secs {
+        s if s < 90.0 => format!("{s:.0} s"),
+        s if s < 5400.0 => format!("{:.0} min", s / 60.0),
+        s if s < 172_800.0 => format!("{:.0} h", s / 3600.0),
+        s => format!("{:.0} d", s / 86_400.0),
+    }
 }
 
 #[derive(Deserialize)]

@@ -174,3 +174,62 @@ pub(super) async fn timings(
     body.push_str("</tbody></table>");
     page("Timings", Some(&v), &body).into_response()
 }
+
+/// Schedules with their next fire time, and the alert outbox (pending, sent, failed).
+pub(super) async fn schedules_alerts(State(s): State<AppState>, headers: HeaderMap) -> Response {
+    let v = match viewer(&s, &headers).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let schedules = match s.store.schedules_list().await {
+        Ok(r) => r,
+        Err(e) => return failure(&e.to_string()),
+    };
+    let outbox = match s.store.outbox_recent(200).await {
+        Ok(r) => r,
+        Err(e) => return failure(&e.to_string()),
+    };
+    let mut body = String::from(
+        "<h2>Schedules</h2><table id=schedules><thead><tr><th scope=col>schedule</th><th scope=col>cron</th><th scope=col>template</th><th scope=col>enabled</th><th scope=col>next fire</th><th scope=col>last fired</th></tr></thead><tbody>",
+    );
+    for r in &schedules {
+        let _ = write!(
+            body,
+            "<tr><td>{}</td><td><code>{}</code> {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&r.name),
+            esc(&r.cron),
+            esc(&r.timezone),
+            esc(&r.template),
+            if r.enabled { "yes" } else { "no" },
+            r.next_fire_at.format("%Y-%m-%d %H:%M:%S UTC"),
+            r.last_fired_at
+                .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+                .unwrap_or_default()
+        );
+    }
+    body.push_str("</tbody></table><h2>Alert outbox</h2><table id=outbox><thead><tr><th scope=col>created</th><th scope=col>kind</th><th scope=col>about</th><th scope=col>status</th><th scope=col class=n>attempts</th><th scope=col>last error</th></tr></thead><tbody>");
+    for r in &outbox {
+        let _ = write!(
+            body,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td class=n>{}</td><td>{}</td></tr>",
+            r.created_at.format("%Y-%m-%d %H:%M:%S"),
+            esc(&r.kind),
+            esc(&format!(
+                "{}:{} {}",
+                r.template.as_deref().unwrap_or(""),
+                r.step.as_deref().unwrap_or(""),
+                r.object_id.as_deref().unwrap_or("")
+            )),
+            if r.last_error.is_some() && r.status == "pending" {
+                "error"
+            } else {
+                ""
+            },
+            esc(&r.status),
+            r.attempts,
+            esc(r.last_error.as_deref().unwrap_or(""))
+        );
+    }
+    body.push_str("</tbody></table>");
+    page("Schedules and alerts", Some(&v), &body).into_response()
+}
