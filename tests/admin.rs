@@ -302,6 +302,52 @@ async fn operators_see_counts_retry_errors_and_read_objects_in_a_browser() {
         c.find(Locator::Css("button.retry-group")).await.is_err(),
         "the group was retried"
     );
+    // Prioritize one ready step from its list.
+    c.goto(&format!(
+        "{base}/ui/steps?template=pageWF&step=scan&status=ready"
+    ))
+    .await
+    .expect("ready list");
+    c.wait()
+        .for_element(Locator::Id("prioritize"))
+        .await
+        .expect("the list");
+    let first = c.find(Locator::Css("input[name=id]")).await.expect("a row");
+    let chosen: i64 = first
+        .attr("value")
+        .await
+        .expect("value")
+        .and_then(|v| v.parse().ok())
+        .expect("a step id");
+    first.click().await.expect("choose it");
+    let priority = c.find(Locator::Id("priority")).await.expect("priority");
+    priority.clear().await.expect("clear");
+    priority.send_keys("77").await.expect("type");
+    c.execute("window.confirm = () => true;", vec![])
+        .await
+        .expect("no dialog");
+    c.find(Locator::Id("prioritize"))
+        .await
+        .expect("prioritize")
+        .click()
+        .await
+        .expect("prioritize");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let p: i32 = sqlx::query_scalar("select priority from workdo.steps where id = $1")
+            .bind(chosen)
+            .fetch_one(t.pool())
+            .await
+            .expect("priority");
+        if p == 77 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the step's priority is {p}, not 77"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     c.goto(&format!("{base}/ui/templates"))
         .await
         .expect("templates");

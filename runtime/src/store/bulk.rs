@@ -20,6 +20,8 @@ pub struct StepFilter {
     pub status: Option<String>,
     /// Objects whose property `.0` equals `.1` (as JSON).
     pub property: Option<(String, Value)>,
+    /// Only these steps (the admin page's chosen rows).
+    pub ids: Option<Vec<i64>>,
 }
 
 impl Store {
@@ -202,6 +204,7 @@ async fn matching_ids(
             and ($3::text is null or s.name = $3)
             and ($4::text is null or s.status = $4)
             and ($7::bigint is null or s.workflow_id = $7)
+            and ($9::bigint[] is null or s.id = any($9))
             and ($5::text is null or exists (
                   select 1 from workdo.objects o
                    where o.id = s.object_id and o.properties -> $5 = $6::jsonb))
@@ -216,6 +219,7 @@ async fn matching_ids(
     .bind(prop_value)
     .bind(f.workflow)
     .bind(finished)
+    .bind(&f.ids)
     .fetch_all(&mut **tx)
     .await?;
     Ok(ids)

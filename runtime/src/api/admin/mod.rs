@@ -271,7 +271,7 @@ async fn steps(
                 enc(&q.status)
             ))
         );
-        body.push_str("<p><label><input type=checkbox id=all onclick=\"for(const b of document.querySelectorAll('input[name=id]'))b.checked=this.checked\"> all</label> <button name=action value=retry id=retry onclick=\"this.form.dataset.verb='Retry'\">Retry chosen</button> <button name=action value=skip id=skip onclick=\"this.form.dataset.verb='Skip'\">Skip chosen</button></p>");
+        body.push_str("<p><label><input type=checkbox id=all onclick=\"for(const b of document.querySelectorAll('input[name=id]'))b.checked=this.checked\"> all</label> <button name=action value=retry id=retry onclick=\"this.form.dataset.verb='Retry'\">Retry chosen</button> <button name=action value=skip id=skip onclick=\"this.form.dataset.verb='Skip'\">Skip chosen</button> <label>priority <input name=priority id=priority type=number value=100 style=width:6em></label> <button name=action value=prioritize id=prioritize onclick=\"this.form.dataset.verb='Prioritize'\">Prioritize chosen</button></p>");
     }
     body.push_str("<table><thead><tr><th></th><th scope=col>object</th><th scope=col>step</th><th scope=col class=n>attempts</th><th scope=col>message</th><th scope=col>changed</th></tr></thead><tbody>");
     for r in &rows {
@@ -359,9 +359,27 @@ async fn act(State(s): State<AppState>, headers: HeaderMap, body: String) -> Res
         .filter(|(k, _)| k == "id")
         .filter_map(|(_, v)| v.parse().ok())
         .collect();
-    let skip = field(&pairs, "action") == Some("skip");
     let who = format!("ui:{}", v.role.as_str());
-    if let Err(e) = s.store.steps_act_on(&ids, skip, &who).await {
+    let done = match field(&pairs, "action") {
+        Some("prioritize") => {
+            let Some(priority) =
+                field(&pairs, "priority").and_then(|p| p.trim().parse::<i32>().ok())
+            else {
+                return failure("the priority is not a whole number");
+            };
+            let filter = crate::store::StepFilter {
+                ids: Some(ids),
+                ..Default::default()
+            };
+            s.store.steps_prioritize(&filter, priority, &who).await
+        }
+        action => {
+            s.store
+                .steps_act_on(&ids, action == Some("skip"), &who)
+                .await
+        }
+    };
+    if let Err(e) = done {
         return failure(&e.to_string());
     }
     // Back to the list only when it is one of ours (no open redirect).
