@@ -92,16 +92,30 @@ async fn sign_in(c: &Client, base: &str, token: &str) {
         .await
         .expect("sign-in form");
     field.send_keys(token).await.expect("type the token");
-    c.find(Locator::Id("signin"))
-        .await
-        .expect("button")
-        .click()
-        .await
-        .expect("sign in");
+    click(c, Locator::Id("signin"), "sign in").await;
     c.wait()
         .for_element(Locator::Id("facets"))
         .await
         .expect("the overview");
+}
+
+/// Click the element `at` (what: for messages).
+async fn click(c: &Client, at: Locator<'_>, what: &str) {
+    c.find(at)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+        .click()
+        .await
+        .unwrap_or_else(|e| panic!("click {what}: {e}"));
+}
+
+/// Wait until the page's source contains `text` (a POST's redirect has landed).
+async fn wait_text(c: &Client, text: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !c.source().await.unwrap_or_default().contains(text) {
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The text of the facet link `template:step:status`, once it shows `expected`.
@@ -174,12 +188,12 @@ async fn operators_see_counts_retry_errors_and_read_objects_in_a_browser() {
     shot(&c, "overview").await;
 
     // The errors' list: choose them all and retry; the counts change.
-    c.find(Locator::Css("a[data-facet='pageWF:scan:error']"))
-        .await
-        .expect("facet")
-        .click()
-        .await
-        .expect("open the facet");
+    click(
+        &c,
+        Locator::Css("a[data-facet='pageWF:scan:error']"),
+        "open the facet",
+    )
+    .await;
     c.wait()
         .for_element(Locator::Id("retry"))
         .await
@@ -191,27 +205,13 @@ async fn operators_see_counts_retry_errors_and_read_objects_in_a_browser() {
         .expect("rows");
     assert_eq!(rows.len(), 3);
     assert!(c.source().await.expect("page").contains("scanner jammed"));
-    c.find(Locator::Id("all"))
-        .await
-        .expect("all")
-        .click()
-        .await
-        .expect("choose all");
+    click(&c, Locator::Id("all"), "choose all").await;
     c.execute("window.confirm = () => true;", vec![])
         .await
         .expect("no dialog");
-    c.find(Locator::Id("retry"))
-        .await
-        .expect("retry")
-        .click()
-        .await
-        .expect("retry");
+    click(&c, Locator::Id("retry"), "retry").await;
     // Back on the list once the POST is done: it has none left in error.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !c.source().await.unwrap_or_default().contains("0 steps of") {
-        assert!(Instant::now() < deadline, "the retry did not come back");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_text(&c, "0 steps of", "the retry did not come back").await;
     c.goto(&format!("{base}/")).await.expect("overview");
     wait_count(&c, "pageWF:scan:ready", "6").await;
     assert!(
@@ -273,31 +273,19 @@ async fn operators_see_counts_retry_errors_and_read_objects_in_a_browser() {
         "text, not markup"
     );
     shot(&c, "errors-grouped").await;
-    c.find(Locator::Css("button.retry-group"))
-        .await
-        .expect("retry all")
-        .click()
-        .await
-        .expect("retry the group");
+    click(&c, Locator::Css("button.retry-group"), "retry the group").await;
     // The confirmation names the count; accept it as a person would.
     assert_eq!(
         c.get_alert_text().await.expect("a confirmation"),
         "Retry 1 steps?"
     );
     c.accept_alert().await.expect("confirm");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !c
-        .source()
-        .await
-        .unwrap_or_default()
-        .contains("0 steps in error, in 0 groups")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the group's retry did not come back"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_text(
+        &c,
+        "0 steps in error, in 0 groups",
+        "the group's retry did not come back",
+    )
+    .await;
     assert!(
         c.find(Locator::Css("button.retry-group")).await.is_err(),
         "the group was retried"
@@ -326,12 +314,7 @@ async fn operators_see_counts_retry_errors_and_read_objects_in_a_browser() {
     c.execute("window.confirm = () => true;", vec![])
         .await
         .expect("no dialog");
-    c.find(Locator::Id("prioritize"))
-        .await
-        .expect("prioritize")
-        .click()
-        .await
-        .expect("prioritize");
+    click(&c, Locator::Id("prioritize"), "prioritize").await;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let p: i32 = sqlx::query_scalar("select priority from workdo.steps where id = $1")

@@ -576,15 +576,7 @@ async fn both_shipped_examples_run_end_to_end_under_workdo_up() {
         "lecture=tests/fixtures/documents/lecture.xml",
     ]);
     cli(&["start", "lectureWF", "druid:bb123cd4567"]);
-    let mut up = std::process::Command::new(workdo)
-        .args(["up", "--no-api", "--poll-interval", "200ms"])
-        .env("DATABASE_URL", &t.url)
-        .env("RUST_LOG", "error")
-        .current_dir(&root)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("workdo up");
+    let mut up = support::spawn_up(&t.url, &["--poll-interval", "200ms"]);
     wait_until(
         t.pool(),
         "select bool_and(status = 'completed') from workdo.workflows",

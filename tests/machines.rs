@@ -49,6 +49,11 @@ states:
   Stopped: { final: true }
 "#;
 
+/// Signal `signal` (no data) to job `id`, as actor "t".
+async fn send(t: &TestDb, id: i64, signal: &str) -> Result<workdo::store::Signalled, StoreError> {
+    t.store.machine_signal(id, signal, &json!({}), "t").await
+}
+
 async fn job(t: &TestDb, template: &str, object: &str) -> i64 {
     let started = t
         .store
@@ -230,18 +235,9 @@ async fn an_alarm_fires_once_with_two_runtimes_and_is_cancelled_on_leaving() {
     .await;
     let rings = job(&t, "counterWF", "obj:ring").await;
     let disarmed = job(&t, "counterWF", "obj:disarm").await;
-    t.store
-        .machine_signal(rings, "arm", &json!({}), "t")
-        .await
-        .expect("arm");
-    t.store
-        .machine_signal(disarmed, "arm", &json!({}), "t")
-        .await
-        .expect("arm");
-    t.store
-        .machine_signal(disarmed, "disarm", &json!({}), "t")
-        .await
-        .expect("disarm");
+    send(&t, rings, "arm").await.expect("arm");
+    send(&t, disarmed, "arm").await.expect("arm");
+    send(&t, disarmed, "disarm").await.expect("disarm");
     let a = start(&t.store, config()).await;
     let b = start(&t.store, config()).await;
     wait_until(
@@ -281,10 +277,7 @@ async fn an_alarm_due_while_no_runtime_ran_fires_after_a_restart() {
     )
     .await;
     let id = job(&t, "counterWF", "obj:late").await;
-    t.store
-        .machine_signal(id, "arm", &json!({}), "t")
-        .await
-        .expect("arm");
+    send(&t, id, "arm").await.expect("arm");
     // No runtime: the alarm comes due and nothing happens.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(state(&t, id).await.0, "Armed");
@@ -318,14 +311,8 @@ async fn a_function_actions_result_comes_back_as_a_signal_and_its_failure_as_err
     load(&t.store, "call.yaml", &machine).await;
     let good = job(&t, "callWF", "obj:good").await;
     let failing = job(&t, "callWF", "obj:failing").await;
-    t.store
-        .machine_signal(good, "go", &json!({}), "t")
-        .await
-        .expect("go");
-    t.store
-        .machine_signal(failing, "fail", &json!({}), "t")
-        .await
-        .expect("fail");
+    send(&t, good, "go").await.expect("go");
+    send(&t, failing, "fail").await.expect("fail");
     let mut cfg = config();
     cfg.backoff.max = Duration::from_millis(100);
     let rt = start(&t.store, cfg).await;
@@ -393,10 +380,7 @@ async fn migration_moves_jobs_with_a_map_and_refuses_without_one() {
     let t = db().await;
     load(&t.store, "counter.yaml", COUNTER).await;
     let id = job(&t, "counterWF", "obj:mig").await;
-    t.store
-        .machine_signal(id, "arm", &json!({}), "t")
-        .await
-        .expect("arm");
+    send(&t, id, "arm").await.expect("arm");
     // Version 2 renames Armed to Primed.
     let v2 = COUNTER.replace("Armed", "Primed");
     load(&t.store, "counter.yaml", &v2).await;
@@ -422,10 +406,7 @@ async fn migration_moves_jobs_with_a_map_and_refuses_without_one() {
     assert_eq!(n, 1);
     assert_eq!(state(&t, id).await.0, "Primed");
     // The job now runs on version 2, alarms included.
-    t.store
-        .machine_signal(id, "disarm", &json!({}), "t")
-        .await
-        .expect("disarm");
+    send(&t, id, "disarm").await.expect("disarm");
     // A no-op migration back is allowed (Idle exists in both) and recorded.
     let v1 = workdo::model::template::sha256_hex(COUNTER);
     t.store
@@ -462,36 +443,21 @@ async fn the_articles_for_deletion_example_reaches_its_final_states() {
     // 1. Kept by the discussion, then reversed on review.
     let kept = start_afd("obj:afd-keep", json!({})).await;
     assert_eq!(state(&t, kept).await.0, "Discussion");
-    let done = t
-        .store
-        .machine_signal(kept, "keep", &json!({}), "t")
-        .await
-        .expect("keep");
+    let done = send(&t, kept, "keep").await.expect("keep");
     assert_eq!(
         done.followed,
         vec![("review".to_string(), "Review".to_string())]
     );
-    t.store
-        .machine_signal(kept, "reverse", &json!({}), "t")
-        .await
-        .expect("reverse");
+    send(&t, kept, "reverse").await.expect("reverse");
     assert_eq!(state(&t, kept).await.0, "Reversed");
     // 2. Extended twice, a third extension refused by the guard; early renomination keeps it.
     let extended = start_afd("obj:afd-extend", json!({})).await;
     for _ in 0..2 {
-        t.store
-            .machine_signal(extended, "extend", &json!({}), "t")
-            .await
-            .expect("extend");
+        send(&t, extended, "extend").await.expect("extend");
     }
-    let err = t
-        .store
-        .machine_signal(extended, "extend", &json!({}), "t")
-        .await
-        .expect_err("guarded");
+    let err = send(&t, extended, "extend").await.expect_err("guarded");
     assert!(err.to_string().contains("extended twice already"), "{err}");
-    t.store
-        .machine_signal(extended, "early_renomination", &json!({}), "t")
+    send(&t, extended, "early_renomination")
         .await
         .expect("global");
     assert_eq!(state(&t, extended).await.0, "Review");
@@ -744,21 +710,11 @@ async fn the_loan_review_runs_under_workdo_up_driven_by_cli_api_and_sql() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
         l.local_addr().expect("addr").port()
     };
-    let mut up = std::process::Command::new(workdo)
-        .args([
-            "up",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--poll-interval",
-            "200ms",
-        ])
-        .env("DATABASE_URL", &t.url)
-        .env("RUST_LOG", "error")
-        .current_dir(&root)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("workdo up");
+    let listen = format!("127.0.0.1:{port}");
+    let mut up = support::spawn_workdo(
+        &t.url,
+        &["up", "--listen", &listen, "--poll-interval", "200ms"],
+    );
     // The notify-reviewer function runs under `workdo up` and signals `notified` back.
     wait_until(
         t.pool(),
@@ -937,10 +893,7 @@ async fn two_processes_taking_one_inbox_take_each_signal_once() {
             tokio::task::yield_now().await;
         }
     });
-    t.store
-        .machine_signal(id, "go", &json!({}), "t")
-        .await
-        .expect("go");
+    send(&t, id, "go").await.expect("go");
     racer.await.expect("racer");
     t.store.machine_inbox_run(10).await.expect("inbox");
     assert_eq!(state(&t, id).await.1["count"], 200);
@@ -991,11 +944,7 @@ async fn a_machine_that_forks_itself_or_signals_itself_for_ever_is_bounded() {
     )
     .await;
     let me = job(&t, "selfWF", "obj:self").await;
-    let err = t
-        .store
-        .machine_signal(me, "go", &json!({}), "t")
-        .await
-        .expect_err("refused");
+    let err = send(&t, me, "go").await.expect_err("refused");
     assert!(
         err.to_string()
             .contains("cannot fork its own template on its own object"),
@@ -1009,11 +958,7 @@ async fn a_machine_that_forks_itself_or_signals_itself_for_ever_is_bounded() {
     )
     .await;
     let id = job(&t, "loopWF", "obj:loop").await;
-    let done = t
-        .store
-        .machine_signal(id, "go", &json!({}), "t")
-        .await
-        .expect("go");
+    let done = send(&t, id, "go").await.expect("go");
     assert_eq!(done.followed.len(), 1000);
     let pending = count(
         &t,

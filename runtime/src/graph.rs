@@ -14,6 +14,19 @@ fn generator_of(s: &StepRow) -> Option<String> {
         .map(String::from)
 }
 
+/// The template's own steps, and each generator's subnet (indices into `steps`).
+fn partition(steps: &[StepRow]) -> (Vec<usize>, BTreeMap<String, Vec<usize>>) {
+    let mut top = Vec::new();
+    let mut subnets: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, st) in steps.iter().enumerate() {
+        match generator_of(st) {
+            Some(g) => subnets.entry(g).or_default().push(i),
+            None => top.push(i),
+        }
+    }
+    (top, subnets)
+}
+
 /// Edges: each step's prerequisites, and a generator to the first steps of its subnet.
 fn edges(steps: &[StepRow]) -> Vec<(usize, usize, bool)> {
     let index: BTreeMap<&str, usize> = steps
@@ -49,12 +62,9 @@ pub fn mermaid(steps: &[StepRow]) -> String {
             st.status
         )
     };
-    let mut subnets: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for (i, st) in steps.iter().enumerate() {
-        match generator_of(st) {
-            Some(g) => subnets.entry(g).or_default().push(i),
-            None => s.push_str(&node(i, st)),
-        }
+    let (top, subnets) = partition(steps);
+    for i in top {
+        s.push_str(&node(i, &steps[i]));
     }
     for (g, members) in &subnets {
         s.push_str(&format!("  subgraph {g}-subnet [\"{g}: generated\"]\n"));
@@ -83,12 +93,9 @@ pub fn dot(steps: &[StepRow]) -> String {
             st.status
         )
     };
-    let mut subnets: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for (i, st) in steps.iter().enumerate() {
-        match generator_of(st) {
-            Some(g) => subnets.entry(g).or_default().push(i),
-            None => s.push_str(&node(i, st)),
-        }
+    let (top, subnets) = partition(steps);
+    for i in top {
+        s.push_str(&node(i, &steps[i]));
     }
     for (n, (g, members)) in subnets.iter().enumerate() {
         s.push_str(&format!(

@@ -233,16 +233,24 @@ pub fn function_script(dir: &Path, name: &str, body: &str) -> String {
 
 /// `workdo up --no-api` against the database at `url`, with `args` added, output discarded.
 pub fn spawn_up(url: &str, args: &[&str]) -> std::process::Child {
+    let mut all = vec!["up", "--no-api"];
+    all.extend_from_slice(args);
+    spawn_workdo(url, &all)
+}
+
+/// `workdo ARGS` against the database at `url`, in the repository's root (where templates name
+/// their functions by relative paths), output discarded.
+pub fn spawn_workdo(url: &str, args: &[&str]) -> std::process::Child {
     std::process::Command::new(env!("CARGO_BIN_EXE_workdo"))
-        .args(["up", "--no-api"])
         .args(args)
         .env("DATABASE_URL", url)
         .env("RUST_LOG", "error")
+        .current_dir(workflows_dir().join(".."))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .expect("spawn workdo up")
+        .expect("spawn workdo")
 }
 
 /// A runtime's configuration for tests: short polls and back-offs.

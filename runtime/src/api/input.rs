@@ -74,31 +74,9 @@ fn percent_decode(text: &str) -> Vec<u8> {
     out
 }
 
-/// Where in a JSON value a NUL is, as a path like `properties.a` or `objects[2]`.
+/// Where in a JSON value a NUL is ([`crate::model::nul_at`]).
 pub(super) fn nul_in_json(value: &Value) -> Option<String> {
-    fn walk(v: &Value, at: &str) -> Option<String> {
-        match v {
-            Value::String(s) if s.contains('\0') => Some(at.to_string()),
-            Value::Array(items) => items
-                .iter()
-                .enumerate()
-                .find_map(|(i, x)| walk(x, &format!("{at}[{i}]"))),
-            Value::Object(map) => map.iter().find_map(|(k, x)| {
-                let here = if at.is_empty() {
-                    k.replace('\0', "\\0")
-                } else {
-                    format!("{at}.{}", k.replace('\0', "\\0"))
-                };
-                if k.contains('\0') {
-                    Some(here)
-                } else {
-                    walk(x, &here)
-                }
-            }),
-            _ => None,
-        }
-    }
-    walk(value, "")
+    crate::model::nul_at(value)
 }
 
 /// Give the framework's own error responses (no handler ran) the API's JSON error body.

@@ -74,26 +74,24 @@ async fn deliver(
             }
         }
         None => {
-            let template_id: Option<i64> = s.store.workflow_template_id(id).await?;
-            let template_id =
-                template_id.ok_or_else(|| ApiError::not_found(format!("no workflow {id}")))?;
-            let spec = s.store.template_by_id(template_id).await?.spec;
-            let access = spec
-                .machine
-                .as_ref()
-                .map(|m| m.access.clone().unwrap_or_default())
-                .ok_or_else(|| {
-                    ApiError::new(
+            let (name, access) = match s.store.machine_access(id).await? {
+                Some(found) => found,
+                None if s.store.workflow_template_id(id).await?.is_none() => {
+                    return Err(ApiError::not_found(format!("no workflow {id}")));
+                }
+                None => {
+                    return Err(ApiError::new(
                         StatusCode::CONFLICT,
                         format!("workflow {id} is not a machine job"),
-                    )
-                })?;
+                    ));
+                }
+            };
             if !access.may_signal(c.0.as_str(), &b.signal) {
                 return Err(forbidden(format!(
                     "a {} token may not send {:?} to {}",
                     c.0.as_str(),
                     b.signal,
-                    spec.name
+                    name
                 )));
             }
         }

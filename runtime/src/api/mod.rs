@@ -133,8 +133,7 @@ impl From<StoreError> for ApiError {
             StoreError::StatusMismatch { .. }
             | StoreError::OldVersion { .. }
             | StoreError::SignalRefused(_)
-            | StoreError::TransitionRolledBack(_)
-            | StoreError::SignalTaken => StatusCode::CONFLICT,
+            | StoreError::TransitionRolledBack(_) => StatusCode::CONFLICT,
             StoreError::InvalidStatus { .. }
             | StoreError::Invalid { .. }
             | StoreError::ObjectId(_)

@@ -205,14 +205,7 @@ pub fn parse_result(stdout: &[u8]) -> Result<Outcome, String> {
 /// What Postgres could not store, or what is over a documented limit, named by field: a
 /// result with a NUL character (U+0000) anywhere, or a note, message or text too long.
 pub fn check_outcome(o: &Outcome) -> Result<(), String> {
-    fn nul_in(v: &serde_json::Value) -> bool {
-        match v {
-            serde_json::Value::String(s) => s.contains('\0'),
-            serde_json::Value::Array(a) => a.iter().any(nul_in),
-            serde_json::Value::Object(m) => m.iter().any(|(k, v)| k.contains('\0') || nul_in(v)),
-            _ => false,
-        }
-    }
+    let nul_in = |v: &serde_json::Value| crate::model::nul_at(v).is_some();
     let nul = |field: &str| {
         format!(
             "answered a result whose field {field:?} contains a NUL character (U+0000), which workdo cannot store"

@@ -22,3 +22,33 @@ pub mod retry;
 pub mod schedule;
 pub mod status;
 pub mod template;
+
+use serde_json::Value;
+
+/// Where in a JSON value a NUL character (U+0000) is, as a path like `properties.a` or
+/// `objects[2]`: Postgres stores none in text or jsonb, so every input is checked with this.
+pub fn nul_at(value: &Value) -> Option<String> {
+    fn walk(v: &Value, at: &str) -> Option<String> {
+        match v {
+            Value::String(s) if s.contains('\0') => Some(at.to_string()),
+            Value::Array(items) => items
+                .iter()
+                .enumerate()
+                .find_map(|(i, x)| walk(x, &format!("{at}[{i}]"))),
+            Value::Object(map) => map.iter().find_map(|(k, x)| {
+                let here = if at.is_empty() {
+                    k.replace('\0', "\\0")
+                } else {
+                    format!("{at}.{}", k.replace('\0', "\\0"))
+                };
+                if k.contains('\0') {
+                    Some(here)
+                } else {
+                    walk(x, &here)
+                }
+            }),
+            _ => None,
+        }
+    }
+    walk(value, "")
+}

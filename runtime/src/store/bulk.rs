@@ -32,69 +32,14 @@ impl Store {
         if f.status.is_none() {
             f.status = Some("error".into());
         }
-        self.bulk(&f, actor, |id| {
-            let mut c = Change::new(id, Status::Waiting, "retried");
-            c.reset_attempts = true;
-            c
-        })
-        .await
+        self.bulk(&f, actor, retried).await
     }
 
     /// Run finished (completed or skipped) steps matching `filter` again: back to waiting (ready
     /// when their prerequisites are done), attempts reset, their dependants waiting for them
     /// again. An observer run again sees its document as it is now. Returns how many.
     pub async fn steps_again(&self, filter: &StepFilter, actor: &str) -> Result<usize> {
-        let mut tx = self.pool.begin().await?;
-        let ids = matching_ids(&mut tx, filter, true).await?;
-        let changes: Vec<Change> = ids
-            .into_iter()
-            .map(|id| {
-                let mut c = Change::new(id, Status::Waiting, "retried");
-                c.reset_attempts = true;
-                c
-            })
-            .collect();
-        let n = Self::steps_apply(&mut tx, &changes, actor)
-            .await?
-            .changed
-            .len();
-        tx.commit().await?;
-        Ok(n)
-    }
-
-    /// Put the chosen steps that are in `error` back in the queue (attempts reset), or skip the
-    /// chosen steps that are unfinished (`skip`): what the admin page's buttons do. Steps that
-    /// are no longer eligible are left alone. Returns how many changed.
-    pub async fn steps_act_on(&self, ids: &[i64], skip: bool, actor: &str) -> Result<usize> {
-        let mut tx = self.pool.begin().await?;
-        let eligible: Vec<i64> = sqlx::query_scalar(
-            "select id from workdo.steps
-              where id = any($1) and active
-                and (case when $2 then status not in ('completed', 'skipped') else status = 'error' end)
-              order by id for update",
-        )
-        .bind(ids)
-        .bind(skip)
-        .fetch_all(&mut *tx)
-        .await?;
-        let changes: Vec<Change> = eligible
-            .into_iter()
-            .map(|id| {
-                if skip {
-                    Change::new(id, Status::Skipped, "skipped")
-                } else {
-                    let mut c = Change::new(id, Status::Waiting, "retried");
-                    c.reset_attempts = true;
-                    c
-                }
-            })
-            .collect();
-        let n = Self::steps_apply(&mut tx, &changes, actor)
-            .await?
-            .changed
-            .len();
-        tx.commit().await?;
-        Ok(n)
+        self.bulk_of(filter, true, actor, retried).await
     }
 
     /// Skip every unfinished step matching `filter`. Returns how many.
@@ -146,8 +91,20 @@ impl Store {
         actor: &str,
         make: impl Fn(i64) -> Change,
     ) -> Result<usize> {
+        self.bulk_of(filter, false, actor, make).await
+    }
+
+    /// `make`'s change for every active step matching `filter`, unfinished or (`finished`)
+    /// completed or skipped, in one transaction. Returns how many changed.
+    async fn bulk_of(
+        &self,
+        filter: &StepFilter,
+        finished: bool,
+        actor: &str,
+        make: impl Fn(i64) -> Change,
+    ) -> Result<usize> {
         let mut tx = self.pool.begin().await?;
-        let ids = filtered_ids(&mut tx, filter).await?;
+        let ids = matching_ids(&mut tx, filter, finished).await?;
         let changes: Vec<Change> = ids.into_iter().map(make).collect();
         let n = Self::steps_apply(&mut tx, &changes, actor)
             .await?
@@ -176,6 +133,13 @@ impl Store {
             .await?;
         Ok(n)
     }
+}
+
+/// A step back in the queue with fresh attempts (retry, and running a finished step again).
+fn retried(id: i64) -> Change {
+    let mut c = Change::new(id, Status::Waiting, "retried");
+    c.reset_attempts = true;
+    c
 }
 
 /// Ids of the active, unfinished steps matching `filter`, locked.

@@ -369,10 +369,7 @@ impl Store {
     /// Make the version of `name` whose SHA-256 starts with `sha` the current one.
     pub async fn template_use(&self, name: &str, sha: &str) -> Result<TemplateRow> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query("select pg_advisory_xact_lock(hashtext('workdo.template:' || $1))")
-            .bind(name)
-            .execute(&mut *tx)
-            .await?;
+        super::templates::lock_name(&mut tx, name).await?;
         let ids: Vec<i64> = sqlx::query_scalar(
             "select id from workdo.templates where name = $1 and starts_with(sha256, $2)",
         )
@@ -397,16 +394,7 @@ impl Store {
                 });
             }
         };
-        sqlx::query(
-            "update workdo.templates set is_current = false where name = $1 and is_current",
-        )
-        .bind(name)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query("update workdo.templates set is_current = true where id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
+        super::templates::make_current(&mut tx, name, id).await?;
         tx.commit().await?;
         self.template_by_id(id).await
     }

@@ -110,8 +110,6 @@ pub enum StoreError {
     SignalRefused(String),
     #[error("transition rolled back: {0}")]
     TransitionRolledBack(String),
-    #[error("the signal was taken by another process")]
-    SignalTaken,
     #[error("{0}")]
     Schedule(String),
     #[error("stored template {0} cannot be read: {1}")]

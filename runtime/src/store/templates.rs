@@ -83,6 +83,36 @@ impl Saved {
     }
 }
 
+/// Version `id` becomes the current one of `name` (the one current before stops being it;
+/// the caller holds the name's advisory lock).
+pub(super) async fn make_current(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    name: &str,
+    id: i64,
+) -> Result<()> {
+    sqlx::query("update workdo.templates set is_current = false where name = $1 and is_current")
+        .bind(name)
+        .execute(&mut **tx)
+        .await?;
+    sqlx::query("update workdo.templates set is_current = true where id = $1")
+        .bind(id)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// Serialise loads and switches of one name so exactly one version stays current.
+pub(super) async fn lock_name(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    name: &str,
+) -> Result<()> {
+    sqlx::query("select pg_advisory_xact_lock(hashtext('workdo.template:' || $1))")
+        .bind(name)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
 impl Store {
     /// Store a loaded template and make it the current version of its name. Loading the same
     /// source again changes nothing but makes that version current again.
@@ -92,11 +122,7 @@ impl Store {
         let spec = serde_json::to_value(&loaded.template)
             .map_err(|e| StoreError::CorruptTemplate(loaded.template.name.clone(), e))?;
         let mut tx = self.pool.begin().await?;
-        // Serialise loads of one name so exactly one version stays current.
-        sqlx::query("select pg_advisory_xact_lock(hashtext('workdo.template:' || $1))")
-            .bind(&loaded.template.name)
-            .execute(&mut *tx)
-            .await?;
+        lock_name(&mut tx, &loaded.template.name).await?;
         // A name is a template or a bricklet, never both.
         let other: Option<String> = sqlx::query_scalar(
             "select kind from workdo.templates where name = $1 and is_current and kind <> $2",
@@ -159,21 +185,18 @@ impl Store {
             tx.commit().await?;
             return Ok((id, Saved::Unchanged));
         }
-        sqlx::query(
-            "update workdo.templates set is_current = false where name = $1 and is_current",
-        )
-        .bind(&loaded.template.name)
-        .execute(&mut *tx)
-        .await?;
         let (id, created) = match existing {
             Some((id, _, loaded_at)) => {
-                sqlx::query("update workdo.templates set is_current = true where id = $1")
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
+                make_current(&mut tx, &loaded.template.name, id).await?;
                 (id, Saved::MadeCurrent { loaded_at })
             }
             None => {
+                sqlx::query(
+                    "update workdo.templates set is_current = false where name = $1 and is_current",
+                )
+                .bind(&loaded.template.name)
+                .execute(&mut *tx)
+                .await?;
                 let id: i64 = sqlx::query_scalar(
                     "insert into workdo.templates (name, sha256, kind, format, origin, source, spec)
                      values ($1, $2, $7, $3, $4, $5, $6) returning id",

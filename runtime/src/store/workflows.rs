@@ -54,6 +54,9 @@ pub struct Started {
     /// Whether it replaced an earlier workflow of the same template and object version.
     pub replaced: bool,
     pub ready: Vec<String>,
+    /// A machine job (whose start may have sent it signals to take).
+    #[serde(skip)]
+    pub machine: bool,
 }
 
 #[derive(sqlx::FromRow)]
@@ -71,16 +74,8 @@ impl Store {
         let out = self.workflow_start_in(&mut tx, req).await?;
         tx.commit().await?;
         // Machine jobs take the signals their start sent them, in order, now.
-        let ids: Vec<i64> = out.iter().map(|s| s.workflow_id).collect();
-        let pending: Vec<i64> = sqlx::query_scalar(
-            "select distinct workflow_id from workdo.signals
-              where workflow_id = any($1) and processed_at is null",
-        )
-        .bind(&ids)
-        .fetch_all(&self.pool)
-        .await?;
-        for id in pending {
-            self.inbox_run_job(id, 1000).await?;
+        for started in out.iter().filter(|s| s.machine) {
+            self.inbox_run_job(started.workflow_id, 1000).await?;
         }
         Ok(out)
     }
@@ -547,6 +542,7 @@ async fn insert_workflows(
             }, &req.actor).workflow(id).template(&req.template).version(version).detail(serde_json::json!({"template_id": template_id, "priority": req.priority, "lane": req.lane,
                                "start_at": start_at, "replaced_workflow": replaced})));
         out.push(Started {
+            machine: spec.machine.is_some(),
             workflow_id: id,
             object_id: object,
             template: req.template.clone(),

@@ -360,6 +360,12 @@ async fn act(State(s): State<AppState>, headers: HeaderMap, body: String) -> Res
         .filter_map(|(_, v)| v.parse().ok())
         .collect();
     let who = format!("ui:{}", v.role.as_str());
+    // The chosen steps: retry acts on those in error, skip on those unfinished (the same
+    // bulk commands as the CLI's, narrowed to the chosen ids).
+    let chosen = crate::store::StepFilter {
+        ids: Some(ids),
+        ..Default::default()
+    };
     let done = match field(&pairs, "action") {
         Some("prioritize") => {
             let Some(priority) =
@@ -367,17 +373,10 @@ async fn act(State(s): State<AppState>, headers: HeaderMap, body: String) -> Res
             else {
                 return failure("the priority is not a whole number");
             };
-            let filter = crate::store::StepFilter {
-                ids: Some(ids),
-                ..Default::default()
-            };
-            s.store.steps_prioritize(&filter, priority, &who).await
+            s.store.steps_prioritize(&chosen, priority, &who).await
         }
-        action => {
-            s.store
-                .steps_act_on(&ids, action == Some("skip"), &who)
-                .await
-        }
+        Some("skip") => s.store.steps_skip(&chosen, &who).await,
+        _ => s.store.steps_retry(&chosen, &who).await,
     };
     if let Err(e) = done {
         return failure(&e.to_string());

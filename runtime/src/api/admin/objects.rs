@@ -154,20 +154,10 @@ pub(super) async fn signal(
         .unwrap_or(0);
     let name = field(&pairs, "signal").unwrap_or_default().to_string();
     // The machine's access rules, as over the API.
-    let allowed = match s.store.workflow_template_id(workflow).await {
-        Ok(Some(t)) => s
-            .store
-            .template_by_id(t)
-            .await
-            .ok()
-            .and_then(|t| t.spec.machine)
-            .is_some_and(|m| {
-                m.access
-                    .unwrap_or_default()
-                    .may_signal(v.role.as_str(), &name)
-            }),
-        _ => false,
-    };
+    let allowed = matches!(
+        s.store.machine_access(workflow).await,
+        Ok(Some((_, access))) if access.may_signal(v.role.as_str(), &name)
+    );
     if !allowed {
         return (StatusCode::FORBIDDEN, "this token may not send that signal").into_response();
     }

@@ -144,15 +144,7 @@ pub(super) async fn enqueue(
     data: &Value,
     actor: &str,
 ) -> Result<()> {
-    sqlx::query(
-        "insert into workdo.signals (workflow_id, signal, data, actor) values ($1, $2, $3, $4)",
-    )
-    .bind(job)
-    .bind(signal)
-    .bind(data)
-    .bind(actor)
-    .execute(&mut **tx)
-    .await?;
+    super::insert_signal(tx, job, signal, data, actor).await?;
     fx.signalled.push(job);
     Ok(())
 }
@@ -412,14 +404,10 @@ impl Store {
         };
         let vars: Map<String, Value> = m.variables.clone().into_iter().collect();
         write_record(tx, workflow_id, &m.initial, &vars, false).await?;
-        let job: Job = sqlx::query_as(
-            "select id, object_id, template, template_id, version, status, lane, priority,
-                    context, machine, parent_id
-               from workdo.workflows where id = $1",
-        )
-        .bind(workflow_id)
-        .fetch_one(&mut **tx)
-        .await?;
+        // Already locked: the start's transaction inserted it.
+        let Some(job) = super::load_job(tx, workflow_id, "").await? else {
+            return Ok(());
+        };
         let mut fx = Effects {
             events,
             ready,

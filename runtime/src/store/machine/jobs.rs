@@ -39,6 +39,21 @@ impl Store {
         )
     }
 
+    /// The machine template (name) and access rules of job `workflow_id`; `None` when it is not
+    /// a machine job. What the API and the admin page check before a signal.
+    pub async fn machine_access(
+        &self,
+        workflow_id: i64,
+    ) -> Result<Option<(String, machine::Access)>> {
+        let Some(template_id) = self.workflow_template_id(workflow_id).await? else {
+            return Ok(None);
+        };
+        let spec = self.template_by_id(template_id).await?.spec;
+        Ok(spec
+            .machine
+            .map(|m| (spec.name, m.access.unwrap_or_default())))
+    }
+
     /// Fire due alarms (claimed with `SKIP LOCKED`, so each fires once however many runtimes
     /// run): each becomes a signal in its job's inbox, in one transaction. Returns how many.
     pub async fn machine_alarms_fire(&self, limit: i64) -> Result<usize> {
@@ -62,15 +77,8 @@ impl Store {
                 .bind(id)
                 .execute(&mut *tx)
                 .await?;
-            sqlx::query(
-                "insert into workdo.signals (workflow_id, signal, data, actor)
-                 values ($1, $2, $3, 'alarm')",
-            )
-            .bind(job)
-            .bind(signal)
-            .bind(json!({"alarm": id, "due_at": due_at}))
-            .execute(&mut *tx)
-            .await?;
+            let data = json!({"alarm": id, "due_at": due_at});
+            super::insert_signal(&mut tx, *job, signal, &data, "alarm").await?;
             events.push(
                 NewEvent::new(object, "alarm_fired", "alarm")
                     .workflow(*job)

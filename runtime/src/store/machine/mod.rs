@@ -55,6 +55,36 @@ pub(super) struct Job {
     parent_id: Option<i64>,
 }
 
+/// Where the signal a transition takes comes from.
+enum Take<'a> {
+    /// Given now (the CLI, the API): the job's lock is waited for.
+    Given {
+        signal: &'a str,
+        data: &'a Value,
+        actor: &'a str,
+    },
+    /// The job's oldest pending inbox signal, unless another process holds the job.
+    Inbox,
+}
+
+/// Job `id`, locked as `lock` says (`for update`, or `for update skip locked`: then `None` when
+/// another transaction holds it, as when there is no such workflow).
+pub(super) async fn load_job(
+    tx: &mut Transaction<'_, Postgres>,
+    id: i64,
+    lock: &str,
+) -> Result<Option<Job>> {
+    let sql = format!(
+        "select id, object_id, template, template_id, version, status, lane, priority,
+                context, machine, parent_id
+           from workdo.workflows where id = $1{lock}"
+    );
+    Ok(sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(id)
+        .fetch_optional(&mut **tx)
+        .await?)
+}
+
 /// Why a transition stopped: the signal is not accepted (nothing was attempted), an action
 /// failed (everything is rolled back), or the database failed.
 pub(super) enum Stop {
@@ -110,12 +140,22 @@ impl Store {
         actor: &str,
     ) -> Result<Signalled> {
         // Postgres cannot store a NUL character; say so instead of failing in the database.
-        if signal.contains('\0') || data.to_string().contains("\\u0000") {
+        if signal.contains('\0') || crate::model::nul_at(data).is_some() {
             return Err(StoreError::SignalRefused(
                 "the signal or its data contains a NUL character (U+0000)".into(),
             ));
         }
-        let (from, to, finished) = self.deliver(workflow_id, signal, data, actor, None).await?;
+        let given = Take::Given {
+            signal,
+            data,
+            actor,
+        };
+        let Some((_, result)) = self.deliver(workflow_id, given).await? else {
+            return Err(StoreError::SignalRefused(format!(
+                "there is no workflow {workflow_id}"
+            )));
+        };
+        let (from, to, finished) = result?;
         // A machine that keeps signalling itself is not this command's to run for ever: past
         // this many follow-ups, the runtime takes the rest.
         let followed = self.inbox_run_job(workflow_id, 1000).await?;
@@ -151,38 +191,14 @@ impl Store {
     pub(crate) async fn inbox_run_job(&self, id: i64, max: usize) -> Result<Vec<(String, String)>> {
         let mut out = Vec::new();
         while out.len() < max {
-            let mut tx = self.pool.begin().await?;
-            // The job's lock first (skip it if another process holds it), then its oldest signal.
-            let locked: Option<i64> = sqlx::query_scalar(
-                "select id from workdo.workflows where id = $1 for update skip locked",
-            )
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if locked.is_none() {
-                return Ok(out);
-            }
-            let next: Option<(i64, String, Value, String)> = sqlx::query_as(
-                "select id, signal, data, actor from workdo.signals
-                  where workflow_id = $1 and processed_at is null order by id limit 1",
-            )
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?;
-            tx.commit().await?;
-            let Some((signal_id, signal, data, actor)) = next else {
-                return Ok(out);
+            let Some((signal, result)) = self.deliver(id, Take::Inbox).await? else {
+                break;
             };
-            let outcome = match self
-                .deliver(id, &signal, &data, &actor, Some(signal_id))
-                .await
-            {
+            let outcome = match result {
                 Ok((_, to, _)) => to,
                 Err(StoreError::SignalRefused(why) | StoreError::TransitionRolledBack(why)) => {
                     format!("refused: {why}")
                 }
-                // Another process took it (and the ones after it, in order): we are done.
-                Err(StoreError::SignalTaken) => return Ok(out),
                 Err(e) => return Err(e),
             };
             out.push((signal, outcome));
@@ -190,47 +206,53 @@ impl Store {
         Ok(out)
     }
 
-    /// One signal's transition, in one transaction; an inbox signal (`inbox`) is marked taken in
-    /// it. A refused or rolled-back signal is marked taken with why, in a transaction of its own.
+    /// One signal's transition, in one transaction under the job's row lock. An inbox signal is
+    /// picked and marked taken inside that transaction, so no other process can take it too. A
+    /// refused or failing transition is rolled back to a savepoint; the `transition_rollback`
+    /// event and the inbox mark commit without it. Returns `None` when there was nothing to take
+    /// (no pending signal, or another process holds the job); else the signal and what it did.
     async fn deliver(
         &self,
         workflow_id: i64,
-        signal: &str,
-        data: &Value,
-        actor: &str,
-        inbox: Option<i64>,
-    ) -> Result<(String, String, bool)> {
-        let template_id: Option<i64> =
-            sqlx::query_scalar("select template_id from workdo.workflows where id = $1")
-                .bind(workflow_id)
-                .fetch_optional(&self.pool)
-                .await?;
-        let template_id = template_id.ok_or_else(|| {
-            StoreError::SignalRefused(format!("there is no workflow {workflow_id}"))
-        })?;
+        take: Take<'_>,
+    ) -> Result<Option<(String, Result<(String, String, bool)>)>> {
+        let Some(template_id) = self.workflow_template_id(workflow_id).await? else {
+            return match take {
+                Take::Inbox => Ok(None),
+                Take::Given { .. } => Err(StoreError::SignalRefused(format!(
+                    "there is no workflow {workflow_id}"
+                ))),
+            };
+        };
         let spec = self.template_by_id(template_id).await?.spec;
         let mut tx = self.pool.begin().await?;
-        let job: Job = sqlx::query_as(
-            "select id, object_id, template, template_id, version, status, lane, priority,
-                    context, machine, parent_id
-               from workdo.workflows where id = $1 for update",
-        )
-        .bind(workflow_id)
-        .fetch_one(&mut *tx)
-        .await?;
-        // An inbox signal may have been taken by another process between our look at the inbox
-        // and this lock: then it is not ours to take (exactly once).
-        if let Some(sid) = inbox {
-            let pending: bool =
-                sqlx::query_scalar("select processed_at is null from workdo.signals where id = $1")
-                    .bind(sid)
-                    .fetch_one(&mut *tx)
-                    .await?;
-            if !pending {
-                tx.rollback().await?;
-                return Err(StoreError::SignalTaken);
+        let lock = match take {
+            Take::Inbox => " for update skip locked",
+            Take::Given { .. } => " for update",
+        };
+        let Some(job) = load_job(&mut tx, workflow_id, lock).await? else {
+            return Ok(None);
+        };
+        let (inbox, signal, data, actor) = match take {
+            Take::Given {
+                signal,
+                data,
+                actor,
+            } => (None, signal.to_string(), data.clone(), actor.to_string()),
+            Take::Inbox => {
+                let next: Option<(i64, String, Value, String)> = sqlx::query_as(
+                    "select id, signal, data, actor from workdo.signals
+                      where workflow_id = $1 and processed_at is null order by id limit 1",
+                )
+                .bind(workflow_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let Some((id, signal, data, actor)) = next else {
+                    return Ok(None);
+                };
+                (Some(id), signal, data, actor)
             }
-        }
+        };
         // A migration between the two reads: read the description it moved the job to.
         let spec = if job.template_id == template_id {
             spec
@@ -244,18 +266,15 @@ impl Store {
             ready: &mut ready,
             signalled: Vec::new(),
         };
+        // A savepoint: a refused or failing transition is undone, the inbox mark kept.
+        let mut attempt = sqlx::Acquire::begin(&mut *tx).await?;
         let result = self
-            .transition(&mut tx, &job, &spec, signal, data, actor, &mut fx)
+            .transition(&mut attempt, &job, &spec, &signal, &data, &actor, &mut fx)
             .await;
         let signalled = std::mem::take(&mut fx.signalled);
-        let state = job
-            .machine
-            .as_ref()
-            .and_then(|m| m["state"].as_str())
-            .unwrap_or_default()
-            .to_string();
         let (error, outcome) = match result {
             Ok((from, to, finished)) => {
+                attempt.commit().await?;
                 if let Some(sid) = inbox {
                     mark_taken(&mut tx, sid, &to).await?;
                 }
@@ -263,26 +282,33 @@ impl Store {
                 ready.notify(&mut tx).await?;
                 notify_signals(&mut tx, &signalled).await?;
                 tx.commit().await?;
-                return Ok((from, to, finished));
+                return Ok(Some((signal, Ok((from, to, finished)))));
             }
             Err(Stop::Db(e)) => return Err(e),
             Err(Stop::NotAccepted(why)) => (
                 StoreError::SignalRefused(why.clone()),
                 format!("refused: {why}"),
             ),
-            Err(Stop::Failed(reason)) => (
-                StoreError::TransitionRolledBack(format!(
-                    "{signal} in {state}: {reason}; nothing of the transition happened"
-                )),
-                format!("rolled back: {reason}"),
-            ),
+            Err(Stop::Failed(reason)) => {
+                let state = job
+                    .machine
+                    .as_ref()
+                    .and_then(|m| m["state"].as_str())
+                    .unwrap_or_default();
+                (
+                    StoreError::TransitionRolledBack(format!(
+                        "{signal} in {state}: {reason}; nothing of the transition happened"
+                    )),
+                    format!("rolled back: {reason}"),
+                )
+            }
         };
-        tx.rollback().await?;
-        let mut tx = self.pool.begin().await?;
-        if matches!(error, StoreError::TransitionRolledBack(_)) {
+        attempt.rollback().await?;
+        if let StoreError::TransitionRolledBack(_) = &error {
+            let state = job.machine.as_ref().and_then(|m| m["state"].as_str());
             let mut events = EventBuf::default();
             events.push(
-                NewEvent::new(&job.object_id, "transition_rollback", actor)
+                NewEvent::new(&job.object_id, "transition_rollback", &actor)
                     .workflow(job.id)
                     .template(&job.template)
                     .version(job.version)
@@ -295,7 +321,7 @@ impl Store {
             mark_taken(&mut tx, sid, &outcome).await?;
         }
         tx.commit().await?;
-        Err(error)
+        Ok(Some((signal, Err(error))))
     }
 
     /// The transition itself, inside `tx`; on any [`Stop`] the caller rolls back.
@@ -437,6 +463,19 @@ pub(super) async fn signal_in(
     data: &Value,
     actor: &str,
 ) -> Result<()> {
+    insert_signal(tx, job, signal, data, actor).await?;
+    notify_signals(tx, &[job]).await
+}
+
+/// A signal into job `job`'s inbox, taken after the transaction commits (whoever inserts it
+/// sends or collects the NOTIFY).
+pub(super) async fn insert_signal(
+    tx: &mut Transaction<'_, Postgres>,
+    job: i64,
+    signal: &str,
+    data: &Value,
+    actor: &str,
+) -> Result<()> {
     sqlx::query(
         "insert into workdo.signals (workflow_id, signal, data, actor) values ($1, $2, $3, $4)",
     )
@@ -446,5 +485,5 @@ pub(super) async fn signal_in(
     .bind(actor)
     .execute(&mut **tx)
     .await?;
-    notify_signals(tx, &[job]).await
+    Ok(())
 }
