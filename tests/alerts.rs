@@ -225,6 +225,85 @@ async fn a_step_at_its_attempt_limit_sends_one_mail_with_what_to_do() {
     );
 }
 
+/// `workdo up` says what goes wrong without being asked: each failed attempt, the step that
+/// ran out of attempts and the alert mail, at `info`, here as JSON lines for a log collector.
+#[tokio::test]
+async fn up_logs_each_failure_and_alert_at_info_as_json() {
+    let t = db().await;
+    let smtp = Smtp::start();
+    load(&t.store, "f.yaml", "name: failWF\nsteps:\n  - name: fetch\n    error-limit: 2\n    function: { builtin: fail }\n").await;
+    t.store
+        .workflow_start(&StartRequest::new("failWF", &["druid:bb123cd4567"]))
+        .await
+        .expect("start");
+    let logs = tempfile::NamedTempFile::new().expect("log file");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_workdo"))
+        .args([
+            "up",
+            "--no-api",
+            "--retry-base",
+            "50ms",
+            "--log-format",
+            "json",
+        ])
+        .env("DATABASE_URL", &t.url)
+        .env_remove("WORKDO_LOG")
+        .env("WORKDO_SMTP_URL", format!("smtp://127.0.0.1:{}", smtp.port))
+        .env("WORKDO_ALERT_TO", "ops@library.example.org")
+        .env("WORKDO_ALERT_FROM", "workdo@library.example.org")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(logs.reopen().expect("log file"))
+        .spawn()
+        .expect("spawn workdo up");
+    wait_for("the mail", 30, || async { !smtp.mails().is_empty() }).await;
+    // The mail is sent before its "sent" line is written: wait for the line, then stop.
+    let read = || {
+        std::fs::read_to_string(logs.path())
+            .expect("read logs")
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l)
+                    .unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}"))
+            })
+            .collect::<Vec<_>>()
+    };
+    wait_for("the alert's log line", 30, || async {
+        read().iter().any(|l| l["message"] == "alert mail sent")
+    })
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let lines = read();
+    let find = |message: &str| {
+        lines
+            .iter()
+            .find(|l| l["message"] == message)
+            .unwrap_or_else(|| panic!("no {message:?} line in {lines:#?}"))
+            .clone()
+    };
+    let retry = find("step failed; will retry");
+    assert_eq!(retry["level"], "INFO");
+    assert_eq!(retry["step"], "failWF:fetch");
+    assert_eq!(retry["object"], "druid:bb123cd4567");
+    assert!(
+        retry["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("builtin fail")),
+        "{retry}"
+    );
+    let error = find("step failed; no attempts left: in error");
+    assert_eq!(error["limit"], 2);
+    let mail = find("alert mail sent");
+    assert_eq!(mail["level"], "INFO");
+    assert!(
+        mail["subject"]
+            .as_str()
+            .is_some_and(|s| s.contains("failWF:fetch failed")),
+        "{mail}"
+    );
+}
+
 #[tokio::test]
 async fn an_smtp_outage_delays_mail_and_loses_none() {
     let t = db().await;

@@ -282,3 +282,68 @@ fn db_stop_takes_a_relative_data_dir() {
         "the cluster still runs"
     );
 }
+
+/// Help a person can use: every command and subcommand ends with an example, and every option
+/// and argument says what it is for.
+#[test]
+fn every_command_has_an_example_and_every_option_a_description() {
+    use clap::CommandFactory;
+    fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for sub in cmd.get_subcommands() {
+            let path = format!("{path} {}", sub.get_name());
+            let example = sub
+                .get_after_help()
+                .is_some_and(|h| h.to_string().contains("Example"));
+            if !example {
+                missing.push(format!("{path}: no example"));
+            }
+            for arg in sub.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" || arg.is_hide_set() {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path}: {id} has no description"));
+                }
+            }
+            walk(sub, &path, missing);
+        }
+    }
+    let cmd = workdo::cli::Cli::command();
+    let mut missing = Vec::new();
+    walk(&cmd, "workdo", &mut missing);
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+    // And the example is printed where a person looks for it.
+    let out = Command::new(env!("CARGO_BIN_EXE_workdo"))
+        .args(["start", "--help"])
+        .output()
+        .expect("workdo start --help");
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("workdo start accessionWF druid:bb123cd4567"),
+        "{help}"
+    );
+}
+
+/// `--log-level` and `--log-format` refuse what they cannot use, naming it.
+#[test]
+fn log_options_refuse_what_they_cannot_use() {
+    let out = Command::new(env!("CARGO_BIN_EXE_workdo"))
+        .args(["--log-level", "workdo=loud", "db", "url"])
+        .env("DATABASE_URL", "postgres://127.0.0.1:1/none")
+        .output()
+        .expect("workdo");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--log-level \"workdo=loud\""), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_workdo"))
+        .args(["--log-format", "xml", "db", "url"])
+        .output()
+        .expect("workdo");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("xml") && err.contains("text") && err.contains("json"),
+        "{err}"
+    );
+}

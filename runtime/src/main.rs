@@ -16,14 +16,14 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run() -> std::process::ExitCode {
-    let telemetry = match workdo::telemetry::init() {
+    let cli = workdo::cli::Cli::parse();
+    let telemetry = match workdo::telemetry::init(&cli.log_options()) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("workdo: {e}");
             return std::process::ExitCode::FAILURE;
         }
     };
-    let cli = workdo::cli::Cli::parse();
     let mut stdout = std::io::stdout().lock();
     let result = workdo::cli::run(cli, &mut stdout).await;
     // Every span and metric is exported before the process exits.

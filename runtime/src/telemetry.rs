@@ -1,6 +1,7 @@
 //! Logs, traces and metrics.
 //!
-//! `tracing` logs go to stderr (filter: `WORKDO_LOG`, default `warn`). When
+//! `tracing` logs go to stderr, as text or one JSON object per line ([`LogOptions`]; by default
+//! workdo's own events at `info`, everything else at `warn`). When
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set, spans and
 //! metrics are also exported over OTLP, `grpc` or `http/protobuf` as `OTEL_EXPORTER_OTLP_PROTOCOL`
 //! says (default `http/protobuf`), with `OTEL_SERVICE_NAME` (default `workdo`) and the other
@@ -31,6 +32,71 @@ pub enum TelemetryError {
     Protocol(String),
     #[error("cannot set up the OTLP exporter: {0}")]
     Exporter(String),
+    #[error(
+        "--log-level {0:?}: {1} (use error, warn, info, debug or trace, or directives such as workdo=debug,sqlx=info)"
+    )]
+    Filter(String, String),
+    #[error("--log-format {0:?}: use text or json")]
+    Format(String),
+}
+
+/// What is logged to stderr, and how.
+#[derive(Debug, Clone)]
+pub struct LogOptions {
+    /// A level (`info`: workdo's events at that level, other crates' at `warn`) or
+    /// `tracing` directives (`workdo=debug,sqlx=info`), taken as they are.
+    pub level: String,
+    /// `text` or `json`.
+    pub format: String,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        LogOptions {
+            level: "info".into(),
+            format: "text".into(),
+        }
+    }
+}
+
+impl LogOptions {
+    fn filter(&self) -> Result<EnvFilter, TelemetryError> {
+        let level = self.level.trim();
+        let directives = if ["error", "warn", "info", "debug", "trace", "off"]
+            .contains(&level.to_ascii_lowercase().as_str())
+        {
+            let level = level.to_ascii_lowercase();
+            // Other crates' chatter stays at warn unless asked for by name.
+            if level == "off" || level == "error" {
+                level
+            } else {
+                format!("warn,workdo={level}")
+            }
+        } else {
+            level.to_string()
+        };
+        EnvFilter::builder()
+            .parse(&directives)
+            .map_err(|e| TelemetryError::Filter(self.level.clone(), e.to_string()))
+    }
+
+    fn layer<S>(&self) -> Result<Box<dyn Layer<S> + Send + Sync>, TelemetryError>
+    where
+        S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    {
+        let filter = self.filter()?;
+        let base = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+        Ok(match self.format.as_str() {
+            "text" => base.with_filter(filter).boxed(),
+            "json" => base
+                .json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .with_filter(filter)
+                .boxed(),
+            other => return Err(TelemetryError::Format(other.to_string())),
+        })
+    }
 }
 
 /// Keeps the exporters; [`Telemetry::shutdown`] flushes them.
@@ -65,13 +131,10 @@ fn resource() -> opentelemetry_sdk::Resource {
 /// runtime.
 ///
 /// # Errors
-/// An unsupported protocol or an exporter that cannot be built.
-pub fn init() -> Result<Telemetry, TelemetryError> {
-    let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_filter(
-            EnvFilter::try_from_env("WORKDO_LOG").unwrap_or_else(|_| EnvFilter::new("warn")),
-        );
+/// A log level or format that cannot be parsed, an unsupported protocol, or an exporter that
+/// cannot be built.
+pub fn init(logs: &LogOptions) -> Result<Telemetry, TelemetryError> {
+    let fmt = logs.layer()?;
     if !configured() {
         let _ = ENABLED.set(false);
         let _ = tracing_subscriber::registry().with(fmt).try_init();

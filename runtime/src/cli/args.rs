@@ -37,23 +37,41 @@ impl ApiArgs {
 #[derive(Debug, Subcommand)]
 pub enum SchedulesCmd {
     /// Load schedules files (`schedules: [...]`); entries are matched by name.
+    #[command(after_help = "Example: workdo schedules load workflows/schedules.yaml")]
     Load {
+        /// Schedules files (YAML).
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
     /// Every schedule with its next fire time.
+    #[command(after_help = "Example: workdo schedules list --json")]
     List,
     /// Let a schedule fire again.
-    Enable { name: String },
+    #[command(after_help = "Example: workdo schedules enable nightly-fixity")]
+    Enable {
+        /// The schedule's name.
+        name: String,
+    },
     /// Stop a schedule firing (it stays, and `enable` resumes it).
-    Disable { name: String },
+    #[command(after_help = "Example: workdo schedules disable nightly-fixity")]
+    Disable {
+        /// The schedule's name.
+        name: String,
+    },
     /// Delete a schedule (loading its file again brings it back).
-    Delete { name: String },
+    #[command(after_help = "Example: workdo schedules delete nightly-fixity")]
+    Delete {
+        /// The schedule's name.
+        name: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
 pub enum TokensCmd {
     /// Create a token and print it (it is shown only this once).
+    #[command(
+        after_help = "Examples:\n  workdo tokens create --role robot --name scanner-3 --expires 90d\n  workdo tokens create --workflow 42 --signals keep,delete --expires 7d"
+    )]
     Create {
         /// admin, robot or viewer (a token scoped with --workflow needs none).
         #[arg(long, required_unless_present = "workflow")]
@@ -72,9 +90,14 @@ pub enum TokensCmd {
         name: String,
     },
     /// Every token (never the secrets).
+    #[command(after_help = "Example: workdo tokens list")]
     List,
     /// Revoke a token by id.
-    Revoke { id: i64 },
+    #[command(after_help = "Example: workdo tokens revoke 3")]
+    Revoke {
+        /// The token's id (from `workdo tokens list`).
+        id: i64,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -151,18 +174,31 @@ pub(super) fn duration(text: &str) -> Result<std::time::Duration, String> {
 #[derive(Debug, Subcommand)]
 pub enum TemplatesCmd {
     /// Load template files, or every .yaml/.yml/.xml file in folders.
+    #[command(after_help = "Example: workdo templates load workflows/")]
     Load {
+        /// Template files (.yaml, .yml, .xml) or folders of them.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
     },
     /// Current version of every template.
+    #[command(after_help = "Example: workdo templates list --json")]
     List,
     /// One template's steps.
-    Show { name: String },
+    #[command(after_help = "Example: workdo templates show accessionWF")]
+    Show {
+        /// The template's name.
+        name: String,
+    },
     /// Every stored version of a template (SHA-256, when loaded, which is current).
-    Versions { name: String },
+    #[command(after_help = "Example: workdo templates versions accessionWF")]
+    Versions {
+        /// The template's name.
+        name: String,
+    },
     /// Make a stored version current again (new workflows start on it).
+    #[command(after_help = "Example: workdo templates use accessionWF 3f2a9c")]
     Use {
+        /// The template's name.
         name: String,
         /// Its SHA-256, or a unique prefix.
         sha256: String,
@@ -172,7 +208,11 @@ pub enum TemplatesCmd {
 #[derive(Debug, Subcommand)]
 pub enum ObjectsCmd {
     /// Register an object, or update its properties and documents.
+    #[command(
+        after_help = "Example: workdo objects add druid:bb123cd4567 --property barcode=36105010362304 --document descMetadata=mods.xml"
+    )]
     Add {
+        /// The object, e.g. druid:bb123cd4567 (a bare druid such as bb123cd4567 means the same).
         #[arg(value_parser = object_id)]
         id: String,
         /// A property, `key=value`; the value is stored as a string, as typed (a barcode such
@@ -188,11 +228,16 @@ pub enum ObjectsCmd {
         documents: Vec<String>,
     },
     /// Show an object (same as `workdo show`).
+    #[command(after_help = "Example: workdo objects show druid:bb123cd4567")]
     Show {
+        /// The object, e.g. druid:bb123cd4567 (a bare druid such as bb123cd4567 means the same).
         #[arg(value_parser = object_id)]
         id: String,
     },
     /// Objects by id, a page at a time.
+    #[command(
+        after_help = "Examples:\n  workdo objects list --prefix druid:bb --limit 50\n  workdo objects list --after druid:bb999zz9999"
+    )]
     List {
         /// Only ids starting with this (e.g. druid:bb).
         #[arg(long)]
@@ -200,11 +245,14 @@ pub enum ObjectsCmd {
         /// The page after this id (the last of the previous page).
         #[arg(long)]
         after: Option<String>,
+        /// At most this many.
         #[arg(long, default_value_t = 100)]
         limit: i64,
     },
     /// Delete an object with its documents, workflows and steps (its events stay).
+    #[command(after_help = "Example: workdo objects delete druid:bb123cd4567")]
     Delete {
+        /// The object, e.g. druid:bb123cd4567 (a bare druid such as bb123cd4567 means the same).
         #[arg(value_parser = object_id)]
         id: String,
     },
@@ -213,27 +261,39 @@ pub enum ObjectsCmd {
 #[derive(Debug, Subcommand)]
 pub enum WorkflowsCmd {
     /// Workflows by id, a page at a time.
+    #[command(
+        after_help = "Example: workdo workflows list --template accessionWF --status active --limit 20"
+    )]
     List {
+        /// Only workflows of this template.
         #[arg(long)]
         template: Option<String>,
         /// active or completed.
         #[arg(long, value_parser = ["active", "completed"])]
         status: Option<String>,
+        /// Only this object's workflows.
         #[arg(long, value_parser = object_id)]
         object: Option<String>,
         /// The page after this workflow id.
         #[arg(long, default_value_t = 0)]
         after: i64,
+        /// At most this many.
         #[arg(long, default_value_t = 100)]
         limit: i64,
     },
     /// Delete a workflow with its steps.
-    Delete { id: i64 },
+    #[command(after_help = "Example: workdo workflows delete 42")]
+    Delete {
+        /// The workflow's id (from `workdo workflows list` or `show`).
+        id: i64,
+    },
 }
 
 #[derive(Debug, Args)]
 pub struct StartArgs {
+    /// The template to start (its current version).
     pub template: String,
+    /// The objects to start it on (registered on the fly when new).
     #[arg(required = true, value_parser = object_id)]
     pub objects: Vec<String>,
     /// Object version (default: the object's current version).
@@ -242,8 +302,10 @@ pub struct StartArgs {
     /// Not before this time (RFC 3339, e.g. 2027-01-01T00:00:00Z).
     #[arg(long)]
     pub start_at: Option<DateTime<Utc>>,
+    /// Priority of its steps (higher runs first; negative allowed).
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
     pub priority: i32,
+    /// The lane its steps queue in (a WorkDo lane, e.g. fast or bulk).
     #[arg(long, default_value = "default")]
     pub lane: String,
     /// Workflow context, a JSON object.
@@ -258,8 +320,10 @@ pub struct QueueArgs {
     /// TEMPLATE:STEP that must be completed (repeatable).
     #[arg(long)]
     pub completed: Vec<String>,
+    /// Only this lane.
     #[arg(long)]
     pub lane: Option<String>,
+    /// At most this many.
     #[arg(long, default_value_t = 100)]
     pub limit: i64,
     /// List the objects whose step is in error instead.
@@ -270,16 +334,24 @@ pub struct QueueArgs {
 #[derive(Debug, Subcommand)]
 pub enum StepCmd {
     /// Set a step's status (the WorkDo update call).
+    #[command(
+        after_help = "Example: workdo step set druid:bb123cd4567 accessionWF end-accession completed --note checked"
+    )]
     Set(SetArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct SetArgs {
+    /// The object, e.g. druid:bb123cd4567 (a bare druid such as bb123cd4567 means the same).
     #[arg(value_parser = object_id)]
     pub object: String,
+    /// The workflow's template.
     pub template: String,
+    /// The step's name.
     pub step: String,
+    /// The new status: completed, error, skipped, waiting, ready, or a status of your own.
     pub status: String,
+    /// A note kept with the step (shown by `show` and the XML routes).
     #[arg(long)]
     pub note: Option<String>,
     /// Error message (short, for reports and mail).
@@ -304,10 +376,13 @@ pub struct SetArgs {
 
 #[derive(Debug, Args, Default)]
 pub struct FilterArgs {
+    /// Only this object's steps.
     #[arg(long, value_parser = object_id)]
     pub object: Option<String>,
+    /// Only steps of this template.
     #[arg(long)]
     pub template: Option<String>,
+    /// Only steps of this name.
     #[arg(long)]
     pub step: Option<String>,
     /// Only objects whose property KEY is the string VALUE.
@@ -322,7 +397,11 @@ pub struct FilterArgs {
 pub enum MachinesCmd {
     /// Move jobs to another version of their machine (the only way a job changes state other
     /// than by a signal). States the new version lacks must be mapped.
+    #[command(
+        after_help = "Example: workdo machines migrate loanReviewWF --to 3f2a9c --map Review=Reviewing"
+    )]
     Migrate {
+        /// The machine template whose jobs move.
         template: String,
         /// The SHA-256 (or a unique prefix) of the version to move to.
         #[arg(long)]
@@ -339,7 +418,9 @@ pub enum MachinesCmd {
 #[derive(Debug, Subcommand)]
 pub enum DbCmd {
     /// Print the database URL in use.
+    #[command(after_help = "Example: psql \"$(workdo db url)\"")]
     Url,
     /// Stop the private cluster.
+    #[command(after_help = "Example: workdo db stop")]
     Stop,
 }

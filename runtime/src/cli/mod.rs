@@ -46,44 +46,88 @@ pub struct Cli {
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
+    /// What is logged to stderr: error, warn, info (each failed step, retry and alert), debug
+    /// or trace for workdo's own events (other crates' stay at warn), or tracing directives
+    /// such as `workdo=debug,sqlx=info` [default: info; warn under `up --demo`, whose progress
+    /// bars show the failures].
+    #[arg(long, env = "WORKDO_LOG", global = true)]
+    pub log_level: Option<String>,
+    /// How logs are written: `text`, or `json` (one object per line, for a log collector).
+    #[arg(long, env = "WORKDO_LOG_FORMAT", global = true, default_value = "text",
+          value_parser = ["text", "json"])]
+    pub log_format: String,
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// The logging options given.
+    pub fn log_options(&self) -> crate::telemetry::LogOptions {
+        let demo = matches!(&self.command, Command::Up(up) if up.demo.is_some());
+        let default = if demo { "warn" } else { "info" };
+        crate::telemetry::LogOptions {
+            level: self.log_level.clone().unwrap_or_else(|| default.into()),
+            format: self.log_format.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Apply the database migrations (every command also does this first).
+    #[command(after_help = "Example: DATABASE_URL=postgres://workdo@db/workdo workdo migrate")]
     Migrate,
     /// Load, list and show workflow templates.
+    #[command(after_help = "Example: workdo templates load workflows/")]
     #[command(subcommand)]
     Templates(TemplatesCmd),
     /// Register and inspect objects.
+    #[command(
+        after_help = "Example: workdo objects add druid:bb123cd4567 --property barcode=36105010362304"
+    )]
     #[command(subcommand)]
     Objects(ObjectsCmd),
     /// Start a template on objects.
+    #[command(
+        after_help = "Examples:\n  workdo start accessionWF druid:bb123cd4567 druid:bc234df5678\n  workdo start accessionWF druid:bb123cd4567 --priority 10 --lane fast\n  workdo start accessionWF druid:bb123cd4567 --start-at 2027-01-01T00:00:00Z"
+    )]
     Start(StartArgs),
     /// Objects waiting at TEMPLATE:STEP whose --completed steps are done (a WorkDo queue).
+    #[command(
+        after_help = "Examples:\n  workdo queue accessionWF:end-accession --completed accessionWF:rights-metadata\n  workdo queue accessionWF:technical-metadata --errors"
+    )]
     Queue(QueueArgs),
     /// Facets: template × step × status counts.
+    #[command(after_help = "Example: workdo status --template accessionWF")]
     Status {
         /// Only this template.
         #[arg(long)]
         template: Option<String>,
     },
     /// Send a signal to a state-machine job; prints the transition it took.
+    #[command(
+        after_help = "Example: workdo signal druid:bb123cd4567 loanReviewWF approve --data '{\"by\": \"jd\"}'"
+    )]
     Signal {
+        /// The object whose job gets the signal.
         #[arg(value_parser = args::object_id)]
         object: String,
+        /// The machine template of the job.
         template: String,
+        /// The signal's name, e.g. approve.
         signal: String,
         /// Data for the signal (JSON), seen by actions as `signal.data`.
         #[arg(long)]
         data: Option<String>,
     },
     /// State-machine housekeeping.
+    #[command(
+        after_help = "Example: workdo machines migrate loanReviewWF --to 3f2a9c --map Review=Reviewing"
+    )]
     #[command(subcommand)]
     Machines(MachinesCmd),
     /// List and delete workflows.
+    #[command(after_help = "Example: workdo workflows list --status active")]
     #[command(subcommand)]
     Workflows(WorkflowsCmd),
     /// Move finished workflows (steps and events with them) out of the live tables, in batches
@@ -102,18 +146,28 @@ pub enum Command {
     },
     /// Print shell completions (bash, zsh, fish, elvish, powershell).
     #[command(after_help = "Example: workdo completions bash > /etc/bash_completion.d/workdo")]
-    Completions { shell: clap_complete::Shell },
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
     /// A workflow's step graph, generated subnets included, as Mermaid or Graphviz DOT.
+    #[command(
+        after_help = "Example: workdo graph druid:bb123cd4567 digitalObjectWF --format dot | dot -Tsvg > graph.svg"
+    )]
     Graph {
+        /// The object.
         #[arg(value_parser = args::object_id)]
         object: String,
+        /// The workflow's template.
         template: String,
         /// `mermaid` or `dot`.
         #[arg(long, default_value = "mermaid", value_parser = ["mermaid", "dot"])]
         format: String,
     },
     /// An object's workflows, steps, milestones and last events.
+    #[command(after_help = "Example: workdo show druid:bb123cd4567 --events 50")]
     Show {
+        /// The object.
         #[arg(value_parser = args::object_id)]
         object: String,
         /// How many recent events to show.
@@ -121,10 +175,18 @@ pub enum Command {
         events: i64,
     },
     /// Change a step by hand.
+    #[command(
+        after_help = "Example: workdo step set druid:bb123cd4567 accessionWF end-accession completed"
+    )]
     #[command(subcommand)]
     Step(StepCmd),
     /// Set the priority of unfinished steps (higher runs first).
+    #[command(
+        after_help = "Examples:\n  workdo prioritize 100 --object druid:bb123cd4567\n  workdo prioritize 5 --template accessionWF --property project=rush\n  (or in SQL: select workdo.prioritize(100, object_id => 'druid:bb123cd4567');)"
+    )]
     Prioritize {
+        /// The new priority (higher runs first; negative allowed).
+        #[arg(allow_hyphen_values = true)]
         priority: i32,
         #[command(flatten)]
         filter: FilterArgs,
@@ -133,6 +195,9 @@ pub enum Command {
         all: bool,
     },
     /// Put steps in error back in the queue, attempts reset.
+    #[command(
+        after_help = "Examples:\n  workdo retry --template accessionWF --step technical-metadata\n  workdo retry --again --object druid:bb123cd4567 --template digitalObjectWF --step inspect-content"
+    )]
     Retry {
         #[command(flatten)]
         filter: FilterArgs,
@@ -142,35 +207,52 @@ pub enum Command {
         again: bool,
     },
     /// Skip unfinished steps.
+    #[command(
+        after_help = "Example: workdo skip --object druid:bb123cd4567 --template accessionWF --step rights-metadata"
+    )]
     Skip(FilterArgs),
     /// Why a step is not running.
+    #[command(after_help = "Example: workdo why druid:bb123cd4567 accessionWF end-accession")]
     Why {
+        /// The object.
         #[arg(value_parser = args::object_id)]
         object: String,
+        /// The workflow's template.
         template: String,
         /// The step; leave it out for a state-machine job.
         step: Option<String>,
     },
     /// The private cluster: its URL, or stop it.
+    #[command(after_help = "Example: workdo db url")]
     #[command(subcommand)]
     Db(DbCmd),
     /// Run the runtime: workers for every step bound to a function, plus maintenance.
+    #[command(
+        after_help = "Examples:\n  workdo up\n  workdo up --demo 200\n  workdo up --listen 0.0.0.0:7070 --config /etc/workdo/alerts.env --log-format json"
+    )]
     Up(UpArgs),
     /// Serve the HTTP API only (no workers).
+    #[command(after_help = "Example: workdo serve --listen 127.0.0.1:7070")]
     Serve(ApiArgs),
     /// Create, list and revoke API tokens.
+    #[command(after_help = "Example: workdo tokens create --role viewer --name dashboard")]
     #[command(subcommand)]
     Tokens(TokensCmd),
     /// Task injection: run TEMPLATE:STEP for these objects now, ahead of the queue.
+    #[command(
+        after_help = "Example: workdo run accessionWF:technical-metadata --object druid:bb123cd4567"
+    )]
     Run {
         /// TEMPLATE:STEP
         step: String,
+        /// An object to run it for (repeatable).
         #[arg(long = "object", required = true, value_parser = args::object_id)]
         objects: Vec<String>,
         #[command(flatten)]
         runtime: RuntimeArgs,
     },
     /// Measure throughput and latency next to a plain SQL queue, on this server (see BENCHMARKS.md).
+    #[command(after_help = "Example: workdo bench --runs 5 --only queue --only dag")]
     Bench {
         /// Runs per figure; the table shows the median with min and max.
         #[arg(long, default_value_t = 3)]
@@ -187,10 +269,15 @@ pub enum Command {
         noop_function: Option<PathBuf>,
     },
     /// Cron schedules that start workflows.
+    #[command(after_help = "Example: workdo schedules list")]
     #[command(subcommand)]
     Schedules(SchedulesCmd),
     /// Run workers for just these steps (TEMPLATE:STEP), e.g. to spread robots over machines.
+    #[command(
+        after_help = "Example: workdo worker accessionWF:technical-metadata accessionWF:rights-metadata --max-connections 4"
+    )]
     Worker {
+        /// TEMPLATE:STEP, one or more.
         #[arg(required = true)]
         steps: Vec<String>,
         #[command(flatten)]

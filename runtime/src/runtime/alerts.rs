@@ -260,6 +260,8 @@ impl Sender {
             };
             match self.send(&row.recipients, &mail).await {
                 Ok(()) => {
+                    tracing::info!(outbox = row.id, kind = %row.kind, to = ?row.recipients,
+                        subject = %mail.subject, "alert mail sent");
                     outbox.mark(&[row.id], OutboxMark::Sent).await?;
                     if row.kind == "step_error" {
                         outbox.set_sent(&key).await?;
@@ -306,6 +308,8 @@ impl Sender {
                     .unwrap_or_default();
                 match self.send(&recipients, &mail).await {
                     Ok(()) => {
+                        tracing::info!(%template, %step, alerts = items.len(), to = ?recipients,
+                            "alert digest sent");
                         let ids: Vec<i64> = items.iter().map(|i| i.id).collect();
                         outbox.mark(&ids, OutboxMark::Digested).await?;
                         outbox.set_sent(&key).await?;

@@ -134,6 +134,17 @@ pub(crate) async fn execute(
     }
     let answered = outcome.as_ref().ok().and_then(|o| o.signal.clone());
     let mut result = result_of(c, config, &decision, outcome);
+    // Each failure is worth a line at `info`: an operator reading the log sees what broke.
+    let message = result.change.error_message.as_deref().unwrap_or_default();
+    match &status {
+        Status::Error => tracing::info!(step = %format!("{}:{}", c.template, c.name),
+            object = %c.object_id, attempts = c.attempts, limit = c.max_attempts,
+            error = %message, "step failed; no attempts left: in error"),
+        Status::Retrying => tracing::info!(step = %format!("{}:{}", c.template, c.name),
+            object = %c.object_id, attempts = c.attempts, limit = c.max_attempts,
+            error = %message, "step failed; will retry"),
+        _ => {}
+    }
     // A machine's function action: its end goes back to the job as a signal.
     if binding.machine_call {
         let data = serde_json::json!({"step": c.name, "note": result.change.note,
