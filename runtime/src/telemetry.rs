@@ -79,24 +79,6 @@ impl LogOptions {
             .parse(&directives)
             .map_err(|e| TelemetryError::Filter(self.level.clone(), e.to_string()))
     }
-
-    fn layer<S>(&self) -> Result<Box<dyn Layer<S> + Send + Sync>, TelemetryError>
-    where
-        S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
-    {
-        let filter = self.filter()?;
-        let base = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
-        Ok(match self.format.as_str() {
-            "text" => base.with_filter(filter).boxed(),
-            "json" => base
-                .json()
-                .flatten_event(true)
-                .with_current_span(false)
-                .with_filter(filter)
-                .boxed(),
-            other => return Err(TelemetryError::Format(other.to_string())),
-        })
-    }
 }
 
 /// Keeps the exporters; [`Telemetry::shutdown`] flushes them.
@@ -134,10 +116,31 @@ fn resource() -> opentelemetry_sdk::Resource {
 /// A log level or format that cannot be parsed, an unsupported protocol, or an exporter that
 /// cannot be built.
 pub fn init(logs: &LogOptions) -> Result<Telemetry, TelemetryError> {
-    let fmt = logs.layer()?;
+    // Concrete layers (one of them `None`), not a boxed one: the OTLP layer's own filter must
+    // stay independent of the log filter.
+    let filter = logs.filter()?;
+    let base = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let (text, json) = match logs.format.as_str() {
+        "text" => (Some(base.with_filter(filter)), None),
+        "json" => (
+            None,
+            Some(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(false)
+                    .with_filter(filter),
+            ),
+        ),
+        other => return Err(TelemetryError::Format(other.to_string())),
+    };
     if !configured() {
         let _ = ENABLED.set(false);
-        let _ = tracing_subscriber::registry().with(fmt).try_init();
+        let _ = tracing_subscriber::registry()
+            .with(text)
+            .with(json)
+            .try_init();
         return Ok(Telemetry {
             tracer: None,
             meter: None,
@@ -181,7 +184,8 @@ pub fn init(logs: &LogOptions) -> Result<Telemetry, TelemetryError> {
         );
     let _ = ENABLED.set(true);
     let _ = tracing_subscriber::registry()
-        .with(fmt)
+        .with(text)
+        .with(json)
         .with(otel)
         .try_init();
     Ok(Telemetry {
