@@ -79,16 +79,18 @@ pub(super) fn nul_in_json(value: &Value) -> Option<String> {
     crate::model::nul_at(value)
 }
 
-/// Give the framework's own error responses (no handler ran) the API's JSON error body.
+/// Give the framework's own error responses (no handler ran) the API's JSON error body. A
+/// handler's own JSON or HTML (the admin page's "Not done" page, which says what went wrong)
+/// passes as it is.
 pub(super) async fn json_errors(request: Request, next: Next) -> Response {
     let response = next.run(request).await;
     let status = response.status();
-    let is_json = response
+    let is_own = response
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("text/html"));
+    if !(status.is_client_error() || status.is_server_error()) || is_own {
         return response;
     }
     let message = match status {
