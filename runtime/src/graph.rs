@@ -28,7 +28,7 @@ fn partition(steps: &[StepRow]) -> (Vec<usize>, BTreeMap<String, Vec<usize>>) {
 }
 
 /// Edges: each step's prerequisites, and a generator to the first steps of its subnet.
-fn edges(steps: &[StepRow]) -> Vec<(usize, usize, bool)> {
+pub(crate) fn edges(steps: &[StepRow]) -> Vec<(usize, usize, bool)> {
     let index: BTreeMap<&str, usize> = steps
         .iter()
         .enumerate()

@@ -87,9 +87,27 @@ pub async fn serve(
     if access == Access::Open && !listen.ip().is_loopback() {
         return Err(ServeError::OpenNotLoopback(listen));
     }
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(|e| ServeError::Bind(listen, e))?;
+    let listener = std::net::TcpListener::bind(listen).map_err(|e| ServeError::Bind(listen, e))?;
+    serve_on(store, listener, access, shutdown).await
+}
+
+/// Serve the API on a socket already bound (so a caller can report the port it got) until
+/// `shutdown` is cancelled.
+///
+/// # Errors
+/// `--open` on a non-loopback address, or the socket cannot be used.
+pub async fn serve_on(
+    store: Store,
+    listener: std::net::TcpListener,
+    access: Access,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    let listen = listener.local_addr()?;
+    if access == Access::Open && !listen.ip().is_loopback() {
+        return Err(ServeError::OpenNotLoopback(listen));
+    }
+    listener.set_nonblocking(true)?;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
     tracing::info!(%listen, ?access, "API listening");
     axum::serve(listener, app(AppState { store, access }))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })

@@ -10,8 +10,9 @@ use crate::model::template;
 
 #[derive(Debug, Args, Clone)]
 pub struct ApiArgs {
-    /// Address the HTTP API listens on [default: 127.0.0.1:7070; `up --demo` serves no API
-    /// unless this is given].
+    /// Address the HTTP API and the admin page listen on [default: 127.0.0.1:7070; `up --demo`
+    /// takes any free loopback port when 7070 is taken, and serves without tokens unless this
+    /// is given].
     #[arg(long, env = "WORKDO_LISTEN")]
     pub listen: Option<std::net::SocketAddr>,
     /// Serve without tokens (everyone is admin); refused unless --listen is a loopback address.

@@ -66,29 +66,49 @@ async fn run_until_signal(
     Ok(())
 }
 
-/// The API in the background, stopped by `token`.
+/// A running API: its task and the address it listens on.
+type Served = (
+    tokio::task::JoinHandle<Result<(), api::ServeError>>,
+    std::net::SocketAddr,
+    api::Access,
+);
+
+/// The API (and the admin page) in the background, stopped by `token`. The demo serves it
+/// unless told not to: on --listen when given, else on 127.0.0.1:7070 or, when that is taken,
+/// any free loopback port; without tokens unless --listen was given (loopback only, so the
+/// person trying it can open the page at once).
 async fn spawn_api(
     store: &Store,
     args: &UpArgs,
     token: &CancellationToken,
-) -> Result<Option<tokio::task::JoinHandle<Result<(), api::ServeError>>>> {
-    if args.no_api || (args.demo.is_some() && args.api.listen.is_none()) {
+) -> Result<Option<Served>> {
+    if args.no_api {
         return Ok(None);
     }
-    let (listen, access) = (args.api.address(), args.api.access());
+    let demo_default = args.demo.is_some() && args.api.listen.is_none();
+    let (listen, access) = if demo_default {
+        (args.api.address(), api::Access::Open)
+    } else {
+        (args.api.address(), args.api.access())
+    };
     if access == api::Access::Open && !listen.ip().is_loopback() {
         return Err(api::ServeError::OpenNotLoopback(listen).into());
     }
     // Bind now so that a taken port is an error before any work starts.
-    let probe =
-        std::net::TcpListener::bind(listen).map_err(|e| api::ServeError::Bind(listen, e))?;
-    drop(probe);
-    Ok(Some(tokio::spawn(api::serve(
+    let listener = match std::net::TcpListener::bind(listen) {
+        Ok(l) => l,
+        Err(_) if demo_default => std::net::TcpListener::bind((listen.ip(), 0))
+            .map_err(|e| api::ServeError::Bind(listen, e))?,
+        Err(e) => return Err(api::ServeError::Bind(listen, e).into()),
+    };
+    let bound = listener.local_addr()?;
+    let task = tokio::spawn(api::serve_on(
         store.clone(),
-        listen,
+        listener,
         access,
         token.clone(),
-    ))))
+    ));
+    Ok(Some((task, bound, access)))
 }
 
 pub(super) async fn up(
@@ -108,10 +128,9 @@ pub(super) async fn up(
             out,
             "workdo up: database {database}; {templates} templates; {} workers; API {}",
             bindings.len(),
-            if server.is_some() {
-                format!("http://{}", args.api.address())
-            } else {
-                "off".into()
+            match &server {
+                Some((_, at, _)) => format!("http://{at}"),
+                None => "off".into(),
             }
         )?;
         out.flush()?;
@@ -121,7 +140,7 @@ pub(super) async fn up(
             );
         }
         runtime::run(store.clone(), config, bindings, token).await?;
-        if let Some(s) = server {
+        if let Some((s, _, _)) = server {
             s.await??;
         }
         return Ok(());
@@ -156,6 +175,18 @@ pub(super) async fn up(
     )?;
     let token = CancellationToken::new();
     let server = spawn_api(store, &args, &token).await?;
+    if let Some((_, at, access)) = &server {
+        writeln!(
+            out,
+            "admin page: http://{at}/{}",
+            if *access == api::Access::Open {
+                " (no sign-in: loopback only)"
+            } else {
+                " (sign in with a token: workdo tokens create --role viewer)"
+            }
+        )?;
+        out.flush()?;
+    }
     let runtime = tokio::spawn(runtime::run(store.clone(), config, bindings, token.clone()));
     let signals = shutdown_on_signal()?;
     let draw = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -165,7 +196,7 @@ pub(super) async fn up(
     }
     token.cancel();
     runtime.await??;
-    if let Some(s) = server {
+    if let Some((s, _, _)) = server {
         s.await??;
     }
     demo::summary(store, run, started, out).await?;

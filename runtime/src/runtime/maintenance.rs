@@ -1,5 +1,5 @@
-//! Maintenance: promote due `scheduled`/`retrying` steps often, sweep expired leases less
-//! often, and sample queue depths for metrics. Safe in many processes at once (`SKIP LOCKED`).
+//! Maintenance: promote due `scheduled`/`retrying` steps often, fold the step-count deltas
+//! into the counts, sweep expired leases less often, and sample queue depths for metrics. Safe in many processes at once (`SKIP LOCKED`).
 
 use std::time::Duration;
 
@@ -27,6 +27,9 @@ pub(super) async fn maintain(store: Store, every: Duration, stop: CancellationTo
                 }
                 Err(e) => warn!(error = %e, "reading queue depths failed"),
             }
+        }
+        if let Err(e) = store.step_counts_rollup().await {
+            warn!(error = %e, "folding step counts failed");
         }
         if tick.is_multiple_of(5) {
             match store.steps_sweep_leases(1000).await {

@@ -43,6 +43,10 @@ const ENGINE: &[(&str, &str)] = &[
         "60_machines.sql",
         include_str!("../../../migrations/engine/60_machines.sql"),
     ),
+    (
+        "70_counts.sql",
+        include_str!("../../../migrations/engine/70_counts.sql"),
+    ),
 ];
 
 /// Key of the advisory lock that serialises migrating one database (any number of processes

@@ -137,24 +137,36 @@ impl Store {
         .await?)
     }
 
-    /// Active steps of `template`'s `step` in `status`, most recently changed first: a facet's
-    /// list (the admin page).
+    /// Active steps of `template`'s `step` in `status` within `filter` (its lane, milestone
+    /// and property), most recently changed first: a facet's list (the admin page).
     pub async fn steps_in(
         &self,
         template: &str,
         step: &str,
         status: &str,
+        filter: &super::FacetFilter,
         limit: i64,
     ) -> Result<Vec<super::StepRow>> {
+        let (key, value) = filter.property_parts();
         Ok(sqlx::query_as(
-            "select * from workdo.steps
+            "select * from workdo.steps s
               where template = $1 and name = $2 and status = $3 and active
+                and ($5::text is null or lane = $5)
+                and ($6::text is null or exists (select 1 from workdo.milestones m
+                                                  where m.object_id = s.object_id and m.name = $6))
+                and ($7::text is null or exists (select 1 from workdo.objects o
+                                                  where o.id = s.object_id
+                                                    and o.properties ->> $7 = $8))
               order by updated_at desc, id limit $4",
         )
         .bind(template)
         .bind(step)
         .bind(status)
         .bind(limit.clamp(1, 10_000))
+        .bind(filter.lane.as_deref())
+        .bind(filter.milestone.as_deref())
+        .bind(key)
+        .bind(value)
         .fetch_all(&self.pool)
         .await?)
     }

@@ -10,6 +10,7 @@ mod alerts;
 mod bench;
 mod bulk;
 mod claim;
+mod counts;
 pub mod db;
 mod demo;
 mod dispatch;
@@ -30,6 +31,7 @@ pub use demo::{DemoProgress, DemoSummary, DemoTotals};
 pub use schedules::{Fired, ScheduleRow};
 
 pub use bulk::StepFilter;
+pub use counts::{FacetFilter, Throughput};
 pub use dispatch::{Bricklets, Dispatch, activation};
 pub use housekeeping::{Archived, ErrorGroup, ObjectRow, OutboxEntry, Timing, WorkflowListRow};
 pub use machine::{MachineView, SIGNAL_CHANNEL, Signalled};

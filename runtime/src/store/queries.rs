@@ -175,21 +175,6 @@ impl Store {
         Ok(rows)
     }
 
-    /// Template × step × status counts over active steps.
-    pub async fn facets(&self, template: Option<&str>) -> Result<Vec<Facet>> {
-        let rows = sqlx::query_as(
-            "select template, name as step, status, count(*) as count
-               from workdo.steps
-              where active and ($1::text is null or template = $1)
-              group by template, name, status
-              order by template, min(min(id)) over (partition by template, name), status",
-        )
-        .bind(template)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows)
-    }
-
     /// An object with its workflows, steps, milestones and its last `events` events.
     pub async fn object_view(&self, id: &str, events: i64) -> Result<ObjectView> {
         let obj: Option<(String, i32, Value)> =

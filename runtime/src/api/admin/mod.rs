@@ -6,9 +6,6 @@
 //! sign-in form takes a token and keeps it in an HTTP-only, same-site cookie; `--open` needs
 //! none. Viewer tokens see; robot and admin tokens act. Every action is a POST carrying a CSRF
 //! token derived from the session's token, and every value on a page is escaped.
-
-use std::fmt::Write as _;
-
 use axum::Form;
 use axum::Router;
 use axum::extract::{Query, State};
@@ -18,7 +15,9 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+mod draw;
 mod objects;
+mod overview;
 mod reports;
 
 use super::{Access, AppState};
@@ -28,10 +27,10 @@ const COOKIE: &str = "workdo_token";
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/", get(overview))
+        .route("/", get(overview::overview))
         .route("/signin", get(signin_form).post(signin))
         .route("/signout", post(signout))
-        .route("/ui/steps", get(steps))
+        .route("/ui/steps", get(overview::steps))
         .route("/ui/steps/act", post(act))
         .route("/ui/objects/{id}", get(objects::object))
         .route("/ui/objects/{id}/signal", post(objects::signal))
@@ -136,181 +135,14 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}.error{color:var(--err)}
 pre{white-space:pre-wrap;word-break:break-word;background:rgba(127,127,127,.08);padding:.5rem}
 button{font:inherit;padding:.25rem .7rem}a:focus,button:focus,input:focus{outline:2px solid #4a90e2}
 .who{display:flex;gap:.5rem;align-items:center}
+svg{max-width:100%;height:auto;color:var(--mute)}.node rect{fill:rgba(127,127,127,.08);stroke:currentColor}
+.node text{fill:var(--fg)}.node text.sub{fill:var(--mute)}
+.node.completed rect,.node.skipped rect{fill:rgba(27,122,46,.22)}.node.error rect{fill:rgba(176,0,32,.25)}
+.node.ready rect,.node.started rect,.node.retrying rect{fill:rgba(74,144,226,.25)}.node.current rect{fill:rgba(255,204,0,.45)}
+.node.final rect{stroke-width:3}.label{fill:var(--fg)}.bar-completed{fill:var(--ok)}.bar-failed{fill:var(--err)}
+form.filters{display:flex;flex-wrap:wrap;gap:.5rem;align-items:end;margin:.5rem 0}form.filters label{display:flex;flex-direction:column;font-size:.85em}
+@media (max-width:640px){header{flex-wrap:wrap;gap:.4rem}nav a{display:inline-block;margin:.15rem .3rem}main{padding:.5rem}th,td{padding:.25rem}}
 ";
-
-/// The statuses as columns, in the order a step goes through them.
-const COLUMNS: [&str; 8] = [
-    "waiting",
-    "scheduled",
-    "ready",
-    "started",
-    "retrying",
-    "error",
-    "completed",
-    "skipped",
-];
-
-async fn overview(State(s): State<AppState>, headers: HeaderMap) -> Response {
-    let v = match viewer(&s, &headers).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let facets = match s.store.facets(None).await {
-        Ok(f) => f,
-        Err(e) => return failure(&e.to_string()),
-    };
-    let depths = s.store.queue_depths().await.unwrap_or_default();
-    let mut rows: Vec<(String, String)> = Vec::new();
-    for f in &facets {
-        let key = (f.template.clone(), f.step.clone());
-        if !rows.contains(&key) {
-            rows.push(key);
-        }
-    }
-    let mut body = String::from(
-        "<p>Steps of every template by status; a count lists its steps. This page refreshes itself every 5 seconds.</p><table id=facets><thead><tr><th scope=col>template</th><th scope=col>step</th>",
-    );
-    for c in COLUMNS {
-        let _ = write!(body, "<th scope=col class=n>{c}</th>");
-    }
-    body.push_str("<th scope=col class=n>other</th><th scope=col class=n>oldest ready</th></tr></thead><tbody>");
-    for (t, st) in &rows {
-        let _ = write!(body, "<tr><td>{}</td><td>{}</td>", esc(t), esc(st));
-        for c in COLUMNS {
-            let n: i64 = facets
-                .iter()
-                .filter(|f| &f.template == t && &f.step == st && f.status == c)
-                .map(|f| f.count)
-                .sum();
-            if n == 0 {
-                body.push_str("<td class=n></td>");
-            } else {
-                let _ = write!(
-                    body,
-                    "<td class=\"n {c}\"><a data-facet=\"{}:{}:{c}\" href=\"/ui/steps?template={}&amp;step={}&amp;status={c}\">{n}</a></td>",
-                    esc(t),
-                    esc(st),
-                    esc(&enc(t)),
-                    esc(&enc(st))
-                );
-            }
-        }
-        let other: i64 = facets
-            .iter()
-            .filter(|f| &f.template == t && &f.step == st && !COLUMNS.contains(&f.status.as_str()))
-            .map(|f| f.count)
-            .sum();
-        // How long the oldest ready step of this queue has waited (over its lanes).
-        let oldest = depths
-            .iter()
-            .filter(|d| &d.0 == t && &d.1 == st)
-            .map(|d| d.4)
-            .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
-        let _ = write!(
-            body,
-            "<td class=n>{}</td><td class=n>{}</td></tr>",
-            if other > 0 {
-                other.to_string()
-            } else {
-                String::new()
-            },
-            oldest.map(age).unwrap_or_default()
-        );
-    }
-    body.push_str("</tbody></table><script>setTimeout(()=>{if(!document.activeElement||document.activeElement===document.body)location.reload()},5000)</script>");
-    page("Overview", Some(&v), &body).into_response()
-}
-
-/// Seconds as a short age: `42 s`, `7 min`, `3 h`, `2 d`.
-fn age(secs: f64) -> String {
-    match secs {
-        s if s < 90.0 => format!("{s:.0} s"),
-        s if s < 5400.0 => format!("{:.0} min", s / 60.0),
-        s if s < 172_800.0 => format!("{:.0} h", s / 3600.0),
-        s => format!("{:.0} d", s / 86_400.0),
-    }
-}
-
-#[derive(Deserialize)]
-struct FacetQuery {
-    template: String,
-    step: String,
-    status: String,
-}
-
-async fn steps(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    Query(q): Query<FacetQuery>,
-) -> Response {
-    let v = match viewer(&s, &headers).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let rows = match s.store.steps_in(&q.template, &q.step, &q.status, 500).await {
-        Ok(r) => r,
-        Err(e) => return failure(&e.to_string()),
-    };
-    let acts = v.role >= Role::Robot;
-    let mut body = format!(
-        "<p>{} steps of <b>{}:{}</b> in <b>{}</b> (most recently changed first).</p>",
-        rows.len(),
-        esc(&q.template),
-        esc(&q.step),
-        esc(&q.status)
-    );
-    if acts {
-        let _ = write!(
-            body,
-            "<form method=post action=/ui/steps/act id=act onsubmit=\"const n=this.querySelectorAll('input[name=id]:checked').length;return n>0&&confirm(this.dataset.verb+' '+n+' steps?')\"><input type=hidden name=csrf value=\"{}\"><input type=hidden name=back value=\"{}\">",
-            esc(&v.csrf),
-            esc(&format!(
-                "/ui/steps?template={}&step={}&status={}",
-                enc(&q.template),
-                enc(&q.step),
-                enc(&q.status)
-            ))
-        );
-        body.push_str("<p><label><input type=checkbox id=all onclick=\"for(const b of document.querySelectorAll('input[name=id]'))b.checked=this.checked\"> all</label> <button name=action value=retry id=retry onclick=\"this.form.dataset.verb='Retry'\">Retry chosen</button> <button name=action value=skip id=skip onclick=\"this.form.dataset.verb='Skip'\">Skip chosen</button> <label>priority <input name=priority id=priority type=number value=100 style=width:6em></label> <button name=action value=prioritize id=prioritize onclick=\"this.form.dataset.verb='Prioritize'\">Prioritize chosen</button></p>");
-    }
-    body.push_str("<table><thead><tr><th></th><th scope=col>object</th><th scope=col>step</th><th scope=col class=n>attempts</th><th scope=col>message</th><th scope=col>changed</th></tr></thead><tbody>");
-    for r in &rows {
-        let check = if acts {
-            format!(
-                "<input type=checkbox name=id value={} aria-label=\"choose {}\">",
-                r.id,
-                esc(&r.object_id)
-            )
-        } else {
-            String::new()
-        };
-        let _ = write!(
-            body,
-            "<tr><td>{check}</td><td><a href=\"/ui/objects/{}\">{}</a></td><td>{}</td><td class=n>{}/{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&enc(&r.object_id)),
-            esc(&r.object_id),
-            esc(&r.name),
-            r.attempts,
-            r.max_attempts,
-            esc(r
-                .error_message
-                .as_deref()
-                .or(r.note.as_deref())
-                .unwrap_or("")),
-            r.updated_at.format("%Y-%m-%d %H:%M:%S")
-        );
-    }
-    body.push_str("</tbody></table>");
-    if acts {
-        body.push_str("</form>");
-    }
-    page(
-        &format!("{}:{} {}", q.template, q.step, q.status),
-        Some(&v),
-        &body,
-    )
-    .into_response()
-}
 
 /// A form's fields, repeated `id`s kept.
 pub(super) fn form_pairs(body: &str) -> Vec<(String, String)> {

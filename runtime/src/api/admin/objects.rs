@@ -6,7 +6,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 
-use super::{actor, enc, esc, failure, field, form_pairs, page, viewer};
+use super::{actor, draw, enc, esc, failure, field, form_pairs, page, viewer};
 use crate::api::AppState;
 use crate::store::{Role, Store};
 
@@ -68,7 +68,8 @@ pub(super) async fn object(
             {
                 let _ = write!(
                     body,
-                    "<pre class=graph>{}</pre>",
+                    "{}<details><summary>as Mermaid</summary><pre class=mermaid>{}</pre></details>",
+                    draw::machine(&format!("machine-{}", w.workflow.id), spec, Some(&m.state)),
                     esc(&crate::graph::machine_mermaid(spec, Some(&m.state)))
                 );
             }
@@ -94,7 +95,8 @@ pub(super) async fn object(
             body.push_str("</tbody></table>");
             let _ = write!(
                 body,
-                "<details><summary>graph (Mermaid)</summary><pre class=graph>{}</pre></details>",
+                "{}<details><summary>as Mermaid</summary><pre class=mermaid>{}</pre></details>",
+                draw::workflow(&format!("workflow-{}", w.workflow.id), &w.steps),
                 esc(&crate::graph::mermaid(&w.steps))
             );
         }

@@ -8,7 +8,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::{esc, failure, page, viewer};
+use super::{draw, esc, failure, page, viewer};
 use crate::api::AppState;
 use crate::store::Role;
 
@@ -106,11 +106,7 @@ pub(super) async fn templates(State(s): State<AppState>, headers: HeaderMap) -> 
         }
         body.push_str("</ul>");
         if let Some(m) = &t.spec.machine {
-            let _ = write!(
-                body,
-                "<pre class=graph>{}</pre>",
-                esc(&crate::graph::machine_mermaid(m, None))
-            );
+            body.push_str(&draw::machine(&format!("template-{}", t.name), m, None));
         } else if !t.spec.steps.is_empty() {
             body.push_str("<table><thead><tr><th scope=col>step</th><th scope=col>after</th></tr></thead><tbody>");
             for st in &t.spec.steps {
@@ -122,6 +118,10 @@ pub(super) async fn templates(State(s): State<AppState>, headers: HeaderMap) -> 
                 );
             }
             body.push_str("</tbody></table>");
+            body.push_str(&draw::template(
+                &format!("template-{}", t.name),
+                &t.spec.steps,
+            ));
         }
         body.push_str("</section>");
     }

@@ -1,0 +1,129 @@
+-- Step counts per template, step and status, kept from what each statement changes (tables and
+-- reasons in migrations/0014_step_counts.sql). Three statement-level triggers, one per event
+-- (a trigger with transition tables serves one event), append each statement's net change,
+-- grouped, to workdo.step_count_deltas; workdo.step_counts_rollup folds them into
+-- workdo.step_counts and workdo.step_throughput.
+
+CREATE OR REPLACE FUNCTION workdo.step_counts_inserted()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+begin
+    insert into workdo.step_count_deltas (template, name, status, n, first_id)
+    select template, name, status, count(*), min(id)
+      from new_steps where active
+     group by template, name, status;
+    return null;
+end
+$function$;
+
+CREATE OR REPLACE FUNCTION workdo.step_counts_updated()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+begin
+    -- n counts active steps, moved all of them (throughput); a row that kept its template,
+    -- step, status and activity cancels out (having).
+    insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
+    select template, name, status, coalesce(sum(n) filter (where active), 0), sum(n), min(id),
+           true
+      from (select template, name, status, active, 1 as n, id from new_steps
+            union all
+            select template, name, status, active, -1, id from old_steps) d
+     group by template, name, status
+    having coalesce(sum(n) filter (where active), 0) <> 0 or sum(n) <> 0;
+    return null;
+end
+$function$;
+
+CREATE OR REPLACE FUNCTION workdo.step_counts_deleted()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+begin
+    insert into workdo.step_count_deltas (template, name, status, n, first_id)
+    select template, name, status, -count(*), min(id)
+      from old_steps where active
+     group by template, name, status;
+    return null;
+end
+$function$;
+
+CREATE OR REPLACE FUNCTION workdo.step_counts_truncated()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+begin
+    delete from workdo.step_count_deltas;
+    delete from workdo.step_counts;
+    return null;
+end
+$function$;
+
+CREATE OR REPLACE TRIGGER step_counts_inserted AFTER INSERT ON workdo.steps
+    REFERENCING NEW TABLE AS new_steps
+    FOR EACH STATEMENT EXECUTE FUNCTION workdo.step_counts_inserted();
+CREATE OR REPLACE TRIGGER step_counts_updated AFTER UPDATE ON workdo.steps
+    REFERENCING OLD TABLE AS old_steps NEW TABLE AS new_steps
+    FOR EACH STATEMENT EXECUTE FUNCTION workdo.step_counts_updated();
+CREATE OR REPLACE TRIGGER step_counts_deleted AFTER DELETE ON workdo.steps
+    REFERENCING OLD TABLE AS old_steps
+    FOR EACH STATEMENT EXECUTE FUNCTION workdo.step_counts_deleted();
+CREATE OR REPLACE TRIGGER step_counts_truncated AFTER TRUNCATE ON workdo.steps
+    FOR EACH STATEMENT EXECUTE FUNCTION workdo.step_counts_truncated();
+
+-- Counted afresh whenever this file set is applied: creating the triggers above locked `steps`
+-- against writes until this transaction commits, so the count and the triggers agree, and a
+-- database migrated by an older workdo (whose steps changed without triggers) is exact again.
+delete from workdo.step_count_deltas;
+delete from workdo.step_counts;
+insert into workdo.step_counts (template, name, status, n, first_id)
+select template, name, status, count(*), min(id)
+  from workdo.steps where active
+ group by template, name, status;
+
+-- workdo.step_counts_rollup: fold the deltas committed so far into step_counts (dropping
+-- counts that reach zero) and step_throughput; returns how many delta rows it folded, or
+-- null when another session is folding (it does not wait). Throughput: within one UPDATE, a
+-- positive net change of `completed` over all steps (`moved`) is that many completions, of
+-- `retrying` or `error` that many failed attempts (a step leaves those statuses by other
+-- statements).
+CREATE OR REPLACE FUNCTION workdo.step_counts_rollup()
+ RETURNS bigint
+ LANGUAGE plpgsql
+AS $function$
+declare
+    folded bigint;
+begin
+    if not pg_try_advisory_xact_lock(8606223218500370434) then
+        return null;
+    end if;
+    with d as (delete from workdo.step_count_deltas returning *),
+    counted as (
+        insert into workdo.step_counts as c (template, name, status, n, first_id)
+        select template, name, status, sum(n), min(first_id)
+          from d
+         group by template, name, status
+        on conflict (template, name, status) do update
+           set n = c.n + excluded.n, first_id = least(c.first_id, excluded.first_id)
+    ),
+    throughput as (
+        insert into workdo.step_throughput as t (minute, template, name, completed, failed)
+        select date_trunc('minute', at), template, name,
+               coalesce(sum(moved) filter (where status = 'completed'), 0),
+               coalesce(sum(moved) filter (where status in ('retrying', 'error')), 0)
+          from d
+         where updated and moved > 0 and status in ('completed', 'retrying', 'error')
+         group by 1, 2, 3
+        on conflict (minute, template, name) do update
+           set completed = t.completed + excluded.completed,
+               failed = t.failed + excluded.failed
+    )
+    select count(*) into folded from d;
+    if folded > 0 then
+        delete from workdo.step_counts where n = 0;
+        delete from workdo.step_throughput where minute < now() - interval '2 days';
+    end if;
+    return folded;
+end
+$function$;

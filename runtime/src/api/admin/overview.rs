@@ -1,0 +1,324 @@
+//! The overview (template × step × status counts, the age of each queue's head, throughput per
+//! minute) and a facet's list of steps with retry, skip and prioritize. Both narrow to a
+//! template, lane, milestone or property given in the URL, and refresh their `data-live`
+//! regions in place: the page fetches itself and swaps those regions, so a chosen checkbox,
+//! a half-typed filter and the scroll position stay put.
+
+use std::fmt::Write as _;
+
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::{draw, enc, esc, failure, page, viewer};
+use crate::api::AppState;
+use crate::store::{FacetFilter, Role};
+
+/// The statuses as columns, in the order a step goes through them.
+const COLUMNS: [&str; 8] = [
+    "waiting",
+    "scheduled",
+    "ready",
+    "started",
+    "retrying",
+    "error",
+    "completed",
+    "skipped",
+];
+
+/// Every few seconds, fetch this page again and swap each `data-live` element's content with
+/// the same element's in the fresh page (by id). A sign-in redirect or an error leaves the
+/// page as it is; a hidden tab does not poll.
+pub(super) const LIVE: &str = "<script>(()=>{const tick=async()=>{if(document.hidden)return;try{const r=await fetch(location.href,{credentials:'same-origin'});if(!r.ok||r.redirected)return;const d=new DOMParser().parseFromString(await r.text(),'text/html');for(const e of document.querySelectorAll('[data-live]')){const n=d.getElementById(e.id);if(n&&n.innerHTML!==e.innerHTML)e.innerHTML=n.innerHTML}}catch(_){}};setInterval(tick,3000)})()</script>";
+
+/// Filters as the URL carries them; empty fields (a submitted form's) are absent.
+#[derive(Deserialize, Default)]
+pub(super) struct Filters {
+    template: Option<String>,
+    lane: Option<String>,
+    milestone: Option<String>,
+    /// `key=value`
+    property: Option<String>,
+}
+
+fn given(v: &Option<String>) -> Option<String> {
+    v.as_ref()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+impl Filters {
+    /// The store's filter, or what is wrong with the URL's.
+    fn to_store(&self) -> Result<FacetFilter, String> {
+        let property = match given(&self.property) {
+            None => None,
+            Some(p) => match p.split_once('=') {
+                Some((k, v)) if !k.trim().is_empty() => {
+                    Some((k.trim().to_string(), v.trim().to_string()))
+                }
+                _ => return Err(format!("property filter {p:?} is not key=value")),
+            },
+        };
+        Ok(FacetFilter {
+            template: given(&self.template),
+            lane: given(&self.lane),
+            milestone: given(&self.milestone),
+            property,
+        })
+    }
+
+    /// The filters but the template as query parameters (`&name=value…`), to carry into a
+    /// facet's link (which names its template).
+    fn query(&self) -> String {
+        let mut q = String::new();
+        for (name, v) in [
+            ("lane", &self.lane),
+            ("milestone", &self.milestone),
+            ("property", &self.property),
+        ] {
+            if let Some(v) = given(v) {
+                let _ = write!(q, "&{name}={}", enc(&v));
+            }
+        }
+        q
+    }
+
+    fn form(&self) -> String {
+        let field = |name: &str, label: &str, v: &Option<String>, hint: &str| {
+            format!(
+                "<label>{label}<input name={name} id=filter-{name} value=\"{}\" placeholder=\"{hint}\"></label>",
+                esc(&given(v).unwrap_or_default())
+            )
+        };
+        format!(
+            "<form class=filters method=get action=/ aria-label=filters>{}{}{}{}<button>Filter</button> <a href=/>clear</a></form>",
+            field("template", "template", &self.template, "any"),
+            field("lane", "lane", &self.lane, "any"),
+            field("milestone", "reached milestone", &self.milestone, "any"),
+            field("property", "property", &self.property, "key=value"),
+        )
+    }
+}
+
+pub(super) async fn overview(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Query(f): Query<Filters>,
+) -> Response {
+    let v = match viewer(&s, &headers).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let filter = match f.to_store() {
+        Ok(filter) => filter,
+        Err(e) => return failure(&e),
+    };
+    let facets = match s.store.facets_where(&filter).await {
+        Ok(f) => f,
+        Err(e) => return failure(&e.to_string()),
+    };
+    let depths = s.store.queue_depths().await.unwrap_or_default();
+    let mut rows: Vec<(String, String)> = Vec::new();
+    for f in &facets {
+        let key = (f.template.clone(), f.step.clone());
+        if !rows.contains(&key) {
+            rows.push(key);
+        }
+    }
+    let now = chrono::Utc::now();
+    let mut body = format!(
+        "<p>Steps of every template by status; a count lists its steps. The counts and the chart follow the work as it happens.</p>{}<div id=counts data-live><p class=asof>as of {}</p><table id=facets><thead><tr><th scope=col>template</th><th scope=col>step</th>",
+        f.form(),
+        now.format("%H:%M:%S")
+    );
+    for c in COLUMNS {
+        let _ = write!(body, "<th scope=col class=n>{c}</th>");
+    }
+    body.push_str("<th scope=col class=n>other</th><th scope=col class=n>oldest ready</th></tr></thead><tbody>");
+    let carry = f.query();
+    for (t, st) in &rows {
+        let _ = write!(body, "<tr><td>{}</td><td>{}</td>", esc(t), esc(st));
+        for c in COLUMNS {
+            let n: i64 = facets
+                .iter()
+                .filter(|f| &f.template == t && &f.step == st && f.status == c)
+                .map(|f| f.count)
+                .sum();
+            if n == 0 {
+                body.push_str("<td class=n></td>");
+            } else {
+                let _ = write!(
+                    body,
+                    "<td class=\"n {c}\"><a data-facet=\"{}:{}:{c}\" href=\"{}\">{n}</a></td>",
+                    esc(t),
+                    esc(st),
+                    esc(&format!(
+                        "/ui/steps?template={}&step={}&status={c}{carry}",
+                        enc(t),
+                        enc(st),
+                    )),
+                );
+            }
+        }
+        let other: i64 = facets
+            .iter()
+            .filter(|f| &f.template == t && &f.step == st && !COLUMNS.contains(&f.status.as_str()))
+            .map(|f| f.count)
+            .sum();
+        // How long the oldest ready step of this queue has waited (over its lanes).
+        let oldest = depths
+            .iter()
+            .filter(|d| &d.0 == t && &d.1 == st && filter.lane.as_ref().is_none_or(|l| l == &d.2))
+            .map(|d| d.4)
+            .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+        let _ = write!(
+            body,
+            "<td class=n>{}</td><td class=n>{}</td></tr>",
+            if other > 0 {
+                other.to_string()
+            } else {
+                String::new()
+            },
+            oldest.map(age).unwrap_or_default()
+        );
+    }
+    body.push_str("</tbody></table></div>");
+    let throughput = s.store.throughput(60).await.unwrap_or_default();
+    let throughput: Vec<_> = throughput
+        .into_iter()
+        .filter(|r| filter.template.as_ref().is_none_or(|t| t == &r.template))
+        .collect();
+    let _ = write!(
+        body,
+        "<h2>Completed and failed per minute, last hour</h2><div id=chart data-live>{}</div>{LIVE}",
+        draw::throughput(&throughput, now, 60)
+    );
+    page("Overview", Some(&v), &body).into_response()
+}
+
+/// Seconds as a short age: `42 s`, `7 min`, `3 h`, `2 d`.
+fn age(secs: f64) -> String {
+    match secs {
+        s if s < 90.0 => format!("{s:.0} s"),
+        s if s < 5400.0 => format!("{:.0} min", s / 60.0),
+        s if s < 172_800.0 => format!("{:.0} h", s / 3600.0),
+        s => format!("{:.0} d", s / 86_400.0),
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct FacetQuery {
+    template: String,
+    step: String,
+    status: String,
+    lane: Option<String>,
+    milestone: Option<String>,
+    property: Option<String>,
+}
+
+pub(super) async fn steps(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<FacetQuery>,
+) -> Response {
+    let v = match viewer(&s, &headers).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let f = Filters {
+        template: None,
+        lane: q.lane.clone(),
+        milestone: q.milestone.clone(),
+        property: q.property.clone(),
+    };
+    let filter = match f.to_store() {
+        Ok(filter) => filter,
+        Err(e) => return failure(&e),
+    };
+    let rows = match s
+        .store
+        .steps_in(&q.template, &q.step, &q.status, &filter, 500)
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => return failure(&e.to_string()),
+    };
+    let acts = v.role >= Role::Robot;
+    let narrowed = if filter.narrows() {
+        let mut parts = Vec::new();
+        if let Some(l) = &filter.lane {
+            parts.push(format!("lane <b>{}</b>", esc(l)));
+        }
+        if let Some(m) = &filter.milestone {
+            parts.push(format!("reached <b>{}</b>", esc(m)));
+        }
+        if let Some((k, val)) = &filter.property {
+            parts.push(format!("<b>{}</b> = <b>{}</b>", esc(k), esc(val)));
+        }
+        format!(", {}", parts.join(", "))
+    } else {
+        String::new()
+    };
+    let here = format!(
+        "/ui/steps?template={}&step={}&status={}{}",
+        enc(&q.template),
+        enc(&q.step),
+        enc(&q.status),
+        f.query()
+    );
+    let mut body = format!(
+        "<p id=summary>{} steps of <b>{}:{}</b> in <b>{}</b>{narrowed} (most recently changed first).</p>",
+        rows.len(),
+        esc(&q.template),
+        esc(&q.step),
+        esc(&q.status)
+    );
+    if acts {
+        let _ = write!(
+            body,
+            "<form method=post action=/ui/steps/act id=act onsubmit=\"const n=this.querySelectorAll('input[name=id]:checked').length;return n>0&&confirm(this.dataset.verb+' '+n+' steps?')\"><input type=hidden name=csrf value=\"{}\"><input type=hidden name=back value=\"{}\">",
+            esc(&v.csrf),
+            esc(&here)
+        );
+        body.push_str("<p><label><input type=checkbox id=all onclick=\"for(const b of document.querySelectorAll('input[name=id]'))b.checked=this.checked\"> all</label> <button name=action value=retry id=retry onclick=\"this.form.dataset.verb='Retry'\">Retry chosen</button> <button name=action value=skip id=skip onclick=\"this.form.dataset.verb='Skip'\">Skip chosen</button> <label>priority <input name=priority id=priority type=number value=100 style=width:6em></label> <button name=action value=prioritize id=prioritize onclick=\"this.form.dataset.verb='Prioritize'\">Prioritize chosen</button></p>");
+    }
+    body.push_str("<table><thead><tr><th></th><th scope=col>object</th><th scope=col>step</th><th scope=col>lane</th><th scope=col class=n>attempts</th><th scope=col>message</th><th scope=col>changed</th></tr></thead><tbody>");
+    for r in &rows {
+        let check = if acts {
+            format!(
+                "<input type=checkbox name=id value={} aria-label=\"choose {}\">",
+                r.id,
+                esc(&r.object_id)
+            )
+        } else {
+            String::new()
+        };
+        let _ = write!(
+            body,
+            "<tr><td>{check}</td><td><a href=\"/ui/objects/{}\">{}</a></td><td>{}</td><td>{}</td><td class=n>{}/{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&enc(&r.object_id)),
+            esc(&r.object_id),
+            esc(&r.name),
+            esc(&r.lane),
+            r.attempts,
+            r.max_attempts,
+            esc(r
+                .error_message
+                .as_deref()
+                .or(r.note.as_deref())
+                .unwrap_or("")),
+            r.updated_at.format("%Y-%m-%d %H:%M:%S")
+        );
+    }
+    body.push_str("</tbody></table>");
+    if acts {
+        body.push_str("</form>");
+    }
+    page(
+        &format!("{}:{} {}", q.template, q.step, q.status),
+        Some(&v),
+        &body,
+    )
+    .into_response()
+}

@@ -1,0 +1,120 @@
+//! Counts: steps per template, step and status, and completions and failures per minute,
+//! kept from what each statement changes (migrations/0014_step_counts.sql) rather than
+//! counted by scanning `steps`.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::{Facet, Result, Store};
+
+/// Completed steps and failed attempts of one template in one minute.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct Throughput {
+    pub minute: DateTime<Utc>,
+    pub template: String,
+    pub completed: i64,
+    pub failed: i64,
+}
+
+/// What the overview narrows to: a template, a lane, objects that reached a milestone,
+/// objects whose property `.0` reads `.1` (as text, so `barcode=3610…` matches the string).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FacetFilter {
+    pub template: Option<String>,
+    pub lane: Option<String>,
+    pub milestone: Option<String>,
+    pub property: Option<(String, String)>,
+}
+
+impl FacetFilter {
+    /// Whether anything but the template narrows it (then the counts cannot answer).
+    pub fn narrows(&self) -> bool {
+        self.lane.is_some() || self.milestone.is_some() || self.property.is_some()
+    }
+
+    pub(super) fn property_parts(&self) -> (Option<&str>, Option<&str>) {
+        match &self.property {
+            Some((k, v)) => (Some(k.as_str()), Some(v.as_str())),
+            None => (None, None),
+        }
+    }
+}
+
+impl Store {
+    /// Facets within `filter`: from the counts when only a template narrows them, else by
+    /// counting the steps that match (a lane, a milestone or a property narrows the scan).
+    pub async fn facets_where(&self, filter: &FacetFilter) -> Result<Vec<Facet>> {
+        if !filter.narrows() {
+            return self.facets(filter.template.as_deref()).await;
+        }
+        let (key, value) = filter.property_parts();
+        let rows = sqlx::query_as(
+            "select template, name as step, status, count(*) as count
+               from workdo.steps s
+              where active and ($1::text is null or template = $1)
+                and ($2::text is null or lane = $2)
+                and ($3::text is null or exists (select 1 from workdo.milestones m
+                                                  where m.object_id = s.object_id and m.name = $3))
+                and ($4::text is null or exists (select 1 from workdo.objects o
+                                                  where o.id = s.object_id
+                                                    and o.properties ->> $4 = $5))
+              group by template, name, status
+              order by template, min(min(id)) over (partition by template, name), status",
+        )
+        .bind(filter.template.as_deref())
+        .bind(filter.lane.as_deref())
+        .bind(filter.milestone.as_deref())
+        .bind(key)
+        .bind(value)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows)
+    }
+
+    /// Template × step × status counts over active steps, from the counts the triggers keep
+    /// (migrations/0014_step_counts.sql): folded counts plus the deltas not folded yet, exact
+    /// at this statement's snapshot; no scan of `steps`.
+    pub async fn facets(&self, template: Option<&str>) -> Result<Vec<Facet>> {
+        self.step_counts_rollup().await?;
+        let rows = sqlx::query_as(
+            "select template, name as step, status, sum(n)::bigint as count
+               from (select template, name, status, n, first_id from workdo.step_counts
+                     union all
+                     select template, name, status, n, first_id from workdo.step_count_deltas) c
+              where ($1::text is null or template = $1)
+              group by template, name, status
+             having sum(n) <> 0
+              order by template, min(min(first_id)) over (partition by template, name), status",
+        )
+        .bind(template)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows)
+    }
+
+    /// Fold the step-count deltas committed so far into the counts and the throughput table;
+    /// how many delta rows were folded, or `None` when another session was folding.
+    pub async fn step_counts_rollup(&self) -> Result<Option<i64>> {
+        Ok(sqlx::query_scalar("select workdo.step_counts_rollup()")
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    /// Completed and failed attempts per minute and template over the last `minutes`
+    /// minutes, oldest first (minutes with neither are absent).
+    pub async fn throughput(&self, minutes: i32) -> Result<Vec<Throughput>> {
+        self.step_counts_rollup().await?;
+        let rows = sqlx::query_as(
+            "select minute, template, sum(completed)::bigint as completed,
+                    sum(failed)::bigint as failed
+               from workdo.step_throughput
+              where minute >= date_trunc('minute', now()) - make_interval(mins => $1)
+              group by minute, template
+              order by minute, template",
+        )
+        .bind(minutes)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows)
+    }
+}
