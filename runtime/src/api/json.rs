@@ -1,4 +1,5 @@
-//! The JSON API under `/api`.
+//! The JSON API under `/api`: templates and objects (workflows, steps and queues are in
+//! `work.rs`).
 
 use std::collections::BTreeMap;
 
@@ -8,16 +9,14 @@ use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
-use chrono::{DateTime, Utc};
+use axum::routing::{get, post};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::{
-    ApiError, ApiResult, AppState, Caller, int_param, json_body, param, query_pairs, split_step,
-};
+use super::bodies::{EventsPage, ObjectCreated, TemplateLoaded};
+use super::{ApiError, ApiResult, AppState, Caller, int_param, json_body, param, query_pairs};
 use crate::model::template::{self, Format};
-use crate::store::{Role, Saved, SetRequest, StartRequest, StepFilter};
+use crate::store::{Milestone, ObjectView, Role, Saved, TemplateRow};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -27,36 +26,29 @@ pub fn router() -> Router<AppState> {
         .route("/api/objects/{id}", get(object_show).patch(object_update))
         .route("/api/objects/{id}/lifecycle", get(object_lifecycle))
         .route("/api/objects/{id}/events", get(object_events))
-        .route("/api/workflows", post(workflows_start))
-        .route(
-            "/api/workflows/{id}",
-            get(workflow_show).delete(workflow_delete),
-        )
-        .route("/api/workflows/{id}/events", get(workflow_events))
-        .route("/api/steps/{object}/{template}/{step}", put(step_update))
-        .route("/api/queues/{template}/{step}", get(queue))
-        .route("/api/queues/{template}/{step}/errors", get(queue_errors))
-        .route("/api/facets", get(facets))
-        .route("/api/priority", post(priority))
-        .route("/api/retry", post(retry))
 }
 
-async fn templates_list(State(s): State<AppState>, _c: Caller) -> ApiResult<Json<Value>> {
-    let rows = s.store.template_list().await?;
-    Ok(Json(json!(rows)))
+#[utoipa::path(get, path = "/api/templates", tag = "templates", responses((status = 200, description = "The current version of every template", body = Vec<TemplateRow>)))]
+pub(super) async fn templates_list(
+    State(s): State<AppState>,
+    _c: Caller,
+) -> ApiResult<Json<Vec<TemplateRow>>> {
+    Ok(Json(s.store.template_list().await?))
 }
 
-async fn template_show(
+#[utoipa::path(get, path = "/api/templates/{name}", tag = "templates", params(("name" = String, Path)), responses((status = 200, description = "The current version", body = TemplateRow)))]
+pub(super) async fn template_show(
     State(s): State<AppState>,
     _c: Caller,
     Path(name): Path<String>,
-) -> ApiResult<Json<Value>> {
-    Ok(Json(json!(s.store.template_current(&name).await?)))
+) -> ApiResult<Json<TemplateRow>> {
+    Ok(Json(s.store.template_current(&name).await?))
 }
 
 /// Load a new template version: the body is the YAML or XML source; `?format=` or the
 /// Content-Type says which.
-async fn template_load(
+#[utoipa::path(post, path = "/api/templates", tag = "templates", params(("format" = Option<String>, Query, description = "yaml or xml (else from the Content-Type)"), ("origin" = Option<String>, Query, description = "where it came from, for messages")), request_body(content = String, content_type = "application/yaml", description = "The template's YAML (or, with format=xml, its WorkDo XML) source"), responses((status = 201, description = "A new version, now current", body = TemplateLoaded), (status = 200, description = "A version already stored (made current again if it was not)", body = TemplateLoaded)))]
+pub(super) async fn template_load(
     State(s): State<AppState>,
     c: Caller,
     RawQuery(q): RawQuery,
@@ -97,31 +89,45 @@ async fn template_load(
     } else {
         StatusCode::OK
     };
-    let mut body = json!({"id": id, "name": loaded.template.name, "sha256": loaded.sha256,
-                          "new": created, "saved": saved.as_str()});
-    if let Saved::MadeCurrent { loaded_at } = saved {
-        body["first_loaded_at"] = json!(loaded_at);
-    }
+    let body = TemplateLoaded {
+        id,
+        name: loaded.template.name,
+        sha256: loaded.sha256,
+        new: created,
+        saved: saved.as_str().to_string(),
+        first_loaded_at: match saved {
+            Saved::MadeCurrent { loaded_at } => Some(loaded_at),
+            _ => None,
+        },
+    };
     Ok((status, Json(body)).into_response())
 }
 
 /// An object id from a request in its one spelling, or a 400 saying what is wrong with it.
-fn oid(text: &str) -> ApiResult<String> {
+pub(super) fn oid(text: &str) -> ApiResult<String> {
     crate::model::object_id::normalize(text).map_err(ApiError::bad_request)
 }
 
-#[derive(Deserialize)]
+/// An object: its id (in the URL for PATCH), properties to merge (`null` removes one) and
+/// documents to replace.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ObjectBody {
+pub(super) struct ObjectBody {
     #[serde(default)]
     id: Option<String>,
     #[serde(default)]
+    #[schema(value_type = Object)]
     properties: BTreeMap<String, Value>,
     #[serde(default)]
     documents: BTreeMap<String, String>,
 }
 
-async fn object_create(State(s): State<AppState>, c: Caller, body: Bytes) -> ApiResult<Response> {
+#[utoipa::path(post, path = "/api/objects", tag = "objects", request_body = ObjectBody, responses((status = 201, description = "Registered", body = ObjectCreated), (status = 200, description = "It existed: properties merged, documents replaced", body = ObjectCreated)))]
+pub(super) async fn object_create(
+    State(s): State<AppState>,
+    c: Caller,
+    body: Bytes,
+) -> ApiResult<Response> {
     c.require(Role::Robot)?;
     let b: ObjectBody = json_body(&body)?;
     let id = oid(&b
@@ -136,15 +142,16 @@ async fn object_create(State(s): State<AppState>, c: Caller, body: Bytes) -> Api
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(json!({"id": id, "created": created}))).into_response())
+    Ok((status, Json(ObjectCreated { id, created })).into_response())
 }
 
-async fn object_update(
+#[utoipa::path(patch, path = "/api/objects/{id}", tag = "objects", params(("id" = String, Path)), request_body = ObjectBody, responses((status = 200, description = "The object after the change", body = ObjectView)))]
+pub(super) async fn object_update(
     State(s): State<AppState>,
     c: Caller,
     Path(id): Path<String>,
     body: Bytes,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ObjectView>> {
     let id = oid(&id)?;
     c.require(Role::Robot)?;
     let b: ObjectBody = json_body(&body)?;
@@ -154,43 +161,46 @@ async fn object_update(
     s.store
         .object_put(&id, &b.properties, &b.documents, "api")
         .await?;
-    Ok(Json(json!(s.store.object_view(&id, 0).await?)))
+    Ok(Json(s.store.object_view(&id, 0).await?))
 }
 
-async fn object_show(
+#[utoipa::path(get, path = "/api/objects/{id}", tag = "objects", params(("id" = String, Path)), responses((status = 200, description = "Properties, documents, workflows with their steps, milestones, the last 20 events", body = ObjectView)))]
+pub(super) async fn object_show(
     State(s): State<AppState>,
     _c: Caller,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ObjectView>> {
     let id = oid(&id)?;
-    Ok(Json(json!(s.store.object_view(&id, 20).await?)))
+    Ok(Json(s.store.object_view(&id, 20).await?))
 }
 
-async fn object_lifecycle(
+#[utoipa::path(get, path = "/api/objects/{id}/lifecycle", tag = "objects", params(("id" = String, Path)), responses((status = 200, description = "Milestones, oldest first", body = Vec<Milestone>)))]
+pub(super) async fn object_lifecycle(
     State(s): State<AppState>,
     _c: Caller,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Vec<Milestone>>> {
     let id = oid(&id)?;
     if !s.store.object_exists(&id).await? {
         return Err(ApiError::not_found(format!("no object {id:?}")));
     }
-    Ok(Json(json!(s.store.milestones(&id).await?)))
+    Ok(Json(s.store.milestones(&id).await?))
 }
 
-fn page(pairs: &[(String, String)]) -> ApiResult<(i64, i64)> {
+pub(super) fn page(pairs: &[(String, String)]) -> ApiResult<(i64, i64)> {
     Ok((
         int_param(pairs, "after")?.unwrap_or(0),
         int_param(pairs, "limit")?.unwrap_or(100),
     ))
 }
 
-async fn object_events(
+#[utoipa::path(get, path = "/api/objects/{id}/events", tag = "objects", params(("id" = String, Path), ("after" = Option<i64>, Query, description = "event id to continue after (next_after of the last page)"), ("limit" = Option<i64>, Query, description = "at most 1000")), responses((status = 200, description = "Events, oldest first", body = EventsPage)))]
+pub(super) async fn object_events(
     State(s): State<AppState>,
     _c: Caller,
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<EventsPage>> {
     let id = oid(&id)?;
     let pairs = query_pairs(q.as_deref())?;
     let (after, limit) = page(&pairs)?;
@@ -198,270 +208,6 @@ async fn object_events(
         return Err(ApiError::not_found(format!("no object {id:?}")));
     }
     let events = s.store.events(Some(&id), None, after, limit).await?;
-    let next = events.last().map(|e| e.id);
-    Ok(Json(json!({"events": events, "next_after": next})))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StartBody {
-    template: String,
-    objects: Vec<String>,
-    #[serde(default)]
-    version: Option<i32>,
-    #[serde(default)]
-    priority: i32,
-    #[serde(default)]
-    lane: Option<String>,
-    #[serde(default)]
-    start_at: Option<DateTime<Utc>>,
-    #[serde(default)]
-    context: Option<Value>,
-}
-
-async fn workflows_start(State(s): State<AppState>, c: Caller, body: Bytes) -> ApiResult<Response> {
-    c.require(Role::Robot)?;
-    let b: StartBody = json_body(&body)?;
-    if b.objects.is_empty() {
-        return Err(ApiError::bad_request("`objects` is empty"));
-    }
-    // A machine may say who starts it.
-    if let Ok(t) = s.store.template_current(&b.template).await
-        && let Some(m) = &t.spec.machine
-        && !m.access.clone().unwrap_or_default().may_start(c.0.as_str())
-    {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            format!("a {} token may not start {}", c.0.as_str(), b.template),
-        ));
-    }
-    let req = StartRequest {
-        template: b.template,
-        objects: b.objects,
-        version: b.version,
-        priority: b.priority,
-        lane: b.lane.unwrap_or_else(|| "default".into()),
-        start_at: b.start_at,
-        context: b.context.unwrap_or_else(|| json!({})),
-        actor: format!("api:{}", c.0.as_str()),
-        parent: None,
-    };
-    let started = s.store.workflow_start(&req).await?;
-    Ok((StatusCode::CREATED, Json(json!(started))).into_response())
-}
-
-fn workflow_id(text: &str) -> ApiResult<i64> {
-    text.parse()
-        .map_err(|_| ApiError::bad_request(format!("workflow id {text:?} is not a number")))
-}
-
-async fn workflow_show(
-    State(s): State<AppState>,
-    _c: Caller,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
-    let id = workflow_id(&id)?;
-    let view = s
-        .store
-        .workflow_view(id)
-        .await
-        .map_err(|_| ApiError::not_found(format!("no workflow {id}")))?;
-    Ok(Json(json!(view)))
-}
-
-async fn workflow_delete(
-    State(s): State<AppState>,
-    c: Caller,
-    Path(id): Path<String>,
-) -> ApiResult<StatusCode> {
-    c.require(Role::Admin)?;
-    let id = workflow_id(&id)?;
-    let view = s
-        .store
-        .workflow_view(id)
-        .await
-        .map_err(|_| ApiError::not_found(format!("no workflow {id}")))?;
-    let object = view
-        .steps
-        .first()
-        .map(|st| st.object_id.clone())
-        .unwrap_or_default();
-    s.store
-        .workflow_delete(
-            &object,
-            Some(&view.workflow.template),
-            Some(view.workflow.version),
-            "api",
-        )
-        .await?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
-async fn workflow_events(
-    State(s): State<AppState>,
-    _c: Caller,
-    Path(id): Path<String>,
-    RawQuery(q): RawQuery,
-) -> ApiResult<Json<Value>> {
-    let id = workflow_id(&id)?;
-    let pairs = query_pairs(q.as_deref())?;
-    let (after, limit) = page(&pairs)?;
-    let events = s.store.events(None, Some(id), after, limit).await?;
-    let next = events.last().map(|e| e.id);
-    Ok(Json(json!({"events": events, "next_after": next})))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StepBody {
-    status: String,
-    #[serde(default)]
-    note: Option<String>,
-    #[serde(default)]
-    message: Option<String>,
-    #[serde(default)]
-    text: Option<String>,
-    #[serde(default)]
-    lifecycle: Option<String>,
-    #[serde(default)]
-    elapsed: Option<f64>,
-    #[serde(default)]
-    current_status: Option<String>,
-    #[serde(default)]
-    version: Option<i32>,
-}
-
-async fn step_update(
-    State(s): State<AppState>,
-    c: Caller,
-    Path((object, template, step)): Path<(String, String, String)>,
-    body: Bytes,
-) -> ApiResult<Json<Value>> {
-    c.require(Role::Robot)?;
-    let b: StepBody = json_body(&body)?;
-    let req = SetRequest {
-        object: oid(&object)?,
-        template,
-        step,
-        status: b.status,
-        note: b.note,
-        error_message: b.message,
-        error_text: b.text,
-        lifecycle: b.lifecycle,
-        elapsed: b.elapsed,
-        current_status: b.current_status,
-        version: b.version,
-        actor: format!("api:{}", c.0.as_str()),
-    };
-    Ok(Json(json!(s.store.step_set(&req).await?)))
-}
-
-async fn queue(
-    State(s): State<AppState>,
-    _c: Caller,
-    Path((template, step)): Path<(String, String)>,
-    RawQuery(q): RawQuery,
-) -> ApiResult<Json<Value>> {
-    let pairs = query_pairs(q.as_deref())?;
-    s.store.step_known(&template, &step).await?;
-    let completed = pairs
-        .iter()
-        .filter(|(k, _)| k == "completed")
-        .map(|(_, v)| split_step(v))
-        .collect::<ApiResult<Vec<_>>>()?;
-    let limit = int_param(&pairs, "limit")?.unwrap_or(100);
-    let rows = s
-        .store
-        .queue_waiting(&template, &step, &completed, param(&pairs, "lane"), limit)
-        .await?;
-    Ok(Json(json!(rows)))
-}
-
-async fn queue_errors(
-    State(s): State<AppState>,
-    _c: Caller,
-    Path((template, step)): Path<(String, String)>,
-    RawQuery(q): RawQuery,
-) -> ApiResult<Json<Value>> {
-    let pairs = query_pairs(q.as_deref())?;
-    s.store.step_known(&template, &step).await?;
-    let limit = int_param(&pairs, "limit")?.unwrap_or(100);
-    Ok(Json(json!(
-        s.store.queue_errors(&template, &step, limit).await?
-    )))
-}
-
-async fn facets(
-    State(s): State<AppState>,
-    _c: Caller,
-    RawQuery(q): RawQuery,
-) -> ApiResult<Json<Value>> {
-    let pairs = query_pairs(q.as_deref())?;
-    Ok(Json(json!(
-        s.store.facets(param(&pairs, "template")).await?
-    )))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PriorityBody {
-    priority: i32,
-    #[serde(default)]
-    object: Option<String>,
-    #[serde(default)]
-    template: Option<String>,
-    #[serde(default)]
-    step: Option<String>,
-    #[serde(default)]
-    workflow: Option<i64>,
-}
-
-async fn priority(State(s): State<AppState>, c: Caller, body: Bytes) -> ApiResult<Json<Value>> {
-    c.require(Role::Admin)?;
-    let b: PriorityBody = json_body(&body)?;
-    if b.object.is_none() && b.template.is_none() && b.step.is_none() && b.workflow.is_none() {
-        return Err(ApiError::bad_request(
-            "name at least one of object, template, step or workflow",
-        ));
-    }
-    let filter = StepFilter {
-        object: b.object.as_deref().map(oid).transpose()?,
-        workflow: b.workflow,
-        template: b.template,
-        step: b.step,
-        ..StepFilter::default()
-    };
-    let n = s
-        .store
-        .steps_prioritize(&filter, b.priority, &format!("api:{}", c.0.as_str()))
-        .await?;
-    Ok(Json(json!({"steps": n, "priority": b.priority})))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RetryBody {
-    #[serde(default)]
-    object: Option<String>,
-    #[serde(default)]
-    template: Option<String>,
-    #[serde(default)]
-    step: Option<String>,
-}
-
-/// Put steps in error back in the queue with fresh attempts.
-async fn retry(State(s): State<AppState>, c: Caller, body: Bytes) -> ApiResult<Json<Value>> {
-    c.require(Role::Robot)?;
-    let b: RetryBody = json_body(&body)?;
-    let filter = StepFilter {
-        object: b.object.as_deref().map(oid).transpose()?,
-        template: b.template,
-        step: b.step,
-        ..StepFilter::default()
-    };
-    let n = s
-        .store
-        .steps_retry(&filter, &format!("api:{}", c.0.as_str()))
-        .await?;
-    Ok(Json(json!({"steps": n})))
+    let next_after = events.last().map(|e| e.id);
+    Ok(Json(EventsPage { events, next_after }))
 }

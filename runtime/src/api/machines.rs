@@ -13,7 +13,8 @@ use axum::routing::post;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ApiError, ApiResult, AppState, Caller, json_body};
+use super::{ApiError, ApiResult, AppState, Caller, ErrorBody, json_body};
+use crate::store::Signalled;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -24,32 +25,36 @@ pub fn router() -> Router<AppState> {
         )
 }
 
-#[derive(Deserialize)]
+/// A signal and its data (the transition's `${data.…}`).
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct SignalBody {
+pub(super) struct SignalBody {
     signal: String,
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     data: Option<Value>,
 }
 
-async fn by_id(
+#[utoipa::path(post, path = "/api/workflows/{id}/signals", tag = "machines", params(("id" = i64, Path)), request_body = SignalBody, responses((status = 200, description = "The transition taken, and the signals the job sent itself after it", body = Signalled), (status = 409, description = "Not accepted in the job's state, or a failing action rolled the transition back; nothing changed", body = ErrorBody)))]
+pub(super) async fn by_id(
     State(s): State<AppState>,
     c: Caller,
     Path(id): Path<String>,
     body: Bytes,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<Signalled>)> {
     let id: i64 = id
         .parse()
         .map_err(|_| ApiError::bad_request(format!("workflow id {id:?} is not a number")))?;
     deliver(&s, c, id, &body).await
 }
 
-async fn by_object(
+#[utoipa::path(post, path = "/api/objects/{object}/workflows/{template}/signals", tag = "machines", params(("object" = String, Path), ("template" = String, Path)), request_body = SignalBody, responses((status = 200, description = "As /api/workflows/{id}/signals", body = Signalled), (status = 409, description = "Not accepted, or rolled back; nothing changed", body = ErrorBody)))]
+pub(super) async fn by_object(
     State(s): State<AppState>,
     c: Caller,
     Path((object, template)): Path<(String, String)>,
     body: Bytes,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<Signalled>)> {
     let object = crate::model::object_id::normalize(&object).map_err(ApiError::bad_request)?;
     let id = s.store.machine_job(&object, &template).await?;
     deliver(&s, c, id, &body).await
@@ -60,7 +65,7 @@ async fn deliver(
     c: Caller,
     id: i64,
     body: &Bytes,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<Signalled>)> {
     let b: SignalBody = json_body(body)?;
     let forbidden = |m: String| ApiError::new(StatusCode::FORBIDDEN, m);
     match &c.1 {
@@ -102,5 +107,5 @@ async fn deliver(
         None => format!("api:{}", c.0.as_str()),
     };
     let done = s.store.machine_signal(id, &b.signal, &data, &actor).await?;
-    Ok((StatusCode::OK, Json(json!(done))))
+    Ok((StatusCode::OK, Json(done)))
 }

@@ -4,10 +4,12 @@
 //! decides what it may do.
 
 mod admin;
+mod bodies;
 mod input;
 mod json;
 mod machines;
 mod openapi;
+mod work;
 mod workdo;
 
 use std::net::SocketAddr;
@@ -23,6 +25,8 @@ use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use crate::store::{Role, Store, StoreError};
+
+use bodies::ErrorBody;
 
 /// Largest request body accepted (templates included).
 pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
@@ -45,10 +49,11 @@ pub struct AppState {
 /// The whole API as a router, for serving and for in-process tests.
 pub fn app(state: AppState) -> Router {
     Router::new()
-        .route("/health", get(|| async { "ok" }))
+        .route("/health", get(openapi::health))
         .merge(admin::router())
         .route("/openapi.json", get(openapi::document))
         .merge(json::router())
+        .merge(work::router())
         .merge(machines::router())
         .merge(workdo::router())
         .layer(DefaultBodyLimit::max(DEFAULT_BODY_LIMIT))
@@ -179,7 +184,9 @@ impl From<StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({ "error": self.message });
+        let body = ErrorBody {
+            error: self.message,
+        };
         (self.status, axum::Json(body)).into_response()
     }
 }

@@ -11,7 +11,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde_json::{Value, json};
 
-use super::{ApiError, ApiResult, AppState, Caller, int_param, param, query_pairs, split_step};
+use super::bodies::{NextSteps, Process, Processes};
+use super::{
+    ApiError, ApiResult, AppState, Caller, ErrorBody, int_param, param, query_pairs, split_step,
+};
 use crate::model::status::Status;
 use crate::store::{Role, SetRequest, StartRequest, StepRow, StoreError, WorkflowView};
 
@@ -108,7 +111,8 @@ fn workflow_xml(out: &mut String, object: &str, template: &str, views: &[&Workfl
     out.push_str("</workflow>");
 }
 
-async fn workflows_of_object(
+#[utoipa::path(get, path = "/objects/{druid}/workflows", tag = "workflow service", params(("druid" = String, Path)), responses((status = 200, description = "<workflows> of the object", content_type = "application/xml", body = String)))]
+pub(super) async fn workflows_of_object(
     State(s): State<AppState>,
     _c: Caller,
     Path(d): Path<String>,
@@ -133,7 +137,8 @@ async fn workflows_of_object(
     Ok(xml(out))
 }
 
-async fn workflow_of_object(
+#[utoipa::path(get, path = "/objects/{druid}/workflows/{workflow}", tag = "workflow service", params(("druid" = String, Path), ("workflow" = String, Path)), responses((status = 200, description = "<workflow>", content_type = "application/xml", body = String)))]
+pub(super) async fn workflow_of_object(
     State(s): State<AppState>,
     _c: Caller,
     Path((d, workflow)): Path<(String, String)>,
@@ -156,7 +161,8 @@ async fn workflow_of_object(
 
 /// Create (or re-create) the workflow's steps. `?version=N&lane-id=L`, optional JSON body
 /// `{"context": {…}}`. An unknown template is a 400 and creates nothing.
-async fn create(
+#[utoipa::path(post, path = "/objects/{druid}/workflows/{workflow}", tag = "workflow service", params(("druid" = String, Path), ("workflow" = String, Path), ("version" = Option<i32>, Query, description = "object version"), ("lane-id" = Option<String>, Query, description = "lane")), responses((status = 201, description = "Created (a re-POST replaces the steps)")))]
+pub(super) async fn create(
     State(s): State<AppState>,
     c: Caller,
     Path((d, workflow)): Path<(String, String)>,
@@ -194,13 +200,14 @@ async fn create(
 
 /// The WorkDo update call. Body: `<process name=… status=… elapsed=… lifecycle=… note=…
 /// errorMessage=… errorText=…/>`; optional `?current-status=S` precondition.
-async fn update_process(
+#[utoipa::path(put, path = "/objects/{druid}/workflows/{workflow}/{process}", tag = "workflow service", params(("druid" = String, Path), ("workflow" = String, Path), ("process" = String, Path), ("current-status" = Option<String>, Query, description = "precondition; 409 on mismatch"), ("version" = Option<i32>, Query, description = "object version")), request_body(content = String, content_type = "application/xml", description = "<process name= status= elapsed= lifecycle= note= errorMessage= errorText=/>"), responses((status = 200, description = "The steps that became ready", body = NextSteps), (status = 409, description = "current-status did not match; nothing changed", body = ErrorBody)))]
+pub(super) async fn update_process(
     State(s): State<AppState>,
     c: Caller,
     Path((d, workflow, process)): Path<(String, String, String)>,
     RawQuery(q): RawQuery,
     body: Bytes,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<NextSteps>> {
     c.require(Role::Robot)?;
     let object = druid(&d)?;
     let pairs = query_pairs(q.as_deref())?;
@@ -262,10 +269,13 @@ async fn update_process(
         actor: format!("api:{}", c.0.as_str()),
     };
     let outcome = s.store.step_set(&req).await?;
-    Ok(Json(json!({ "next_steps": outcome.next_steps })))
+    Ok(Json(NextSteps {
+        next_steps: outcome.next_steps,
+    }))
 }
 
-async fn skip_all(
+#[utoipa::path(post, path = "/objects/{druid}/workflows/{workflow}/skip-all", tag = "workflow service", params(("druid" = String, Path), ("workflow" = String, Path)), responses((status = 204, description = "Every unfinished step skipped, in one transaction")))]
+pub(super) async fn skip_all(
     State(s): State<AppState>,
     c: Caller,
     Path((d, workflow)): Path<(String, String)>,
@@ -288,7 +298,8 @@ async fn skip_all(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn delete_one(
+#[utoipa::path(delete, path = "/objects/{druid}/workflows/{workflow}", tag = "workflow service", params(("druid" = String, Path), ("workflow" = String, Path), ("version" = Option<i32>, Query, description = "object version")), responses((status = 204, description = "Deleted")))]
+pub(super) async fn delete_one(
     State(s): State<AppState>,
     c: Caller,
     Path((d, workflow)): Path<(String, String)>,
@@ -314,7 +325,8 @@ async fn delete_one(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn delete_all(
+#[utoipa::path(delete, path = "/objects/{druid}/workflows", tag = "workflow service", params(("druid" = String, Path)), responses((status = 204, description = "Every workflow of the object deleted")))]
+pub(super) async fn delete_all(
     State(s): State<AppState>,
     c: Caller,
     Path(d): Path<String>,
@@ -331,7 +343,8 @@ async fn delete_all(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn lifecycle(
+#[utoipa::path(get, path = "/objects/{druid}/lifecycle", tag = "workflow service", params(("druid" = String, Path)), responses((status = 200, description = "<lifecycle> milestones", content_type = "application/xml", body = String)))]
+pub(super) async fn lifecycle(
     State(s): State<AppState>,
     _c: Caller,
     Path(d): Path<String>,
@@ -355,7 +368,8 @@ async fn lifecycle(
 }
 
 /// `?waiting=WF:STEP&completed=WF:STEP…[&lane-id=L][&limit=N]`, or `?error=WF:STEP`.
-async fn workflow_queue(
+#[utoipa::path(get, path = "/workflow_queue", tag = "workflow service", params(("waiting" = Option<String>, Query, description = "WF:STEP"), ("completed" = Option<Vec<String>>, Query, description = "WF:STEP, repeatable"), ("error" = Option<String>, Query, description = "WF:STEP instead of waiting"), ("lane-id" = Option<String>, Query, description = "lane"), ("limit" = Option<i64>, Query, description = "default 1000")), responses((status = 200, description = "<objects> waiting at a step with its prerequisites completed, or in error", content_type = "application/xml", body = String)))]
+pub(super) async fn workflow_queue(
     State(s): State<AppState>,
     _c: Caller,
     RawQuery(q): RawQuery,
@@ -394,7 +408,8 @@ async fn workflow_queue(
     Ok(xml(out))
 }
 
-async fn lane_ids(
+#[utoipa::path(get, path = "/workflow_queue/lane_ids", tag = "workflow service", params(("step" = String, Query, description = "WF:STEP")), responses((status = 200, description = "<lanes> with queued work for the step", content_type = "application/xml", body = String)))]
+pub(super) async fn lane_ids(
     State(s): State<AppState>,
     _c: Caller,
     RawQuery(q): RawQuery,
@@ -411,7 +426,8 @@ async fn lane_ids(
 }
 
 /// Every step in a queue now, oldest first.
-async fn all_queued(
+#[utoipa::path(get, path = "/workflow_queue/all_queued", tag = "workflow service", params(("limit" = Option<i64>, Query, description = "default 1000")), responses((status = 200, description = "Every step in a queue now", content_type = "application/xml", body = String)))]
+pub(super) async fn all_queued(
     State(s): State<AppState>,
     _c: Caller,
     RawQuery(q): RawQuery,
@@ -438,7 +454,11 @@ async fn all_queued(
     Ok(xml(out))
 }
 
-async fn template_names(State(s): State<AppState>, _c: Caller) -> ApiResult<Json<Value>> {
+#[utoipa::path(get, path = "/workflow_templates", tag = "workflow service", responses((status = 200, description = "Template names", body = Vec<String>)))]
+pub(super) async fn template_names(
+    State(s): State<AppState>,
+    _c: Caller,
+) -> ApiResult<Json<Vec<String>>> {
     let names: Vec<String> = s
         .store
         .template_list()
@@ -446,28 +466,26 @@ async fn template_names(State(s): State<AppState>, _c: Caller) -> ApiResult<Json
         .into_iter()
         .map(|t| t.name)
         .collect();
-    Ok(Json(json!(names)))
+    Ok(Json(names))
 }
 
-async fn template_processes(
+#[utoipa::path(get, path = "/workflow_templates/{name}", tag = "workflow service", params(("name" = String, Path)), responses((status = 200, description = "The template's processes with their prerequisites", body = Processes)))]
+pub(super) async fn template_processes(
     State(s): State<AppState>,
     _c: Caller,
     Path(name): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Processes>> {
     let t = s.store.template_current(&name).await?;
-    let processes: Vec<Value> = t
+    let processes = t
         .spec
         .steps
         .iter()
-        .map(|p| {
-            let mut o = json!({ "name": p.name });
-            if !p.prereqs.is_empty() {
-                o["prerequisite"] = json!(p.prereqs);
-            }
-            o
+        .map(|p| Process {
+            name: p.name.clone(),
+            prerequisite: p.prereqs.clone(),
         })
         .collect();
-    Ok(Json(json!({ "processes": processes })))
+    Ok(Json(Processes { processes }))
 }
 
 #[cfg(test)]

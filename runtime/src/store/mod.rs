@@ -178,7 +178,7 @@ impl Store {
 }
 
 /// One step row, as every read returns it.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct StepRow {
     pub id: i64,
     pub workflow_id: i64,
@@ -212,6 +212,7 @@ pub struct StepRow {
     pub queue: Option<String>,
     /// Where a generated step came from: `{generator, bricklet, instance}`.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub generated: Option<serde_json::Value>,
 }
 

@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::{Result, StepRow, Store, StoreError};
 
 /// One object in a WorkDo-style queue.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct QueueEntry {
     pub object_id: String,
     pub version: i32,
@@ -18,7 +18,7 @@ pub struct QueueEntry {
 }
 
 /// Count of active steps per template, step and status (`scheduled` shown apart from `ready`).
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Facet {
     pub template: String,
     pub step: String,
@@ -26,7 +26,7 @@ pub struct Facet {
     pub count: i64,
 }
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct WorkflowRow {
     pub id: i64,
     pub template: String,
@@ -39,12 +39,13 @@ pub struct WorkflowRow {
     pub priority: i32,
     pub lane: String,
     pub start_at: DateTime<Utc>,
+    #[schema(value_type = Object)]
     pub context: Value,
     pub created_at: DateTime<Utc>,
     pub completed_at: Option<DateTime<Utc>>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct WorkflowView {
     #[serde(flatten)]
     pub workflow: WorkflowRow,
@@ -54,14 +55,14 @@ pub struct WorkflowView {
     pub machine: Option<super::MachineView>,
 }
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Milestone {
     pub name: String,
     pub version: i32,
     pub at: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct EventRow {
     pub id: i64,
     pub at: DateTime<Utc>,
@@ -73,14 +74,16 @@ pub struct EventRow {
     pub status: Option<String>,
     pub attempt: Option<i32>,
     pub actor: Option<String>,
+    #[schema(value_type = Option<Object>)]
     pub detail: Option<Value>,
 }
 
 /// Everything about one object.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ObjectView {
     pub id: String,
     pub version: i32,
+    #[schema(value_type = Object)]
     pub properties: Value,
     pub documents: Vec<String>,
     pub workflows: Vec<WorkflowView>,

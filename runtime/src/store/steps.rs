@@ -135,7 +135,7 @@ impl SetRequest {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct SetOutcome {
     pub step: StepRow,
     /// Steps of the workflow that became ready through this change.

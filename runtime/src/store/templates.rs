@@ -7,7 +7,7 @@ use super::{Result, Store, StoreError};
 use crate::model::template::{Loaded, Template};
 
 /// A stored template version.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct TemplateRow {
     pub id: i64,
     pub name: String,
@@ -19,6 +19,8 @@ pub struct TemplateRow {
     pub loaded_at: DateTime<Utc>,
     pub is_current: bool,
     pub versions: i64,
+    /// The parsed template: steps, or a machine's states, as the source declares them.
+    #[schema(value_type = Object)]
     pub spec: Template,
 }
 

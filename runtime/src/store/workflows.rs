@@ -45,7 +45,7 @@ impl StartRequest {
 }
 
 /// A workflow that was started.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Started {
     pub workflow_id: i64,
     pub object_id: String,

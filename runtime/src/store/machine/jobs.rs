@@ -15,15 +15,18 @@ use crate::store::{Result, Store, StoreError};
 type DueAlarm = (i64, i64, String, String, String, i32, DateTime<Utc>);
 
 /// A machine job as `show` and the API give it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct MachineView {
     pub state: String,
+    #[schema(value_type = Object)]
     pub variables: Value,
     /// The signals its state accepts (its own, then the global ones).
     pub accepts: Vec<String>,
     /// Alarms set and not yet fired or cancelled: `{signal, due_at, state}`.
+    #[schema(value_type = Vec<Object>)]
     pub alarms: Vec<Value>,
     /// Workflows it forked: `{workflow_id, template, object, status}`.
+    #[schema(value_type = Vec<Object>)]
     pub children: Vec<Value>,
     pub parent: Option<i64>,
 }

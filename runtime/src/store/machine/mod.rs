@@ -27,7 +27,7 @@ use actions::{Effects, write_record};
 pub const SIGNAL_CHANNEL: &str = "workdo_signal";
 
 /// What delivering a signal did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Signalled {
     pub workflow_id: i64,
     pub signal: String,
@@ -36,6 +36,7 @@ pub struct Signalled {
     /// The job reached a final state.
     pub finished: bool,
     /// Signals the job sent itself, taken after this one: (signal, the state it led to, or why not).
+    #[schema(value_type = Vec<Vec<String>>)]
     pub followed: Vec<(String, String)>,
 }
 

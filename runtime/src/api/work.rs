@@ -1,0 +1,325 @@
+//! The JSON API under `/api`: workflows, steps, queues, facets, priority and retry.
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::bodies::{EventsPage, Prioritized, Retried};
+use super::json::{oid, page};
+use super::{
+    ApiError, ApiResult, AppState, Caller, ErrorBody, int_param, json_body, param, query_pairs,
+    split_step,
+};
+use crate::store::{
+    Facet, QueueEntry, Role, SetOutcome, SetRequest, StartRequest, Started, StepFilter, StepRow,
+    WorkflowView,
+};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/workflows", post(workflows_start))
+        .route(
+            "/api/workflows/{id}",
+            get(workflow_show).delete(workflow_delete),
+        )
+        .route("/api/workflows/{id}/events", get(workflow_events))
+        .route("/api/steps/{object}/{template}/{step}", put(step_update))
+        .route("/api/queues/{template}/{step}", get(queue))
+        .route("/api/queues/{template}/{step}/errors", get(queue_errors))
+        .route("/api/facets", get(facets))
+        .route("/api/priority", post(priority))
+        .route("/api/retry", post(retry))
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct StartBody {
+    template: String,
+    objects: Vec<String>,
+    #[serde(default)]
+    version: Option<i32>,
+    #[serde(default)]
+    priority: i32,
+    #[serde(default)]
+    lane: Option<String>,
+    #[serde(default)]
+    start_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    context: Option<Value>,
+}
+
+#[utoipa::path(post, path = "/api/workflows", tag = "workflows", request_body = StartBody, responses((status = 201, description = "The workflows started, one per object", body = Vec<Started>)))]
+pub(super) async fn workflows_start(
+    State(s): State<AppState>,
+    c: Caller,
+    body: Bytes,
+) -> ApiResult<Response> {
+    c.require(Role::Robot)?;
+    let b: StartBody = json_body(&body)?;
+    if b.objects.is_empty() {
+        return Err(ApiError::bad_request("`objects` is empty"));
+    }
+    // A machine may say who starts it.
+    if let Ok(t) = s.store.template_current(&b.template).await
+        && let Some(m) = &t.spec.machine
+        && !m.access.clone().unwrap_or_default().may_start(c.0.as_str())
+    {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!("a {} token may not start {}", c.0.as_str(), b.template),
+        ));
+    }
+    let req = StartRequest {
+        template: b.template,
+        objects: b.objects,
+        version: b.version,
+        priority: b.priority,
+        lane: b.lane.unwrap_or_else(|| "default".into()),
+        start_at: b.start_at,
+        context: b.context.unwrap_or_else(|| json!({})),
+        actor: format!("api:{}", c.0.as_str()),
+        parent: None,
+    };
+    let started = s.store.workflow_start(&req).await?;
+    Ok((StatusCode::CREATED, Json(started)).into_response())
+}
+
+fn workflow_id(text: &str) -> ApiResult<i64> {
+    text.parse()
+        .map_err(|_| ApiError::bad_request(format!("workflow id {text:?} is not a number")))
+}
+
+#[utoipa::path(get, path = "/api/workflows/{id}", tag = "workflows", params(("id" = i64, Path)), responses((status = 200, description = "The workflow and its steps", body = WorkflowView)))]
+pub(super) async fn workflow_show(
+    State(s): State<AppState>,
+    _c: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<WorkflowView>> {
+    let id = workflow_id(&id)?;
+    let view = s
+        .store
+        .workflow_view(id)
+        .await
+        .map_err(|_| ApiError::not_found(format!("no workflow {id}")))?;
+    Ok(Json(view))
+}
+
+#[utoipa::path(delete, path = "/api/workflows/{id}", tag = "workflows", params(("id" = i64, Path)), responses((status = 204, description = "Deleted with its steps")))]
+pub(super) async fn workflow_delete(
+    State(s): State<AppState>,
+    c: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    c.require(Role::Admin)?;
+    let id = workflow_id(&id)?;
+    let view = s
+        .store
+        .workflow_view(id)
+        .await
+        .map_err(|_| ApiError::not_found(format!("no workflow {id}")))?;
+    let object = view
+        .steps
+        .first()
+        .map(|st| st.object_id.clone())
+        .unwrap_or_default();
+    s.store
+        .workflow_delete(
+            &object,
+            Some(&view.workflow.template),
+            Some(view.workflow.version),
+            "api",
+        )
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(get, path = "/api/workflows/{id}/events", tag = "workflows", params(("id" = i64, Path), ("after" = Option<i64>, Query, description = "event id to continue after"), ("limit" = Option<i64>, Query, description = "at most 1000")), responses((status = 200, description = "The workflow's events, oldest first", body = EventsPage)))]
+pub(super) async fn workflow_events(
+    State(s): State<AppState>,
+    _c: Caller,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<Json<EventsPage>> {
+    let id = workflow_id(&id)?;
+    let pairs = query_pairs(q.as_deref())?;
+    let (after, limit) = page(&pairs)?;
+    let events = s.store.events(None, Some(id), after, limit).await?;
+    let next_after = events.last().map(|e| e.id);
+    Ok(Json(EventsPage { events, next_after }))
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct StepBody {
+    status: String,
+    #[serde(default)]
+    note: Option<String>,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    lifecycle: Option<String>,
+    #[serde(default)]
+    elapsed: Option<f64>,
+    #[serde(default)]
+    current_status: Option<String>,
+    #[serde(default)]
+    version: Option<i32>,
+}
+
+#[utoipa::path(put, path = "/api/steps/{object}/{template}/{step}", tag = "steps", params(("object" = String, Path), ("template" = String, Path), ("step" = String, Path)), request_body = StepBody, responses((status = 200, description = "The step, and next_steps: those that became ready", body = SetOutcome), (status = 409, description = "current_status did not match, or the change is not allowed; nothing changed", body = ErrorBody)))]
+pub(super) async fn step_update(
+    State(s): State<AppState>,
+    c: Caller,
+    Path((object, template, step)): Path<(String, String, String)>,
+    body: Bytes,
+) -> ApiResult<Json<SetOutcome>> {
+    c.require(Role::Robot)?;
+    let b: StepBody = json_body(&body)?;
+    let req = SetRequest {
+        object: oid(&object)?,
+        template,
+        step,
+        status: b.status,
+        note: b.note,
+        error_message: b.message,
+        error_text: b.text,
+        lifecycle: b.lifecycle,
+        elapsed: b.elapsed,
+        current_status: b.current_status,
+        version: b.version,
+        actor: format!("api:{}", c.0.as_str()),
+    };
+    Ok(Json(s.store.step_set(&req).await?))
+}
+
+#[utoipa::path(get, path = "/api/queues/{template}/{step}", tag = "steps", params(("template" = String, Path), ("step" = String, Path), ("completed" = Option<Vec<String>>, Query, description = "TEMPLATE:STEP that must be completed, repeatable"), ("lane" = Option<String>, Query, description = "one lane"), ("limit" = Option<i64>, Query, description = "default 100")), responses((status = 200, description = "Objects waiting at the step whose `completed` steps are done", body = Vec<QueueEntry>)))]
+pub(super) async fn queue(
+    State(s): State<AppState>,
+    _c: Caller,
+    Path((template, step)): Path<(String, String)>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<Json<Vec<QueueEntry>>> {
+    let pairs = query_pairs(q.as_deref())?;
+    s.store.step_known(&template, &step).await?;
+    let completed = pairs
+        .iter()
+        .filter(|(k, _)| k == "completed")
+        .map(|(_, v)| split_step(v))
+        .collect::<ApiResult<Vec<_>>>()?;
+    let limit = int_param(&pairs, "limit")?.unwrap_or(100);
+    let rows = s
+        .store
+        .queue_waiting(&template, &step, &completed, param(&pairs, "lane"), limit)
+        .await?;
+    Ok(Json(rows))
+}
+
+#[utoipa::path(get, path = "/api/queues/{template}/{step}/errors", tag = "steps", params(("template" = String, Path), ("step" = String, Path), ("limit" = Option<i64>, Query, description = "default 100")), responses((status = 200, description = "Steps in error, most recent first", body = Vec<StepRow>)))]
+pub(super) async fn queue_errors(
+    State(s): State<AppState>,
+    _c: Caller,
+    Path((template, step)): Path<(String, String)>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<Json<Vec<StepRow>>> {
+    let pairs = query_pairs(q.as_deref())?;
+    s.store.step_known(&template, &step).await?;
+    let limit = int_param(&pairs, "limit")?.unwrap_or(100);
+    Ok(Json(s.store.queue_errors(&template, &step, limit).await?))
+}
+
+#[utoipa::path(get, path = "/api/facets", tag = "steps", params(("template" = Option<String>, Query, description = "one template")), responses((status = 200, description = "Active steps per template, step and status", body = Vec<Facet>)))]
+pub(super) async fn facets(
+    State(s): State<AppState>,
+    _c: Caller,
+    RawQuery(q): RawQuery,
+) -> ApiResult<Json<Vec<Facet>>> {
+    let pairs = query_pairs(q.as_deref())?;
+    Ok(Json(s.store.facets(param(&pairs, "template")).await?))
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PriorityBody {
+    priority: i32,
+    #[serde(default)]
+    object: Option<String>,
+    #[serde(default)]
+    template: Option<String>,
+    #[serde(default)]
+    step: Option<String>,
+    #[serde(default)]
+    workflow: Option<i64>,
+}
+
+#[utoipa::path(post, path = "/api/priority", tag = "steps", request_body = PriorityBody, responses((status = 200, description = "How many unfinished steps got the priority", body = Prioritized)))]
+pub(super) async fn priority(
+    State(s): State<AppState>,
+    c: Caller,
+    body: Bytes,
+) -> ApiResult<Json<Prioritized>> {
+    c.require(Role::Admin)?;
+    let b: PriorityBody = json_body(&body)?;
+    if b.object.is_none() && b.template.is_none() && b.step.is_none() && b.workflow.is_none() {
+        return Err(ApiError::bad_request(
+            "name at least one of object, template, step or workflow",
+        ));
+    }
+    let filter = StepFilter {
+        object: b.object.as_deref().map(oid).transpose()?,
+        workflow: b.workflow,
+        template: b.template,
+        step: b.step,
+        ..StepFilter::default()
+    };
+    let n = s
+        .store
+        .steps_prioritize(&filter, b.priority, &format!("api:{}", c.0.as_str()))
+        .await?;
+    Ok(Json(Prioritized {
+        steps: n,
+        priority: b.priority,
+    }))
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RetryBody {
+    #[serde(default)]
+    object: Option<String>,
+    #[serde(default)]
+    template: Option<String>,
+    #[serde(default)]
+    step: Option<String>,
+}
+
+/// Put steps in error back in the queue with fresh attempts.
+#[utoipa::path(post, path = "/api/retry", tag = "steps", request_body = RetryBody, responses((status = 200, description = "How many steps in error went back in the queue", body = Retried)))]
+pub(super) async fn retry(
+    State(s): State<AppState>,
+    c: Caller,
+    body: Bytes,
+) -> ApiResult<Json<Retried>> {
+    c.require(Role::Robot)?;
+    let b: RetryBody = json_body(&body)?;
+    let filter = StepFilter {
+        object: b.object.as_deref().map(oid).transpose()?,
+        template: b.template,
+        step: b.step,
+        ..StepFilter::default()
+    };
+    let n = s
+        .store
+        .steps_retry(&filter, &format!("api:{}", c.0.as_str()))
+        .await?;
+    Ok(Json(Retried { steps: n }))
+}

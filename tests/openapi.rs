@@ -1,0 +1,651 @@
+//! `/openapi.json` against what the server answers: every route the test calls (all of them,
+//! successes and failures) answers with a status the document lists for that operation, in
+//! the content type it names, and a JSON body the document's schema accepts (validated as
+//! JSON Schema 2020-12, as OpenAPI 3.1 defines it).
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::{GOOGLE_XML, db};
+use workdo::api::{Access, AppState, app};
+use workdo::store::Role;
+
+const WF: &str = "googleScannedBookWF";
+const DOOR: &str = "name: doorWF\nkind: machine\ninitial: Closed\nstates:\n  Closed:\n    on: { open: Open }\n  Open:\n    on: { close: Closed }\n";
+
+/// The operation of `doc` that serves `path` (most literal segments win: `skip-all` over
+/// `{process}`), as (template, operation).
+fn operation<'a>(doc: &'a Value, method: &Method, path: &str) -> Option<(String, &'a Value)> {
+    let path = path.split('?').next().unwrap_or(path);
+    let segs: Vec<&str> = path.split('/').collect();
+    let mut best: Option<(usize, &String)> = None;
+    for template in doc["paths"].as_object()?.keys() {
+        let t: Vec<&str> = template.split('/').collect();
+        if t.len() != segs.len() {
+            continue;
+        }
+        let mut literal = 0;
+        let fits = t.iter().zip(&segs).all(|(a, b)| {
+            if a.starts_with('{') {
+                true
+            } else {
+                literal += 1;
+                a == b
+            }
+        });
+        if fits && best.is_none_or(|(n, _)| literal > n) {
+            best = Some((literal, template));
+        }
+    }
+    let (_, template) = best?;
+    let op = &doc["paths"][template][method.as_str().to_lowercase()];
+    (!op.is_null()).then(|| (template.clone(), op))
+}
+
+struct Check {
+    base: String,
+    http: reqwest::Client,
+    doc: Value,
+    seen: BTreeSet<(String, String)>,
+}
+
+impl Check {
+    /// Call, and hold the answer to the document; the answer's status and body.
+    async fn call(
+        &mut self,
+        method: Method,
+        path: &str,
+        token: &str,
+        body: Option<(&str, String)>,
+    ) -> (u16, Value) {
+        let mut r = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.base));
+        if !token.is_empty() {
+            r = r.bearer_auth(token);
+        }
+        if let Some((ct, b)) = body {
+            r = r.header("content-type", ct).body(b);
+        }
+        let resp = r.send().await.expect("request");
+        let status = resp.status().as_u16();
+        let ct = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.split(';').next().unwrap_or(v).trim().to_string());
+        let text = resp.text().await.expect("body");
+        let what = format!("{method} {path} answered {status}");
+        let (template, op) = operation(&self.doc, &method, path)
+            .unwrap_or_else(|| panic!("{what}: no operation in the document"));
+        self.seen.insert((method.to_string(), template));
+        let response = &op["responses"][status.to_string()];
+        assert!(
+            !response.is_null(),
+            "{what}, which the document does not list (it lists {:?}): {text}",
+            op["responses"]
+                .as_object()
+                .map(|o| o.keys().collect::<Vec<_>>())
+        );
+        let response = match response["$ref"].as_str() {
+            Some(r) => &self.doc["components"]["responses"][r.rsplit('/').next().unwrap_or(r)],
+            None => response,
+        };
+        let Some(content) = response["content"].as_object() else {
+            assert!(
+                text.is_empty(),
+                "{what} with a body the document does not describe: {text}"
+            );
+            return (status, Value::Null);
+        };
+        let ct = ct.unwrap_or_else(|| panic!("{what} without a content type"));
+        let media = content
+            .get(&ct)
+            .unwrap_or_else(|| panic!("{what} as {ct}; the document says {:?}", content.keys()));
+        if ct != "application/json" {
+            return (status, Value::String(text));
+        }
+        let body: Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{what}: {e}: {text}"));
+        let mut schema = media["schema"].clone();
+        if let Some(o) = schema.as_object_mut() {
+            o.insert("components".into(), self.doc["components"].clone());
+        }
+        let validator = jsonschema::draft202012::new(&schema)
+            .unwrap_or_else(|e| panic!("{what}: the document's schema does not compile: {e}"));
+        let errors: Vec<String> = validator
+            .iter_errors(&body)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "{what}: the body does not fit the document: {errors:?}\n{body}"
+        );
+        (status, body)
+    }
+}
+
+#[tokio::test]
+async fn every_answer_matches_the_document() {
+    workdo::install_crypto();
+    let t = db().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let state = AppState {
+        store: t.store.clone(),
+        access: Access::Tokens,
+    };
+    tokio::spawn(async move { axum::serve(listener, app(state)).await });
+    let token = |role| {
+        let store = t.store.clone();
+        async move {
+            store
+                .token_create(role, "test", None)
+                .await
+                .expect("token")
+                .1
+        }
+    };
+    let (admin, robot, viewer) = (
+        token(Role::Admin).await,
+        token(Role::Robot).await,
+        token(Role::Viewer).await,
+    );
+    let doc: Value = reqwest::get(format!("{base}/openapi.json"))
+        .await
+        .expect("document")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(doc["openapi"], "3.1.0");
+    let mut c = Check {
+        base,
+        http: reqwest::Client::new(),
+        doc,
+        seen: BTreeSet::new(),
+    };
+    let (get, post, put, patch, delete) = (
+        Method::GET,
+        Method::POST,
+        Method::PUT,
+        Method::PATCH,
+        Method::DELETE,
+    );
+    let js = |v: Value| Some(("application/json", v.to_string()));
+    let d1 = "druid:bb123cd4567";
+    let d2 = "druid:bc234df5678";
+    let d3 = "druid:cd345fg6789";
+
+    c.call(get.clone(), "/health", "", None).await;
+    c.call(get.clone(), "/openapi.json", "", None).await;
+    let xml = Some(("application/xml", GOOGLE_XML.to_string()));
+    assert_eq!(
+        c.call(
+            post.clone(),
+            "/api/templates?format=xml",
+            &admin,
+            xml.clone()
+        )
+        .await
+        .0,
+        201
+    );
+    assert_eq!(
+        c.call(post.clone(), "/api/templates?format=xml", &admin, xml)
+            .await
+            .0,
+        200
+    );
+    let door = Some(("application/yaml", DOOR.to_string()));
+    assert_eq!(
+        c.call(post.clone(), "/api/templates", &admin, door).await.0,
+        201
+    );
+    assert_eq!(
+        c.call(
+            post.clone(),
+            "/api/templates",
+            &admin,
+            Some(("text/plain", "x".into()))
+        )
+        .await
+        .0,
+        400
+    );
+    c.call(get.clone(), "/api/templates", &viewer, None).await;
+    c.call(get.clone(), &format!("/api/templates/{WF}"), &viewer, None)
+        .await;
+    assert_eq!(
+        c.call(get.clone(), "/api/templates/nopeWF", &viewer, None)
+            .await
+            .0,
+        404
+    );
+
+    let obj = json!({"id": d1, "properties": {"barcode": "36105010362304123456"}, "documents": {"mods": "<mods/>"}});
+    assert_eq!(
+        c.call(post.clone(), "/api/objects", &robot, js(obj.clone()))
+            .await
+            .0,
+        201
+    );
+    assert_eq!(
+        c.call(post.clone(), "/api/objects", &robot, js(obj))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        c.call(
+            post.clone(),
+            "/api/objects",
+            &robot,
+            Some(("application/json", "{".into()))
+        )
+        .await
+        .0,
+        400
+    );
+    assert_eq!(
+        c.call(post.clone(), "/api/objects", &viewer, js(json!({"id": d1})))
+            .await
+            .0,
+        403
+    );
+    assert_eq!(
+        c.call(post.clone(), "/api/objects", "", js(json!({"id": d1})))
+            .await
+            .0,
+        401
+    );
+    let huge = "x".repeat(2 * 1024 * 1024);
+    assert_eq!(
+        c.call(
+            post.clone(),
+            "/api/objects",
+            &robot,
+            Some(("application/json", huge))
+        )
+        .await
+        .0,
+        413
+    );
+    c.call(
+        patch.clone(),
+        &format!("/api/objects/{d1}"),
+        &robot,
+        js(json!({"properties": {"rush": "yes"}})),
+    )
+    .await;
+    c.call(get.clone(), &format!("/api/objects/{d1}"), &viewer, None)
+        .await;
+    assert_eq!(
+        c.call(get.clone(), "/api/objects/druid:zz999zz9999", &viewer, None)
+            .await
+            .0,
+        404
+    );
+    c.call(
+        get.clone(),
+        &format!("/api/objects/{d1}/lifecycle"),
+        &viewer,
+        None,
+    )
+    .await;
+
+    let (status, started) = c
+        .call(
+            post.clone(),
+            "/api/workflows",
+            &robot,
+            js(json!({"template": WF, "objects": [d1], "lane": "rush", "context": {"a": 1}})),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let wf = started[0]["workflow_id"].as_i64().expect("a workflow id");
+    c.call(get.clone(), &format!("/api/workflows/{wf}"), &viewer, None)
+        .await;
+    assert_eq!(
+        c.call(get.clone(), "/api/workflows/nine", &viewer, None)
+            .await
+            .0,
+        400
+    );
+    c.call(
+        get.clone(),
+        &format!("/api/workflows/{wf}/events?limit=5"),
+        &viewer,
+        None,
+    )
+    .await;
+    c.call(
+        get.clone(),
+        &format!("/api/objects/{d1}/events?after=0&limit=3"),
+        &viewer,
+        None,
+    )
+    .await;
+    let step = format!("/api/steps/{d1}/{WF}/descriptive-metadata");
+    assert_eq!(
+        c.call(
+            put.clone(),
+            &step,
+            &robot,
+            js(json!({"status": "completed", "note": "done"}))
+        )
+        .await
+        .0,
+        200
+    );
+    assert_eq!(
+        c.call(
+            put.clone(),
+            &step,
+            &robot,
+            js(json!({"status": "started", "current_status": "waiting"}))
+        )
+        .await
+        .0,
+        409
+    );
+    let convert = format!("/api/steps/{d1}/{WF}/google-convert");
+    c.call(
+        put.clone(),
+        &convert,
+        &robot,
+        js(json!({"status": "error", "message": "scanner jammed"})),
+    )
+    .await;
+    c.call(
+        get.clone(),
+        &format!("/api/queues/{WF}/google-download?completed={WF}:descriptive-metadata&lane=rush"),
+        &viewer,
+        None,
+    )
+    .await;
+    c.call(
+        get.clone(),
+        &format!("/api/queues/{WF}/google-convert/errors"),
+        &viewer,
+        None,
+    )
+    .await;
+    assert_eq!(
+        c.call(
+            get.clone(),
+            &format!("/api/queues/{WF}/nope"),
+            &viewer,
+            None
+        )
+        .await
+        .0,
+        404
+    );
+    c.call(get.clone(), "/api/facets", &viewer, None).await;
+    c.call(
+        get.clone(),
+        &format!("/api/facets?template={WF}"),
+        &viewer,
+        None,
+    )
+    .await;
+    c.call(
+        post.clone(),
+        "/api/priority",
+        &admin,
+        js(json!({"priority": 5, "object": d1})),
+    )
+    .await;
+    assert_eq!(
+        c.call(
+            post.clone(),
+            "/api/priority",
+            &admin,
+            js(json!({"priority": 5}))
+        )
+        .await
+        .0,
+        400
+    );
+    c.call(
+        post.clone(),
+        "/api/retry",
+        &robot,
+        js(json!({"template": WF})),
+    )
+    .await;
+
+    // A machine's signals, by id and by object; one not accepted in its state.
+    let (_, job) = c
+        .call(
+            post.clone(),
+            "/api/workflows",
+            &robot,
+            js(json!({"template": "doorWF", "objects": [d2]})),
+        )
+        .await;
+    let job = job[0]["workflow_id"].as_i64().expect("a job id");
+    let signals = format!("/api/workflows/{job}/signals");
+    assert_eq!(
+        c.call(
+            post.clone(),
+            &signals,
+            &robot,
+            js(json!({"signal": "open"}))
+        )
+        .await
+        .0,
+        200
+    );
+    assert_eq!(
+        c.call(
+            post.clone(),
+            &signals,
+            &robot,
+            js(json!({"signal": "open"}))
+        )
+        .await
+        .0,
+        409
+    );
+    assert_eq!(
+        c.call(
+            post.clone(),
+            &format!("/api/objects/{d2}/workflows/doorWF/signals"),
+            &robot,
+            js(json!({"signal": "close", "data": {"by": "test"}}))
+        )
+        .await
+        .0,
+        200
+    );
+    assert_eq!(
+        c.call(
+            post.clone(),
+            "/api/workflows/999999/signals",
+            &robot,
+            js(json!({"signal": "open"}))
+        )
+        .await
+        .0,
+        404
+    );
+
+    // The workflow-service routes.
+    c.call(
+        get.clone(),
+        &format!("/objects/{d1}/workflows"),
+        &viewer,
+        None,
+    )
+    .await;
+    c.call(
+        get.clone(),
+        &format!("/objects/{d1}/workflows/{WF}"),
+        &viewer,
+        None,
+    )
+    .await;
+    assert_eq!(
+        c.call(
+            post.clone(),
+            &format!("/objects/{d3}/workflows/{WF}"),
+            &robot,
+            None
+        )
+        .await
+        .0,
+        201
+    );
+    assert_eq!(
+        c.call(
+            post.clone(),
+            &format!("/objects/{d3}/workflows/nopeWF"),
+            &robot,
+            None
+        )
+        .await
+        .0,
+        400
+    );
+    let process = Some((
+        "application/xml",
+        r#"<process name="descriptive-metadata" status="completed" elapsed="1.5"/>"#.to_string(),
+    ));
+    assert_eq!(
+        c.call(
+            put.clone(),
+            &format!("/objects/{d3}/workflows/{WF}/descriptive-metadata"),
+            &robot,
+            process.clone()
+        )
+        .await
+        .0,
+        200
+    );
+    assert_eq!(
+        c.call(
+            put.clone(),
+            &format!("/objects/{d3}/workflows/{WF}/descriptive-metadata?current-status=waiting"),
+            &robot,
+            process
+        )
+        .await
+        .0,
+        409
+    );
+    c.call(
+        get.clone(),
+        &format!("/objects/{d1}/lifecycle"),
+        &viewer,
+        None,
+    )
+    .await;
+    c.call(
+        get.clone(),
+        &format!(
+            "/workflow_queue?waiting={WF}:google-download&completed={WF}:descriptive-metadata"
+        ),
+        &viewer,
+        None,
+    )
+    .await;
+    c.call(
+        get.clone(),
+        &format!("/workflow_queue/lane_ids?step={WF}:google-download"),
+        &viewer,
+        None,
+    )
+    .await;
+    c.call(
+        get.clone(),
+        "/workflow_queue/all_queued?limit=10",
+        &viewer,
+        None,
+    )
+    .await;
+    c.call(get.clone(), "/workflow_templates", &viewer, None)
+        .await;
+    c.call(
+        get.clone(),
+        &format!("/workflow_templates/{WF}"),
+        &viewer,
+        None,
+    )
+    .await;
+    assert_eq!(
+        c.call(
+            post.clone(),
+            &format!("/objects/{d3}/workflows/{WF}/skip-all"),
+            &robot,
+            None
+        )
+        .await
+        .0,
+        204
+    );
+    assert_eq!(
+        c.call(
+            delete.clone(),
+            &format!("/objects/{d3}/workflows/{WF}"),
+            &admin,
+            None
+        )
+        .await
+        .0,
+        204
+    );
+    assert_eq!(
+        c.call(
+            delete.clone(),
+            &format!("/objects/{d3}/workflows"),
+            &admin,
+            None
+        )
+        .await
+        .0,
+        404
+    );
+    assert_eq!(
+        c.call(
+            delete.clone(),
+            &format!("/objects/{d2}/workflows"),
+            &admin,
+            None
+        )
+        .await
+        .0,
+        204
+    );
+    assert_eq!(
+        c.call(
+            delete.clone(),
+            &format!("/api/workflows/{wf}"),
+            &admin,
+            None
+        )
+        .await
+        .0,
+        204
+    );
+
+    // Every operation the document describes was called.
+    let mut described = BTreeSet::new();
+    for (path, item) in c.doc["paths"].as_object().expect("paths") {
+        for m in ["get", "put", "post", "delete", "patch"] {
+            if item.get(m).is_some() {
+                described.insert((m.to_uppercase(), path.clone()));
+            }
+        }
+    }
+    let missed: Vec<_> = described.difference(&c.seen).collect();
+    assert!(
+        missed.is_empty(),
+        "operations this test never called: {missed:?}"
+    );
+}
