@@ -544,6 +544,10 @@ async fn the_page_follows_the_work_narrows_by_url_and_draws_graphs() {
         .await
         .expect("bad filter");
     wait_text(&c, "is not key=value", "a bad filter says why").await;
+    c.goto(&format!("{base}/ui/steps?template=liveWF&step=scan"))
+        .await
+        .expect("a list without its status");
+    wait_text(&c, "missing field `status`", "a bad list address says why").await;
     c.goto(&format!("{base}/ui/objects/obj:nothere"))
         .await
         .expect("no such object");

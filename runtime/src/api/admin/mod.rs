@@ -220,6 +220,11 @@ async fn act(State(s): State<AppState>, headers: HeaderMap, body: String) -> Res
     Redirect::to(back).into_response()
 }
 
+/// A query string a page cannot use, as a page saying why (not the API's JSON).
+pub(super) fn unusable(e: &axum::extract::rejection::QueryRejection) -> Response {
+    failure(&format!("this address cannot be used: {}", e.body_text()))
+}
+
 pub(super) fn failure(message: &str) -> Response {
     (
         StatusCode::CONFLICT,

@@ -6,12 +6,13 @@
 
 use std::fmt::Write as _;
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::{draw, enc, esc, failure, page, viewer};
+use super::{draw, enc, esc, failure, page, unusable, viewer};
 use crate::api::AppState;
 use crate::store::{FacetFilter, Role};
 
@@ -104,11 +105,15 @@ impl Filters {
 pub(super) async fn overview(
     State(s): State<AppState>,
     headers: HeaderMap,
-    Query(f): Query<Filters>,
+    f: Result<Query<Filters>, QueryRejection>,
 ) -> Response {
     let v = match viewer(&s, &headers).await {
         Ok(v) => v,
         Err(r) => return r,
+    };
+    let f = match f {
+        Ok(Query(f)) => f,
+        Err(e) => return unusable(&e),
     };
     let filter = match f.to_store() {
         Ok(filter) => filter,
@@ -220,11 +225,15 @@ pub(super) struct FacetQuery {
 pub(super) async fn steps(
     State(s): State<AppState>,
     headers: HeaderMap,
-    Query(q): Query<FacetQuery>,
+    q: Result<Query<FacetQuery>, QueryRejection>,
 ) -> Response {
     let v = match viewer(&s, &headers).await {
         Ok(v) => v,
         Err(r) => return r,
+    };
+    let q = match q {
+        Ok(Query(q)) => q,
+        Err(e) => return unusable(&e),
     };
     let f = Filters {
         template: None,

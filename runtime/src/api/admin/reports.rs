@@ -8,7 +8,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::{draw, esc, failure, page, viewer};
+use super::{draw, esc, failure, page, unusable, viewer};
 use crate::api::AppState;
 use crate::store::Role;
 
@@ -138,11 +138,15 @@ pub(super) struct Window {
 pub(super) async fn timings(
     State(s): State<AppState>,
     headers: HeaderMap,
-    Query(w): Query<Window>,
+    w: Result<Query<Window>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let v = match viewer(&s, &headers).await {
         Ok(v) => v,
         Err(r) => return r,
+    };
+    let w = match w {
+        Ok(Query(w)) => w,
+        Err(e) => return unusable(&e),
     };
     let hours = w
         .hours
