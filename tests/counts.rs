@@ -220,3 +220,38 @@ async fn counts_equal_a_scan_after_a_mixed_concurrent_workload() {
         .expect("truncate");
     assert!(overview(&t.store).await.is_empty());
 }
+
+/// `workdo serve` alone (robots updating steps through the API, no runtime) folds the deltas,
+/// so they do not pile up while nobody reads the overview.
+#[tokio::test]
+async fn serve_alone_folds_the_deltas() {
+    let t = db().await;
+    load(&t.store, "google.xml", GOOGLE_XML).await;
+    t.store
+        .workflow_start(&StartRequest::new(WF, &["obj:served"]))
+        .await
+        .expect("start");
+    let unfolded = |pool: sqlx::PgPool| async move {
+        sqlx::query_scalar::<_, i64>("select count(*) from workdo.step_count_deltas")
+            .fetch_one(&pool)
+            .await
+            .expect("count deltas")
+    };
+    assert!(unfolded(t.pool.clone()).await > 0, "starting wrote deltas");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = listener.local_addr().expect("addr").port();
+    drop(listener);
+    let mut serve =
+        support::spawn_workdo(&t.url, &["serve", "--listen", &format!("127.0.0.1:{port}")]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while unfolded(t.pool.clone()).await > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "workdo serve never folded the deltas"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = serve.kill();
+    let _ = serve.wait();
+    assert_eq!(overview(&t.store).await, scanned(t.pool()).await);
+}

@@ -256,9 +256,19 @@ pub(super) async fn run_now(
     Ok(())
 }
 
-/// `workdo serve`: the HTTP API only.
+/// `workdo serve`: the HTTP API only (and the folding of step counts, which a runtime's
+/// maintenance would otherwise do).
 pub(super) async fn serve(store: Store, args: &super::args::ApiArgs) -> Result<()> {
-    api::serve(store, args.address(), args.access(), shutdown_on_signal()?).await?;
+    let stop = shutdown_on_signal()?;
+    let folding = tokio::spawn(runtime::fold_step_counts(
+        store.clone(),
+        std::time::Duration::from_secs(1),
+        stop.clone(),
+    ));
+    let served = api::serve(store, args.address(), args.access(), stop.clone()).await;
+    stop.cancel();
+    let _ = folding.await;
+    served?;
     Ok(())
 }
 

@@ -45,3 +45,18 @@ pub(super) async fn maintain(store: Store, every: Duration, stop: CancellationTo
         }
     }
 }
+
+/// Fold the step-count deltas every `every` until `stop`: what `workdo serve` runs, so that an
+/// API-only deployment (robots updating steps, no runtime's maintenance loop) keeps the deltas
+/// table small whether or not anyone reads the overview.
+pub async fn fold_step_counts(store: Store, every: Duration, stop: CancellationToken) {
+    loop {
+        if let Err(e) = store.step_counts_rollup().await {
+            warn!(error = %e, "folding step counts failed");
+        }
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            () = stop.cancelled() => return,
+        }
+    }
+}

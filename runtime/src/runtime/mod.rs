@@ -96,6 +96,8 @@ impl Default for Config {
     }
 }
 
+pub use maintenance::fold_step_counts;
+
 /// `host:pid`.
 pub fn default_owner() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
