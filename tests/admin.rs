@@ -212,6 +212,10 @@ async fn operators_see_counts_retry_errors_and_read_objects_in_a_browser() {
     click(&c, Locator::Id("retry"), "retry").await;
     // Back on the list once the POST is done: it has none left in error.
     wait_text(&c, "0 steps of", "the retry did not come back").await;
+    assert!(
+        c.source().await.expect("page").contains("Retried 3 steps."),
+        "the list says what was done"
+    );
     c.goto(&format!("{base}/")).await.expect("overview");
     wait_count(&c, "pageWF:scan:ready", "6").await;
     assert!(
@@ -430,6 +434,15 @@ async fn the_page_follows_the_work_narrows_by_url_and_draws_graphs() {
         .object_put("obj:live0", &props, &Default::default(), "test")
         .await
         .expect("object");
+    let mut docs = std::collections::BTreeMap::new();
+    docs.insert(
+        "mods".to_string(),
+        "<mods xmlns=\"http://www.loc.gov/mods/v3\"><titleInfo><title>Moby &amp; Dick</title></titleInfo></mods>".to_string(),
+    );
+    t.store
+        .object_put("obj:live1", &Default::default(), &docs, "test")
+        .await
+        .expect("object with a document");
     let mut req = StartRequest::new("liveWF", &["obj:live0", "obj:live1", "obj:live2"]);
     t.store.workflow_start(&req).await.expect("start");
     req.objects = vec!["obj:rush0".into(), "obj:rush1".into()];
@@ -526,6 +539,24 @@ async fn the_page_follows_the_work_narrows_by_url_and_draws_graphs() {
         .await;
         assert_eq!(shown, ready, "{query}");
     }
+    c.goto(&format!("{base}/?template=liveWF&status=completed"))
+        .await
+        .expect("by status");
+    c.wait()
+        .for_element(Locator::Id("facets"))
+        .await
+        .expect("the overview");
+    assert_eq!(
+        c.find_all(Locator::Css("a[data-facet]"))
+            .await
+            .expect("links")
+            .len(),
+        1,
+        "only scan has completed steps"
+    );
+    c.goto(&format!("{base}/?milestone=scanned"))
+        .await
+        .expect("by milestone");
     let shelve = c
         .find(Locator::Css("a[data-facet='liveWF:shelve:ready']"))
         .await
@@ -598,6 +629,62 @@ async fn the_page_follows_the_work_narrows_by_url_and_draws_graphs() {
             .contains("from any state: <b>lock</b> → Locked")
     );
     shot(&c, "graphs").await;
+    let doc = c
+        .find(Locator::Css("pre.document"))
+        .await
+        .expect("the document")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        doc.contains("\n  <titleInfo>\n    <title>Moby &amp; Dick</title>\n"),
+        "the XML indented, escaped: {doc}"
+    );
+    sqlx::query(
+        "insert into workdo.events (object_id, kind, actor, detail)
+         select 'obj:live2', 'note', 'test', jsonb_build_object('n', g) from generate_series(1, 70) g",
+    )
+    .execute(t.pool())
+    .await
+    .expect("events");
+    c.goto(&format!("{base}/ui/objects/obj:live2"))
+        .await
+        .expect("object");
+    wait_text(
+        &c,
+        "The latest 50 events",
+        "the history says it is the latest page",
+    )
+    .await;
+    click(
+        &c,
+        Locator::LinkText("From the beginning"),
+        "the first page",
+    )
+    .await;
+    wait_text(&c, "Next 50", "the first page links to the next").await;
+    let first = c
+        .find_all(Locator::Css("#history tr"))
+        .await
+        .expect("rows")
+        .len();
+    assert_eq!(first, 50);
+    click(&c, Locator::Css("a[rel=next]"), "the next page").await;
+    c.wait()
+        .for_element(Locator::LinkText("Latest"))
+        .await
+        .expect("the last page");
+    let total: i64 =
+        sqlx::query_scalar("select count(*) from workdo.events where object_id = 'obj:live2'")
+            .fetch_one(t.pool())
+            .await
+            .expect("count");
+    let rest = c
+        .find_all(Locator::Css("#history tr"))
+        .await
+        .expect("rows")
+        .len() as i64;
+    assert_eq!(rest, total - 50, "the second page holds the rest");
     c.goto(&format!("{base}/ui/templates"))
         .await
         .expect("templates");
@@ -631,8 +718,7 @@ async fn the_page_follows_the_work_narrows_by_url_and_draws_graphs() {
     shot(&c, "phone").await;
     c.set_window_size(1280, 900).await.expect("resize");
 
-    // The keyboard alone: Tab reaches "all", Space chooses every row, Tab reaches Retry,
-    // Enter asks for the confirmation naming the count.
+    // The list follows the work too, keeping what the user ticked.
     c.goto(&format!(
         "{base}/ui/steps?template=liveWF&step=scan&status=ready"
     ))
@@ -642,6 +728,45 @@ async fn the_page_follows_the_work_narrows_by_url_and_draws_graphs() {
         .for_element(Locator::Id("retry"))
         .await
         .expect("the list");
+    click(
+        &c,
+        Locator::Css("input[aria-label='choose obj:live0']"),
+        "tick live0",
+    )
+    .await;
+    complete(&t, "obj:rush1", "scan").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while eval(
+        &c,
+        "return document.querySelectorAll('input[name=id]').length",
+    )
+    .await
+        != 2
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the list did not follow the work"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        eval(
+            &c,
+            "return document.querySelector(\"input[aria-label='choose obj:live0']\").checked"
+        )
+        .await,
+        true,
+        "the tick survived the refresh"
+    );
+    wait_text(&c, "2 steps of", "the summary follows too").await;
+    c.refresh().await.expect("reload");
+    c.wait()
+        .for_element(Locator::Id("retry"))
+        .await
+        .expect("the list");
+
+    // The keyboard alone: Tab reaches "all", Space chooses every row, Tab reaches Retry,
+    // Enter asks for the confirmation naming the count.
     let mut reached = false;
     for _ in 0..40 {
         c.active_element()
@@ -668,7 +793,7 @@ async fn the_page_follows_the_work_narrows_by_url_and_draws_graphs() {
             "return document.querySelectorAll('input[name=id]:checked').length"
         )
         .await,
-        3
+        2
     );
     let mut reached = false;
     for _ in 0..10 {
@@ -692,7 +817,7 @@ async fn the_page_follows_the_work_narrows_by_url_and_draws_graphs() {
         .expect("enter");
     assert_eq!(
         c.get_alert_text().await.expect("a confirmation"),
-        "Retry 3 steps?"
+        "Retry 2 steps?"
     );
     c.dismiss_alert().await.expect("cancel");
     c.close().await.expect("close the browser");
@@ -752,4 +877,68 @@ async fn the_demo_serves_the_page_and_says_where() {
         .expect("the demo ends");
     assert!(status.success(), "{rest:?}");
     drop(held);
+
+    // After the run, the grid in a browser shows exactly the counts in the database.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let state = AppState {
+        store: t.store.clone(),
+        access: Access::Open,
+    };
+    tokio::spawn(async move { axum::serve(listener, app(state)).await });
+    let expected: Vec<(String, String, String, i64)> = sqlx::query_as(
+        "select template, name, status, count(*) from workdo.steps where active
+          group by 1, 2, 3 order by 1, 2, 3",
+    )
+    .fetch_all(t.pool())
+    .await
+    .expect("counts");
+    assert!(expected.len() > 10, "{expected:?}");
+    let (c, _driver) = browser().await;
+    c.goto(&format!("{base}/")).await.expect("the overview");
+    c.wait()
+        .for_element(Locator::Id("facets"))
+        .await
+        .expect("the grid");
+    let mut shown = Vec::new();
+    for link in c
+        .find_all(Locator::Css("a[data-facet]"))
+        .await
+        .expect("links")
+    {
+        let facet = link
+            .attr("data-facet")
+            .await
+            .expect("attr")
+            .unwrap_or_default();
+        let n: i64 = link.text().await.expect("text").parse().expect("a count");
+        let mut parts = facet.splitn(3, ':');
+        let (tpl, step, st) = (
+            parts.next().unwrap_or_default().to_string(),
+            parts.next().unwrap_or_default().to_string(),
+            parts.next().unwrap_or_default().to_string(),
+        );
+        shown.push((tpl, step, st, n));
+    }
+    shown.sort();
+    let columns = [
+        "waiting",
+        "scheduled",
+        "ready",
+        "started",
+        "retrying",
+        "error",
+        "completed",
+        "skipped",
+    ];
+    let mut expected: Vec<_> = expected
+        .into_iter()
+        .filter(|(_, _, st, _)| columns.contains(&st.as_str()))
+        .collect();
+    expected.sort();
+    assert_eq!(shown, expected, "the grid after up --demo");
+    shot(&c, "demo-overview").await;
+    c.close().await.expect("close the browser");
 }

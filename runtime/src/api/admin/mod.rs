@@ -194,30 +194,43 @@ async fn act(State(s): State<AppState>, headers: HeaderMap, body: String) -> Res
     let who = format!("ui:{}", v.role.as_str());
     // The chosen steps: retry acts on those in error, skip on those unfinished (the same
     // bulk commands as the CLI's, narrowed to the chosen ids).
+    let n = ids.len();
     let chosen = crate::store::StepFilter {
         ids: Some(ids),
         ..Default::default()
     };
-    let done = match field(&pairs, "action") {
+    let (done, verb) = match field(&pairs, "action") {
         Some("prioritize") => {
             let Some(priority) =
                 field(&pairs, "priority").and_then(|p| p.trim().parse::<i32>().ok())
             else {
                 return failure("the priority is not a whole number");
             };
-            s.store.steps_prioritize(&chosen, priority, &who).await
+            (
+                s.store.steps_prioritize(&chosen, priority, &who).await,
+                format!("Gave priority {priority} to"),
+            )
         }
-        Some("skip") => s.store.steps_skip(&chosen, &who).await,
-        _ => s.store.steps_retry(&chosen, &who).await,
+        Some("skip") => (s.store.steps_skip(&chosen, &who).await, "Skipped".into()),
+        _ => (s.store.steps_retry(&chosen, &who).await, "Retried".into()),
     };
-    if let Err(e) = done {
-        return failure(&e.to_string());
-    }
-    // Back to the list only when it is one of ours (no open redirect).
+    let changed = match done {
+        Ok(changed) => changed,
+        Err(e) => return failure(&e.to_string()),
+    };
+    // Back to the list only when it is one of ours (no open redirect), saying what was done.
     let back = field(&pairs, "back")
         .filter(|b| b.starts_with("/ui/") && !b.starts_with("//"))
-        .unwrap_or("/");
-    Redirect::to(back).into_response()
+        .unwrap_or("/ui/errors");
+    let said = if changed == n {
+        format!("{verb} {changed} steps.")
+    } else {
+        format!(
+            "{verb} {changed} of the {n} chosen steps; the others had moved on (finished, or no longer in that status)."
+        )
+    };
+    let sep = if back.contains('?') { '&' } else { '?' };
+    Redirect::to(&format!("{back}{sep}done={}", enc(&said))).into_response()
 }
 
 /// A query string a page cannot use, as a page saying why (not the API's JSON).

@@ -2,27 +2,54 @@
 
 use std::fmt::Write as _;
 
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
+use serde::Deserialize;
 
-use super::{actor, draw, enc, esc, failure, field, form_pairs, page, viewer};
+use super::{actor, draw, enc, esc, failure, field, form_pairs, page, unusable, viewer};
 use crate::api::AppState;
 use crate::store::{Role, Store};
+
+/// `?after=N`: the history from event N on, oldest first, a page at a time.
+#[derive(Deserialize)]
+pub(super) struct History {
+    after: Option<i64>,
+}
+
+/// Events on one page of an object's history.
+const HISTORY_PAGE: i64 = 50;
 
 pub(super) async fn object(
     State(s): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    h: Result<Query<History>, QueryRejection>,
 ) -> Response {
     let v = match viewer(&s, &headers).await {
         Ok(v) => v,
         Err(r) => return r,
     };
-    let view = match s.store.object_view(&id, 50).await {
+    let after = match h {
+        Ok(Query(h)) => h.after,
+        Err(e) => return unusable(&e),
+    };
+    let mut view = match s.store.object_view(&id, HISTORY_PAGE).await {
         Ok(view) => view,
         Err(e) => return failure(&e.to_string()),
     };
+    // Paging forward from `after`; without it, the latest page.
+    if let Some(after) = after {
+        view.events = match s
+            .store
+            .events(Some(&view.id), None, after.max(0), HISTORY_PAGE)
+            .await
+        {
+            Ok(events) => events,
+            Err(e) => return failure(&e.to_string()),
+        };
+    }
     let mut body = format!(
         "<p>version {}</p><h2>Properties</h2><pre id=properties>{}</pre>",
         view.version,
@@ -32,13 +59,19 @@ pub(super) async fn object(
         body.push_str("<h2>Documents</h2>");
         for name in &view.documents {
             let text = document_text(&s.store, &view.id, name).await;
-            let _ = write!(body, "<h3>{}</h3><pre>{}</pre>", esc(name), esc(&text));
+            let _ = write!(
+                body,
+                "<h3>{}</h3><pre class=document>{}</pre>",
+                esc(name),
+                esc(&pretty_xml(&text))
+            );
         }
     }
     for w in &view.workflows {
         let _ = write!(
             body,
-            "<section class=workflow><h2>{} (workflow {}, {})</h2>",
+            "<section class=workflow id=\"wf-{}\" data-live><h2>{} (workflow {}, {})</h2>",
+            w.workflow.id,
             esc(&w.workflow.template),
             w.workflow.id,
             esc(&w.workflow.status)
@@ -102,7 +135,7 @@ pub(super) async fn object(
         }
         body.push_str("</section>");
     }
-    body.push_str("<h2>Milestones</h2><ul>");
+    body.push_str("<h2>Milestones</h2><ul id=milestones data-live>");
     for m in &view.milestones {
         let _ = write!(
             body,
@@ -112,7 +145,26 @@ pub(super) async fn object(
             m.version
         );
     }
-    body.push_str("</ul><h2>History</h2><table id=history><tbody>");
+    let here = format!("/ui/objects/{}", enc(&view.id));
+    let full = view.events.len() as i64 == HISTORY_PAGE;
+    let nav = match (after, view.events.last()) {
+        (None, _) if full => format!(
+            "<p>The latest {HISTORY_PAGE} events. <a href=\"{}?after=0\">From the beginning</a></p>",
+            esc(&here)
+        ),
+        (Some(_), Some(last)) if full => format!(
+            "<p><a href=\"{}\">Latest</a> · <a href=\"{}?after={}\" rel=next>Next {HISTORY_PAGE}</a></p>",
+            esc(&here),
+            esc(&here),
+            last.id
+        ),
+        (Some(_), _) => format!("<p><a href=\"{}\">Latest</a></p>", esc(&here)),
+        _ => String::new(),
+    };
+    let _ = write!(
+        body,
+        "</ul><h2>History</h2>{nav}<table id=history data-live><tbody>"
+    );
     for e in &view.events {
         let _ = write!(
             body,
@@ -128,7 +180,91 @@ pub(super) async fn object(
         );
     }
     body.push_str("</tbody></table>");
+    if after.is_none() {
+        body.push_str(super::overview::LIVE);
+    }
     page(&view.id, Some(&v), &body).into_response()
+}
+
+/// A document as text, indented when it is well-formed XML (one element per line, an element
+/// holding only text kept on its line; prefixes, attributes and text as written); anything
+/// else as it is.
+fn pretty_xml(text: &str) -> String {
+    if !text.trim_start().starts_with('<') || roxmltree::Document::parse(text).is_err() {
+        return text.to_string();
+    }
+    // Markup tokens: `<…>` (quotes, comments, CDATA and PIs kept whole) and the text between.
+    let mut tokens: Vec<&str> = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('<') {
+            let end = if r.starts_with("!--") {
+                r.find("-->").map(|i| i + 4)
+            } else if r.starts_with("![CDATA[") {
+                r.find("]]>").map(|i| i + 4)
+            } else {
+                let mut quote = None;
+                r.char_indices()
+                    .find(|&(_, c)| match quote {
+                        Some(q) if c == q => {
+                            quote = None;
+                            false
+                        }
+                        Some(_) => false,
+                        None if c == '"' || c == '\'' => {
+                            quote = Some(c);
+                            false
+                        }
+                        None => c == '>',
+                    })
+                    .map(|(i, _)| i + 2)
+            };
+            let end = end.unwrap_or(rest.len()).min(rest.len());
+            tokens.push(&rest[..end]);
+            rest = &rest[end..];
+        } else {
+            let end = rest.find('<').unwrap_or(rest.len());
+            if !rest[..end].trim().is_empty() {
+                tokens.push(rest[..end].trim());
+            }
+            rest = &rest[end..];
+        }
+    }
+    let mut out = String::new();
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < tokens.len() {
+        let t = tokens[i];
+        let opens = t.starts_with('<')
+            && !t.starts_with("</")
+            && !t.starts_with("<?")
+            && !t.starts_with("<!")
+            && !t.ends_with("/>");
+        if t.starts_with("</") {
+            depth = depth.saturating_sub(1);
+        }
+        out.push_str(&"  ".repeat(depth));
+        // `<a>text</a>` on one line.
+        if opens
+            && let (Some(text), Some(close)) = (tokens.get(i + 1), tokens.get(i + 2))
+            && !text.starts_with('<')
+            && close.starts_with("</")
+        {
+            out.push_str(t);
+            out.push_str(text);
+            out.push_str(close);
+            out.push('\n');
+            i += 3;
+            continue;
+        }
+        out.push_str(t);
+        out.push('\n');
+        if opens {
+            depth += 1;
+        }
+        i += 1;
+    }
+    out
 }
 
 async fn document_text(store: &Store, object: &str, name: &str) -> String {
@@ -172,4 +308,21 @@ pub(super) async fn signal(
         return failure(&e.to_string());
     }
     Redirect::to(&format!("/ui/objects/{}", enc(&id))).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pretty_xml;
+
+    #[test]
+    fn xml_is_indented_as_written_and_anything_else_is_left_alone() {
+        let mods = r#"<?xml version="1.0"?><mods:mods xmlns:mods="http://www.loc.gov/mods/v3"><mods:titleInfo><mods:title>A &amp; B</mods:title></mods:titleInfo><!-- a <note> --><mods:note type="a>b">x</mods:note><mods:empty/></mods:mods>"#;
+        assert_eq!(
+            pretty_xml(mods),
+            "<?xml version=\"1.0\"?>\n<mods:mods xmlns:mods=\"http://www.loc.gov/mods/v3\">\n  <mods:titleInfo>\n    <mods:title>A &amp; B</mods:title>\n  </mods:titleInfo>\n  <!-- a <note> -->\n  <mods:note type=\"a>b\">x</mods:note>\n  <mods:empty/>\n</mods:mods>\n"
+        );
+        for other in ["plain text", "<unclosed>", "{\"json\": 1}", ""] {
+            assert_eq!(pretty_xml(other), other);
+        }
+    }
 }

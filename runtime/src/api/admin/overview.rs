@@ -29,14 +29,17 @@ const COLUMNS: [&str; 8] = [
 ];
 
 /// Every few seconds, fetch this page again and swap each `data-live` element's content with
-/// the same element's in the fresh page (by id). A sign-in redirect or an error leaves the
-/// page as it is; a hidden tab does not poll.
-pub(super) const LIVE: &str = "<script>(()=>{const tick=async()=>{if(document.hidden)return;try{const r=await fetch(location.href,{credentials:'same-origin'});if(!r.ok||r.redirected)return;const d=new DOMParser().parseFromString(await r.text(),'text/html');for(const e of document.querySelectorAll('[data-live]')){const n=d.getElementById(e.id);if(n&&n.innerHTML!==e.innerHTML)e.innerHTML=n.innerHTML}}catch(_){}};setInterval(tick,3000)})()</script>";
+/// the same element's in the fresh page (by id), keeping the boxes the user ticked; a region
+/// the user is typing in is left alone. A sign-in redirect or an error leaves the page as it
+/// is; a hidden tab does not poll.
+pub(super) const LIVE: &str = "<script>(()=>{const tick=async()=>{if(document.hidden)return;try{const r=await fetch(location.href,{credentials:'same-origin'});if(!r.ok||r.redirected)return;const d=new DOMParser().parseFromString(await r.text(),'text/html');for(const e of document.querySelectorAll('[data-live]')){const n=d.getElementById(e.id);const a=document.activeElement;if(!n||n.innerHTML===e.innerHTML||(a&&e.contains(a)&&a.tagName==='INPUT'&&a.type!=='checkbox'))continue;const keep=new Set([...e.querySelectorAll('input[type=checkbox]:checked')].map(b=>b.id||b.value));const f=a&&e.contains(a)?(a.id||a.value):null;e.innerHTML=n.innerHTML;for(const b of e.querySelectorAll('input[type=checkbox]')){if(keep.has(b.id||b.value))b.checked=true;if(f&&(b.id||b.value)===f)b.focus()}}}catch(_){}};setInterval(tick,3000)})()</script>";
 
 /// Filters as the URL carries them; empty fields (a submitted form's) are absent.
 #[derive(Deserialize, Default)]
 pub(super) struct Filters {
     template: Option<String>,
+    step: Option<String>,
+    status: Option<String>,
     lane: Option<String>,
     milestone: Option<String>,
     /// `key=value`
@@ -93,8 +96,10 @@ impl Filters {
             )
         };
         format!(
-            "<form class=filters method=get action=/ aria-label=filters>{}{}{}{}<button>Filter</button> <a href=/>clear</a></form>",
+            "<form class=filters method=get action=/ aria-label=filters>{}{}{}{}{}{}<button>Filter</button> <a href=/>clear</a></form>",
             field("template", "template", &self.template, "any"),
+            field("step", "step", &self.step, "any"),
+            field("status", "status", &self.status, "any"),
             field("lane", "lane", &self.lane, "any"),
             field("milestone", "reached milestone", &self.milestone, "any"),
             field("property", "property", &self.property, "key=value"),
@@ -119,10 +124,15 @@ pub(super) async fn overview(
         Ok(filter) => filter,
         Err(e) => return failure(&e),
     };
-    let facets = match s.store.facets_where(&filter).await {
+    let mut facets = match s.store.facets_where(&filter).await {
         Ok(f) => f,
         Err(e) => return failure(&e.to_string()),
     };
+    // Step and status are what the counts are kept by: narrowed here.
+    let (step, status) = (given(&f.step), given(&f.status));
+    facets.retain(|x| {
+        step.as_ref().is_none_or(|s| s == &x.step) && status.as_ref().is_none_or(|s| s == &x.status)
+    });
     let depths = s.store.queue_depths().await.unwrap_or_default();
     let mut rows: Vec<(String, String)> = Vec::new();
     for f in &facets {
@@ -220,6 +230,8 @@ pub(super) struct FacetQuery {
     lane: Option<String>,
     milestone: Option<String>,
     property: Option<String>,
+    /// What the last action did (set by its redirect).
+    done: Option<String>,
 }
 
 pub(super) async fn steps(
@@ -237,6 +249,8 @@ pub(super) async fn steps(
     };
     let f = Filters {
         template: None,
+        step: None,
+        status: None,
         lane: q.lane.clone(),
         milestone: q.milestone.clone(),
         property: q.property.clone(),
@@ -277,12 +291,15 @@ pub(super) async fn steps(
         f.query()
     );
     let mut body = format!(
-        "<p id=summary>{} steps of <b>{}:{}</b> in <b>{}</b>{narrowed} (most recently changed first).</p>",
+        "<p id=summary data-live>{} steps of <b>{}:{}</b> in <b>{}</b>{narrowed} (most recently changed first).</p>",
         rows.len(),
         esc(&q.template),
         esc(&q.step),
         esc(&q.status)
     );
+    if let Some(done) = given(&q.done) {
+        let _ = write!(body, "<p class=done role=status>{}</p>", esc(&done));
+    }
     if acts {
         let _ = write!(
             body,
@@ -292,7 +309,7 @@ pub(super) async fn steps(
         );
         body.push_str("<p><label><input type=checkbox id=all onclick=\"for(const b of document.querySelectorAll('input[name=id]'))b.checked=this.checked\"> all</label> <button name=action value=retry id=retry onclick=\"this.form.dataset.verb='Retry'\">Retry chosen</button> <button name=action value=skip id=skip onclick=\"this.form.dataset.verb='Skip'\">Skip chosen</button> <label>priority <input name=priority id=priority type=number value=100 style=width:6em></label> <button name=action value=prioritize id=prioritize onclick=\"this.form.dataset.verb='Prioritize'\">Prioritize chosen</button></p>");
     }
-    body.push_str("<table><thead><tr><th></th><th scope=col>object</th><th scope=col>step</th><th scope=col>lane</th><th scope=col class=n>attempts</th><th scope=col>message</th><th scope=col>changed</th></tr></thead><tbody>");
+    body.push_str("<table id=rows data-live><thead><tr><th></th><th scope=col>object</th><th scope=col class=n>workflow</th><th scope=col>step</th><th scope=col>lane</th><th scope=col class=n>attempts</th><th scope=col>message</th><th scope=col>changed</th></tr></thead><tbody>");
     for r in &rows {
         let check = if acts {
             format!(
@@ -305,9 +322,10 @@ pub(super) async fn steps(
         };
         let _ = write!(
             body,
-            "<tr><td>{check}</td><td><a href=\"/ui/objects/{}\">{}</a></td><td>{}</td><td>{}</td><td class=n>{}/{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{check}</td><td><a href=\"/ui/objects/{}\">{}</a></td><td class=n>{}</td><td>{}</td><td>{}</td><td class=n>{}/{}</td><td>{}</td><td>{}</td></tr>",
             esc(&enc(&r.object_id)),
             esc(&r.object_id),
+            r.workflow_id,
             esc(&r.name),
             esc(&r.lane),
             r.attempts,
@@ -324,6 +342,7 @@ pub(super) async fn steps(
     if acts {
         body.push_str("</form>");
     }
+    body.push_str(LIVE);
     page(
         &format!("{}:{} {}", q.template, q.step, q.status),
         Some(&v),

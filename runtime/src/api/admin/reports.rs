@@ -12,18 +12,36 @@ use super::{draw, esc, failure, page, unusable, viewer};
 use crate::api::AppState;
 use crate::store::Role;
 
+/// What the last action did, as its redirect says.
+#[derive(Deserialize)]
+pub(super) struct Done {
+    done: Option<String>,
+}
+
 /// Steps in error by template step and message: the text of one, first and last failure, and a
 /// retry of the whole group (robot and admin).
-pub(super) async fn errors(State(s): State<AppState>, headers: HeaderMap) -> Response {
+pub(super) async fn errors(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    d: Result<Query<Done>, axum::extract::rejection::QueryRejection>,
+) -> Response {
     let v = match viewer(&s, &headers).await {
         Ok(v) => v,
         Err(r) => return r,
+    };
+    let done = match d {
+        Ok(Query(d)) => d.done.filter(|d| !d.is_empty()),
+        Err(e) => return unusable(&e),
     };
     let groups = match s.store.errors_grouped().await {
         Ok(g) => g,
         Err(e) => return failure(&e.to_string()),
     };
-    let mut body = format!(
+    let mut body = done
+        .map(|d| format!("<p class=done role=status>{}</p>", esc(&d)))
+        .unwrap_or_default();
+    let _ = write!(
+        body,
         "<p>{} steps in error, in {} groups.</p><table id=errors><thead><tr><th scope=col>step</th><th scope=col>message</th><th scope=col class=n>steps</th><th scope=col>first</th><th scope=col>last</th><th></th></tr></thead><tbody>",
         groups.iter().map(|g| g.count).sum::<i64>(),
         groups.len()
