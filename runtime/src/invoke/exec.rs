@@ -89,8 +89,7 @@ pub(super) async fn call(
     if let Some(tp) = &event.traceparent {
         cmd.env("TRACEPARENT", tp);
     }
-    let mut child = cmd
-        .spawn()
+    let mut child = super::spawn(&mut cmd)
         .map_err(|e| InvokeError::new(format!("cannot start {program}: {e}"), String::new()))?;
     let _group = Group::of(&child);
     let input = serde_json::to_vec(event).unwrap_or_default();
@@ -234,6 +233,32 @@ mod tests {
         assert!(text.starts_with("first-line"), "{}", &text[..40]);
         assert!(text.trim_end().ends_with("last-line"));
         assert!(text.contains("bytes of stderr cut"));
+    }
+
+    /// A program file still open for writing (a deploy copying it in place) is started once
+    /// the writer lets go, not failed with "Text file busy".
+    #[tokio::test]
+    async fn a_program_being_written_is_started_when_the_writer_is_done() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let argv = function(dir.path(), "echo '{\"status\":\"completed\"}'");
+        let writer = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&argv[0])
+            .expect("open for writing");
+        let done = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(40));
+            drop(writer);
+        });
+        let o = call(
+            &argv,
+            &BTreeMap::new(),
+            &probe_event("t"),
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("started once the file was closed");
+        assert_eq!(o.status, "completed");
+        done.join().expect("writer");
     }
 
     #[tokio::test]

@@ -315,6 +315,22 @@ pub fn builtin(name: &str) -> Option<fn(&Event) -> Outcome> {
     })
 }
 
+/// Start `cmd`, trying again for a moment while its program file is busy (ETXTBSY: a deploy
+/// copying a new binary in place, or another thread's fork holding a write descriptor to a
+/// script just written, for the instant before its exec closes it).
+pub(super) fn spawn(cmd: &mut tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+    let mut tries: u64 = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 10 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(5 * tries));
+            }
+            started => return started,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

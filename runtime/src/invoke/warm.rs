@@ -148,19 +148,18 @@ impl WarmPool {
 
     fn spawn(&self) -> Result<Arc<WarmProcess>, InvokeError> {
         let program = &self.argv[0];
-        let mut child = Command::new(program)
-            .args(&self.argv[1..])
+        let mut cmd = Command::new(program);
+        cmd.args(&self.argv[1..])
             .envs(&self.env)
             .env("WORKDO_MODE", "warm")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| {
-                InvokeError::new(format!("cannot start warm {program}: {e}"), String::new())
-            })?;
+            .kill_on_drop(true);
+        let mut child = super::spawn(&mut cmd).map_err(|e| {
+            InvokeError::new(format!("cannot start warm {program}: {e}"), String::new())
+        })?;
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
