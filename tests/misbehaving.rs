@@ -45,17 +45,19 @@ const WARM: &str = r#"#!/usr/bin/env python3
 import json, os, subprocess, sys, time
 out = sys.stdout.buffer
 for line in sys.stdin.buffer:
-    mode = json.loads(line)["object"].split(":")[1]
+    event = json.loads(line)
+    mode = event["object"].split(":")[1]
+    call = json.dumps(event["call"]).encode()
     if mode == "badjson":
         out.write(b"not json {\n")
     elif mode == "huge":
         out.write(b"a" * 2000000 + b"\n")
     elif mode == "utf8":
-        out.write(b'{"status":"completed","note":"\xff"}\n')
+        out.write(b'{"call":' + call + b',"status":"completed","note":"\xff"}\n')
     elif mode == "nul":
-        out.write(b'{"status":"completed","note":"a\\u0000b"}\n')
+        out.write(b'{"call":' + call + b',"status":"completed","note":"a\\u0000b"}\n')
     elif mode == "rawnul":
-        out.write(b'{"status":"completed","note":"a\x00b"}\n')
+        out.write(b'{"call":' + call + b',"status":"completed","note":"a\x00b"}\n')
     elif mode == "silent":
         time.sleep(30)
     elif mode == "hangs":
@@ -64,13 +66,13 @@ for line in sys.stdin.buffer:
         time.sleep(30)
     elif mode == "forks":
         subprocess.Popen(["sleep", "987.62"])
-        out.write(b'{"status":"completed"}\n')
+        out.write(b'{"call":' + call + b',"status":"completed"}\n')
     elif mode == "stderr":
         sys.stderr.write("e" * 50000000 + " the end\n")
         sys.stderr.flush()
-        out.write(b'{"status":"completed"}\n')
+        out.write(b'{"call":' + call + b',"status":"completed"}\n')
     else:
-        out.write(b'{"status":"completed"}\n')
+        out.write(b'{"call":' + call + b',"status":"completed"}\n')
     out.flush()
 "#;
 

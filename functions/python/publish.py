@@ -35,9 +35,17 @@ def publish(event):
 
 def answer(line):
     try:
-        return publish(json.loads(line))
-    except Exception as e:  # a bad event or a bug: report it, keep the process alive
+        event = json.loads(line)
+    except Exception as e:  # not an event: report it, keep the process alive
         return {"status": "error", "message": f"publish failed: {e}"}
+    try:
+        result = publish(event)
+    except Exception as e:  # a bug: report it, keep the process alive
+        result = {"status": "error", "message": f"publish failed: {e}"}
+    # A warm call's answer carries the event's call id back: answers are matched by it.
+    if "call" in event:
+        result["call"] = event["call"]
+    return result
 
 
 if os.environ.get("WORKDO_MODE") == "warm":

@@ -137,6 +137,8 @@ where
     }
 }
 
+/// The handler's result for one event, carrying the event's `call` back (warm mode matches
+/// answers to calls by it).
 fn answer<F>(input: &str, handler: &mut F) -> Outcome
 where
     F: FnMut(&Event) -> Result<Outcome, Failure>,
@@ -146,6 +148,14 @@ where
         Err(e) => {
             let mut o = Outcome::error(format!("the event is not valid JSON for workdo/1: {e}"));
             o.retryable = Some(false);
+            // Still answer the call it was, if that much can be read.
+            #[derive(serde::Deserialize)]
+            struct CallOnly {
+                call: Option<String>,
+            }
+            o.call = serde_json::from_str::<CallOnly>(input)
+                .ok()
+                .and_then(|c| c.call);
             return o;
         }
     };
@@ -165,6 +175,7 @@ where
             }
         };
     SPANS.with(|s| outcome.spans.append(&mut s.borrow_mut()));
+    outcome.call = event.call.clone();
     outcome
 }
 

@@ -41,6 +41,10 @@ pub struct Event {
     pub traceparent: Option<String>,
     /// When the runtime stops waiting (RFC 3339).
     pub deadline: String,
+    /// Warm functions: this call's id, unique among the calls a pool makes. The answer must carry
+    /// it back in its own `call` field; answers are matched to calls by it, never by position.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<String>,
 }
 
 /// What a function answers. `status` is one of `completed`, `skipped`, `error`, `defer`, or an
@@ -48,6 +52,9 @@ pub struct Event {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
     pub status: String,
+    /// Warm functions: the `call` of the event this answers (copied from the event).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<String>,
     /// Short note shown with the step (any status).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,

@@ -18,6 +18,7 @@ fn runtime_config(args: &RuntimeArgs, demo: bool) -> Result<runtime::Config> {
         lease_margin: args.lease_margin,
         grace: args.grace,
         env: runtime::parse_env(&args.env)?,
+        pass_env: args.pass_env.clone(),
         completers: args.completers as usize,
         commit_batch: args.commit_batch as usize,
         ..Default::default()

@@ -79,6 +79,7 @@ pub(super) async fn call(
     let program = &argv[0];
     let mut cmd = Command::new(program);
     cmd.args(&argv[1..])
+        .env_clear()
         .envs(env)
         .env("WORKDO_MODE", "exec")
         .stdin(Stdio::piped())
@@ -90,6 +91,7 @@ pub(super) async fn call(
         cmd.env("TRACEPARENT", tp);
     }
     let mut child = super::spawn(&mut cmd)
+        .await
         .map_err(|e| InvokeError::new(format!("cannot start {program}: {e}"), String::new()))?;
     let _group = Group::of(&child);
     let input = serde_json::to_vec(event).unwrap_or_default();

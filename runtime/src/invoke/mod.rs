@@ -83,7 +83,9 @@ pub enum Invoker {
 }
 
 impl Invoker {
-    /// Prepare `spec`'s function. `env` is added to exec and warm functions' environment.
+    /// Prepare `spec`'s function. Exec and warm functions get `env` and the step's own `env` as
+    /// their whole environment (besides `WORKDO_MODE` and, for exec, `TRACEPARENT`): nothing of
+    /// the runtime's own is inherited.
     ///
     /// # Errors
     /// A builtin function that does not exist.
@@ -258,6 +260,14 @@ pub fn check_outcome(o: &Outcome) -> Result<(), String> {
         return Err(nul("context"));
     }
     for s in &o.start {
+        if let Some(at) = &s.start_at
+            && chrono::DateTime::parse_from_rfc3339(at).is_err()
+        {
+            let shown: String = at.chars().take(60).collect();
+            return Err(format!(
+                "answered a result whose field \"start\" has start_at {shown:?}, which is not an RFC 3339 time (e.g. 2026-12-01T09:00:00Z)"
+            ));
+        }
         let strings = [Some(&s.template), s.lane.as_ref(), s.start_at.as_ref()];
         if strings.iter().flatten().any(|v| v.contains('\0'))
             || s.context
@@ -302,6 +312,7 @@ pub(crate) fn probe_event(object: &str) -> Event {
         context: Default::default(),
         traceparent: None,
         deadline: "2030-01-01T00:00:00Z".into(),
+        call: None,
     }
 }
 
@@ -318,13 +329,15 @@ pub fn builtin(name: &str) -> Option<fn(&Event) -> Outcome> {
 /// Start `cmd`, trying again for a moment while its program file is busy (ETXTBSY: a deploy
 /// copying a new binary in place, or another thread's fork holding a write descriptor to a
 /// script just written, for the instant before its exec closes it).
-pub(super) fn spawn(cmd: &mut tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+pub(super) async fn spawn(
+    cmd: &mut tokio::process::Command,
+) -> std::io::Result<tokio::process::Child> {
     let mut tries: u64 = 0;
     loop {
         match cmd.spawn() {
             Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 10 => {
                 tries += 1;
-                std::thread::sleep(std::time::Duration::from_millis(5 * tries));
+                tokio::time::sleep(std::time::Duration::from_millis(5 * tries)).await;
             }
             started => return started,
         }
@@ -334,6 +347,14 @@ pub(super) fn spawn(cmd: &mut tokio::process::Command) -> std::io::Result<tokio:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_builtin_a_template_may_name_exists() {
+        for name in crate::model::template::BUILTINS {
+            assert!(builtin(name).is_some(), "{name}");
+        }
+        assert!(builtin("rm-rf").is_none());
+    }
 
     #[test]
     fn a_raw_nul_byte_in_a_result_is_refused() {

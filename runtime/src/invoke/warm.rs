@@ -15,11 +15,16 @@ use super::{
     tail,
 };
 
-/// Long-lived processes answering one JSON event per line with one result per line, in order.
+/// Long-lived processes answering one JSON event per line with one result per line.
+///
+/// Each event carries a `call` id, unique in the pool, and each answer must carry the same `call`
+/// back: answers are matched to calls by it, never by position, so a function that prints an
+/// answer twice, late or out of order can never hand one object's result to another. An answer
+/// with a missing, unknown or already answered `call` is a protocol error: the process is
+/// replaced and only the calls in flight on it fail (each retried like any error), saying so.
 ///
 /// Each process may have up to `pipeline` calls in flight: their lines are written without
-/// waiting for earlier answers, and a reader task hands each answer line to the oldest call still
-/// waiting. With `pipeline: 1` a process has one call at a time. A call's timeout covers its wait
+/// waiting for earlier answers, and a reader task hands each answer line to the call it names. With `pipeline: 1` a process has one call at a time. A call's timeout covers its wait
 /// for room in the pool and in its process's queue; a call that runs past it kills its process,
 /// and the other calls in flight on that process fail with an error saying so (each is retried
 /// like any other error), as do the calls in flight on a process that crashes or prints a line
@@ -32,6 +37,11 @@ pub struct WarmPool {
     slots: Semaphore,
     procs: StdMutex<Vec<Arc<WarmProcess>>>,
     spawned: std::sync::atomic::AtomicU64,
+    /// Processes being started (counted with `procs` against `size`).
+    starting: std::sync::atomic::AtomicUsize,
+    /// Call ids are this pool's random prefix and a counter: unique, and cheap to make.
+    call_prefix: String,
+    calls: std::sync::atomic::AtomicU64,
 }
 
 /// One process: its stdin (one writer at a time, so lines and waiting calls stay in the same
@@ -56,12 +66,43 @@ struct ProcessState {
 
 type Reply = tokio::sync::oneshot::Sender<Result<Outcome, InvokeError>>;
 
+/// How many answered call ids a process remembers, to tell "answered twice" from "never sent".
+const REMEMBERED_ANSWERS: usize = 256;
+
 #[derive(Default)]
 struct Waiting {
-    /// Calls whose lines were written, oldest first.
-    replies: VecDeque<Reply>,
+    /// Calls whose lines were written (or are being written), by call id.
+    replies: std::collections::HashMap<String, Reply>,
+    /// The latest calls answered, oldest first.
+    answered: VecDeque<String>,
     /// Why the process is gone or going; set once, after which no call is queued on it.
     ended: Option<String>,
+}
+
+impl Waiting {
+    /// The call `id`'s reply, or what is wrong with an answer naming it.
+    fn take(&mut self, id: Option<&str>) -> Result<Reply, String> {
+        let Some(id) = id else {
+            return Err(
+                "answered without a \"call\" field (each answer must carry its event's \
+                        call back; see functions/README.md)"
+                    .into(),
+            );
+        };
+        if let Some(reply) = self.replies.remove(id) {
+            if self.answered.len() == REMEMBERED_ANSWERS {
+                self.answered.pop_front();
+            }
+            self.answered.push_back(id.to_string());
+            return Ok(reply);
+        }
+        let shown: String = id.chars().take(80).collect();
+        if self.answered.iter().any(|a| a == id) {
+            Err(format!("answered call {shown:?} twice"))
+        } else {
+            Err(format!("answered call {shown:?}, which it was not sent"))
+        }
+    }
 }
 
 fn stderr_tail(buf: &StdMutex<VecDeque<u8>>) -> String {
@@ -138,6 +179,9 @@ impl WarmPool {
             slots: Semaphore::new(size.saturating_mul(pipeline)),
             procs: StdMutex::new(Vec::new()),
             spawned: std::sync::atomic::AtomicU64::new(0),
+            starting: std::sync::atomic::AtomicUsize::new(0),
+            call_prefix: uuid::Uuid::new_v4().simple().to_string()[..12].to_string(),
+            calls: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -146,10 +190,11 @@ impl WarmPool {
         self.spawned.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    fn spawn(&self) -> Result<Arc<WarmProcess>, InvokeError> {
+    async fn spawn(&self) -> Result<Arc<WarmProcess>, InvokeError> {
         let program = &self.argv[0];
         let mut cmd = Command::new(program);
         cmd.args(&self.argv[1..])
+            .env_clear()
             .envs(&self.env)
             .env("WORKDO_MODE", "warm")
             .stdin(Stdio::piped())
@@ -157,7 +202,7 @@ impl WarmPool {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        let mut child = super::spawn(&mut cmd).map_err(|e| {
+        let mut child = super::spawn(&mut cmd).await.map_err(|e| {
             InvokeError::new(format!("cannot start warm {program}: {e}"), String::new())
         })?;
         let (Some(stdin), Some(stdout), Some(stderr)) =
@@ -171,7 +216,7 @@ impl WarmPool {
         let group = Group::of(&child);
         let buf = Arc::new(StdMutex::new(VecDeque::with_capacity(1024)));
         let sink = Arc::clone(&buf);
-        tokio::spawn(async move {
+        let stderr_reader = tokio::spawn(async move {
             let mut stderr = stderr;
             let mut chunk = [0u8; 4096];
             while let Ok(n) = stderr.read(&mut chunk).await {
@@ -197,6 +242,7 @@ impl WarmPool {
             child,
             group,
             BufReader::new(stdout),
+            stderr_reader,
         ));
         let proc = Arc::new(WarmProcess {
             stdin: Mutex::new(Some(stdin)),
@@ -213,23 +259,41 @@ impl WarmPool {
     /// one before a busy one while the pool has fewer than `size`. Ended processes leave the
     /// pool. The least busy process always has room: the caller holds one of `size × pipeline`
     /// slots, and calls on ended processes hold theirs until they are answered.
-    fn pick(&self) -> Result<InFlight, InvokeError> {
+    async fn pick(&self) -> Result<InFlight, InvokeError> {
         use std::sync::atomic::Ordering::Relaxed;
-        let mut procs = self.procs.lock().unwrap_or_else(|p| p.into_inner());
-        procs.retain(|p| !p.shared.is_closing());
-        let least = procs
-            .iter()
-            .min_by_key(|p| p.inflight.load(Relaxed))
-            .cloned();
-        let proc = match least {
-            Some(p) if p.inflight.load(Relaxed) == 0 || procs.len() >= self.size => p,
-            _ => {
-                let p = self.spawn()?;
-                procs.push(Arc::clone(&p));
-                p
+        loop {
+            {
+                let mut procs = self.procs.lock().unwrap_or_else(|p| p.into_inner());
+                procs.retain(|p| !p.shared.is_closing());
+                let least = procs
+                    .iter()
+                    .min_by_key(|p| p.inflight.load(Relaxed))
+                    .cloned();
+                let full = procs.len() + self.starting.load(Relaxed) >= self.size;
+                match least {
+                    Some(p) if p.inflight.load(Relaxed) == 0 || full => {
+                        return Ok(InFlight::new(p));
+                    }
+                    // Every process is still being started: wait for one.
+                    None if full => {}
+                    // Room for another process: start it outside the lock (starting one may
+                    // wait for a program file a deploy is still writing).
+                    _ => {
+                        self.starting.fetch_add(1, Relaxed);
+                        break;
+                    }
+                }
             }
-        };
-        Ok(InFlight::new(proc))
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let started = self.spawn().await;
+        self.starting.fetch_sub(1, Relaxed);
+        let p = started?;
+        self.procs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Arc::clone(&p));
+        Ok(InFlight::new(p))
     }
 
     pub(super) async fn invoke(
@@ -255,9 +319,14 @@ impl WarmPool {
             }
         };
         let timeout_left = timeout.saturating_sub(began.elapsed());
-        let proc = self.pick()?;
-        let mut line = serde_json::to_vec(event).unwrap_or_default();
-        line.push(b'\n');
+        let proc = self.pick().await?;
+        let call_id = format!(
+            "{}-{}",
+            self.call_prefix,
+            self.calls
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let line = event_line(event, &call_id);
         let (reply, answer) = tokio::sync::oneshot::channel();
         let exchange = async {
             {
@@ -270,7 +339,7 @@ impl WarmPool {
                             stderr_tail(&proc.shared.stderr),
                         ));
                     }
-                    w.replies.push_back(reply);
+                    w.replies.insert(call_id, reply);
                 }
                 // A failed write means the process is gone: its reader answers this call.
                 if let Some(stdin) = stdin.as_mut()
@@ -329,15 +398,43 @@ impl WarmPool {
     }
 }
 
-/// A warm process's reader: hands each answer line to the oldest waiting call. When the process
-/// ends (end of output, a line that is not a result, an answer nobody asked for, or a kill), every
-/// call still waiting gets an error saying how, and no call is queued on it again. The process
+/// `event` as one line of JSON carrying `call`. The event's own `call` is never set by the
+/// runtime (it is skipped when serialising), so the id goes in before the closing brace.
+fn event_line(event: &Event, call: &str) -> Vec<u8> {
+    let mut line = serde_json::to_vec(event).unwrap_or_else(|_| b"{}".to_vec());
+    if line.last() == Some(&b'}') {
+        line.pop();
+        if line.len() > 1 {
+            line.push(b',');
+        }
+        line.extend_from_slice(b"\"call\":");
+        line.extend(serde_json::to_vec(call).unwrap_or_default());
+        line.push(b'}');
+    }
+    line.push(b'\n');
+    line
+}
+
+/// The `call` a line names, when the line is JSON with a string `call` at its top level.
+fn call_of(line: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct CallOnly {
+        call: Option<String>,
+    }
+    serde_json::from_slice::<CallOnly>(line).ok()?.call
+}
+
+/// A warm process's reader: hands each answer line to the call it names. When the process ends
+/// (end of output, a line that is not a result, an answer naming no call, an unknown call or one
+/// already answered, or a kill), every call still waiting gets an error saying how, and no call
+/// is queued on it again. The process
 /// runs in a group of its own, killed when the reader ends, so nothing it started outlives it.
 async fn read_answers(
     proc: Arc<ProcessState>,
     mut child: Child,
     group: Group,
     mut stdout: BufReader<ChildStdout>,
+    stderr_reader: tokio::task::JoinHandle<()>,
 ) {
     let program = proc.program.clone();
     // Whether the process is killed (by a caller or for what it printed) or ended by itself.
@@ -355,45 +452,45 @@ async fn read_answers(
             proc.end(None);
             break false;
         }
-        let Some(reply) = proc.lock().replies.pop_front() else {
-            proc.end(Some(format!(
-                "was killed: it printed a line nobody asked for: {}",
-                String::from_utf8_lossy(&line[..line.len().min(400)])
-                    .trim()
-                    .chars()
-                    .take(200)
-                    .collect::<String>()
-            )));
-            break true;
-        };
         if line.len() > MAX_RESULT_BYTES {
-            let _ = reply.send(Err(InvokeError::new(
-                format!(
-                    "warm {program} printed an answer line over {} KiB, the largest result \
-                     allowed",
-                    MAX_RESULT_BYTES / 1024
-                ),
-                stderr_tail(&proc.stderr),
+            // Which call it meant cannot be read from a line cut short: all in flight fail.
+            proc.end(Some(format!(
+                "was killed: it printed an answer line over {} KiB, the largest result allowed",
+                MAX_RESULT_BYTES / 1024
             )));
-            proc.end(Some(
-                "was killed: a call before this one printed an answer over the size limit".into(),
-            ));
             break true;
         }
         match parse_result(&line) {
-            Ok(outcome) => {
-                let _ = reply.send(Ok(outcome));
+            Ok(mut outcome) => {
+                let taken = proc.lock().take(outcome.call.as_deref());
+                match taken {
+                    Ok(reply) => {
+                        outcome.call = None;
+                        let _ = reply.send(Ok(outcome));
+                    }
+                    Err(why) => {
+                        proc.end(Some(format!("was killed: it {why}")));
+                        break true;
+                    }
+                }
             }
-            // A process that printed garbage is out of step with us: replace it.
+            // A process that printed garbage is out of step with us: replace it. The call the
+            // line names, if any can be read, gets what was wrong with it.
             Err(m) => {
-                let _ = reply.send(Err(InvokeError::new(
-                    format!("warm {program} {m}"),
-                    stderr_tail(&proc.stderr),
-                )));
-                proc.end(Some(
-                    "was killed: a call before this one printed something that is not a result"
-                        .into(),
-                ));
+                let named = call_of(&line).and_then(|id| proc.lock().take(Some(&id)).ok());
+                let why = match named {
+                    Some(reply) => {
+                        let _ = reply.send(Err(InvokeError::new(
+                            format!("warm {program} {m}"),
+                            stderr_tail(&proc.stderr),
+                        )));
+                        "was killed: another call on the same process was answered with \
+                         something that is not a result"
+                            .to_string()
+                    }
+                    None => format!("was killed: it {m}"),
+                };
+                proc.end(Some(why));
                 break true;
             }
         }
@@ -403,9 +500,12 @@ async fn read_answers(
         let _ = child.start_kill();
     }
     let exit = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+    // The process is gone; what it wrote to stderr last is read before the calls are told (a
+    // grandchild could still hold stderr open: its group is killed, and the wait is bounded).
     if !killed {
-        tokio::time::sleep(Duration::from_millis(10)).await; // let stderr drain
+        group.kill();
     }
+    let _ = tokio::time::timeout(Duration::from_millis(500), stderr_reader).await;
     let (why, replies) = {
         let mut w = proc.lock();
         // Whoever killed the process has said why; one that ended by itself says how.
@@ -419,7 +519,7 @@ async fn read_answers(
         (why, std::mem::take(&mut w.replies))
     };
     let text = stderr_tail(&proc.stderr);
-    for reply in replies {
+    for (_, reply) in replies {
         let _ = reply.send(Err(InvokeError::new(
             format!("warm {program} {why}"),
             text.clone(),
@@ -428,155 +528,4 @@ async fn read_answers(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::invoke::probe_event;
-
-    /// A call of `pool` for `object`, running on its own.
-    fn call(
-        pool: &Arc<WarmPool>,
-        object: &str,
-        timeout: Duration,
-    ) -> tokio::task::JoinHandle<Result<Outcome, InvokeError>> {
-        let (pool, event) = (Arc::clone(pool), probe_event(object));
-        tokio::spawn(async move { pool.invoke(&event, timeout).await })
-    }
-
-    /// A pool of one process running `source` (a whole script, `#!` line included) with up to
-    /// `pipeline` calls in flight; the script is written into `dir`.
-    fn pool_running(dir: &std::path::Path, source: &str, pipeline: usize) -> Arc<WarmPool> {
-        use std::os::unix::fs::PermissionsExt;
-        let path = dir.join("f");
-        std::fs::write(&path, source).expect("write");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        Arc::new(WarmPool::new(
-            vec![path.display().to_string()],
-            BTreeMap::new(),
-            1,
-            pipeline,
-        ))
-    }
-
-    /// The first lines of the Python test functions below.
-    const PY: &str = "#!/usr/bin/env python3\nimport json, sys, time\n";
-
-    /// A call queued behind a busy warm process gives up when its timeout passes, saying why,
-    /// rather than running after its lease has expired; the busy call is not disturbed.
-    #[tokio::test]
-    async fn waiting_for_a_warm_process_counts_against_the_timeout() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        // Answers each line after the sibling file `go` appears: the test decides when.
-        let go = dir.path().join("go");
-        let pool = pool_running(
-            dir.path(),
-            &format!(
-                "#!/bin/sh\nwhile read line; do\n  while [ ! -e '{}' ]; do sleep 0.01; done\n  echo '{{\"status\":\"completed\"}}'\ndone\n",
-                go.display()
-            ),
-            1,
-        );
-        let busy = call(&pool, "a", Duration::from_secs(30));
-        // The first call holds the only process before the second one asks.
-        while pool.slots.available_permits() > 0 {
-            tokio::task::yield_now().await;
-        }
-        let queued = pool
-            .invoke(&probe_event("b"), Duration::from_millis(200))
-            .await
-            .expect_err("no process came free");
-        assert!(
-            queued.message.contains("waiting for a free process"),
-            "{}",
-            queued.message
-        );
-        std::fs::write(&go, "").expect("go");
-        let answered = busy.await.expect("join").expect("the busy call completes");
-        assert_eq!(answered.status, "completed");
-        pool.shutdown().await;
-    }
-
-    /// Calls in flight on one process, answered in order: each answer reaches its own call.
-    /// The function answers only after it has read four lines, so this completes only when four
-    /// lines are written before the first answer comes back.
-    #[tokio::test]
-    async fn a_warm_process_takes_pipelined_calls_and_answers_each_its_own() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let source = [
-            PY,
-            "seen = []\nfor line in sys.stdin:\n    seen.append(json.loads(line)['object'])\n    if len(seen) == 4:\n        for o in seen:\n            print(json.dumps({'status': 'completed', 'note': o}), flush=True)\n        seen = []\n",
-        ]
-        .concat();
-        let pool = pool_running(dir.path(), &source, 4);
-        let calls: Vec<_> = ["a", "b", "c", "d"]
-            .map(|o| (o, call(&pool, o, Duration::from_secs(30))))
-            .into();
-        for (o, call) in calls {
-            let outcome = call
-                .await
-                .expect("join")
-                .unwrap_or_else(|e| panic!("{o}: {e}"));
-            assert_eq!(outcome.note.as_deref(), Some(o));
-        }
-        assert_eq!(pool.spawned(), 1, "one process took all four calls");
-        pool.shutdown().await;
-    }
-
-    /// A call that runs past its timeout kills its process; the call written behind it on the
-    /// same process fails saying why, and the next call gets a new process.
-    #[tokio::test]
-    async fn a_timed_out_call_kills_its_process_and_fails_the_calls_behind_it() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let source = [
-            PY,
-            "for line in sys.stdin:\n    if json.loads(line)['object'] == 'hang':\n        time.sleep(3600)\n    print(json.dumps({'status': 'completed'}), flush=True)\n",
-        ]
-        .concat();
-        let pool = pool_running(dir.path(), &source, 2);
-        let hang = call(&pool, "hang", Duration::from_secs(2));
-        let behind = call(&pool, "b", Duration::from_secs(60));
-        let hung = hang.await.expect("join").expect_err("it hangs");
-        assert!(
-            hung.message
-                .ends_with("timed out after 2.0s and was killed"),
-            "{}",
-            hung.message
-        );
-        let behind = behind
-            .await
-            .expect("join")
-            .expect_err("its process was killed");
-        assert!(
-            behind
-                .message
-                .ends_with("was killed: a call before this one timed out after 2.0s"),
-            "{}",
-            behind.message
-        );
-        let next = pool
-            .invoke(&probe_event("c"), Duration::from_secs(30))
-            .await
-            .expect("a new process");
-        assert_eq!(next.status, "completed");
-        assert_eq!(pool.spawned(), 2);
-        pool.shutdown().await;
-    }
-
-    /// A process that dies with calls in flight fails every one of them with its exit status.
-    #[tokio::test]
-    async fn a_crash_fails_every_call_in_flight_on_the_process() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let source = [
-            PY,
-            "n = 0\nfor line in sys.stdin:\n    n += 1\n    if n == 3:\n        sys.stderr.write('three is too many\\n'); sys.stderr.flush(); sys.exit(7)\n",
-        ]
-        .concat();
-        let pool = pool_running(dir.path(), &source, 3);
-        let calls = ["a", "b", "c"].map(|o| call(&pool, o, Duration::from_secs(30)));
-        for call in calls {
-            let e = call.await.expect("join").expect_err("the process died");
-            assert!(e.message.ends_with("exited with status 7"), "{}", e.message);
-            assert_eq!(e.text.as_deref().map(str::trim), Some("three is too many"));
-        }
-        pool.shutdown().await;
-    }
-}
+mod tests;

@@ -222,6 +222,7 @@ fn event_of(c: &Claimed, input: StepInputs, timeout: Duration) -> Event {
         traceparent: input.trace_context,
         deadline: (Utc::now() + chrono::Duration::from_std(timeout).unwrap_or_default())
             .to_rfc3339(),
+        call: None,
     }
 }
 

@@ -21,7 +21,7 @@ pub async fn run_now(
     config: &Config,
     objects: &[String],
 ) -> Result<Vec<(Claimed, StepResult)>, WorkerError> {
-    let invoker = Invoker::new(&binding.function, &config.env)
+    let invoker = Invoker::new(&binding.function, &config.function_env())
         .map_err(|e| WorkerError::Function(binding.key(), e))?;
     let timeout = Duration::from_secs_f64(binding.function.timeout_secs);
     let mut claimed = store

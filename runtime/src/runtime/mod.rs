@@ -57,8 +57,11 @@ pub struct Config {
     /// On shutdown, how long calls in flight may take to finish.
     pub grace: Duration,
     pub backoff: Backoff,
-    /// Environment for every exec and warm function.
+    /// Environment for every exec and warm function (`--env`).
     pub env: BTreeMap<String, String>,
+    /// Variables of this process's environment passed on to exec and warm functions besides
+    /// [`PASSED_ENV`] (`--pass-env`).
+    pub pass_env: Vec<String>,
     /// Claim size for steps with no `batch-limit`.
     pub default_batch: u32,
     /// How often due steps are promoted and leases swept.
@@ -85,6 +88,7 @@ impl Default for Config {
             grace: Duration::from_secs(30),
             backoff: Backoff::default(),
             env: BTreeMap::new(),
+            pass_env: Vec::new(),
             default_batch: 100,
             maintenance_interval: Duration::from_millis(200),
             commit_batch: 500,
@@ -97,6 +101,26 @@ impl Default for Config {
 }
 
 pub use maintenance::fold_step_counts;
+
+/// The variables of the runtime's own environment every exec and warm function gets, when set.
+/// Nothing else of it is passed on — not `DATABASE_URL`, `PGPASSWORD` or `WORKDO_SMTP_URL` —
+/// unless an operator names it with `--pass-env`.
+pub const PASSED_ENV: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"];
+
+impl Config {
+    /// A function's environment before its step's own `env`: [`PASSED_ENV`] and the `--pass-env`
+    /// names as this process has them, then `--env`.
+    pub fn function_env(&self) -> BTreeMap<String, String> {
+        let mut env: BTreeMap<String, String> = PASSED_ENV
+            .iter()
+            .copied()
+            .chain(self.pass_env.iter().map(String::as_str))
+            .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+            .collect();
+        env.extend(self.env.clone());
+        env
+    }
+}
 
 /// `host:pid`.
 pub fn default_owner() -> String {
@@ -265,12 +289,24 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), WorkerError> {
     crate::install_crypto();
+    // A step this binary cannot run (a template stored by a newer binary with a builtin this
+    // one lacks) is logged and left in its queue; every other step's worker runs.
     let mut invokers = Vec::new();
-    for b in &bindings {
-        let inv = Invoker::new(&b.function, &config.env)
-            .map_err(|e| WorkerError::Function(b.key(), e))?;
-        invokers.push(Arc::new(inv));
+    let mut runnable = Vec::new();
+    for b in bindings {
+        match Invoker::new(&b.function, &config.function_env()) {
+            Ok(inv) => {
+                invokers.push(Arc::new(inv));
+                runnable.push(b);
+            }
+            Err(e) => tracing::error!(
+                step = %b.key(),
+                error = %e,
+                "this step's function cannot run here; its steps wait in the queue"
+            ),
+        }
     }
+    let bindings = runnable;
     let (results, completers) = completer::start(
         &store,
         config.completers,
