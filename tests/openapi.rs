@@ -182,6 +182,7 @@ async fn every_answer_matches_the_document() {
     let d3 = "druid:cd345fg6789";
 
     c.call(get.clone(), "/health", "", None).await;
+    c.call(get.clone(), "/ready", "", None).await;
     c.call(get.clone(), "/openapi.json", "", None).await;
     let xml = Some(("application/xml", GOOGLE_XML.to_string()));
     assert_eq!(

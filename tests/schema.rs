@@ -114,3 +114,61 @@ async fn processes_starting_together_on_a_new_database_all_migrate_it() {
     .expect("count");
     assert_eq!(n, 1);
 }
+
+/// The engine files are the ones their version names: a change to `migrations/engine/` must
+/// raise `ENGINE_VERSION` (and record the new hash), or binaries could not tell engines apart.
+#[test]
+fn the_engine_files_are_the_recorded_versions() {
+    assert_eq!(
+        db::engine_sha256(),
+        db::ENGINE_SHA256,
+        "migrations/engine changed: raise ENGINE_VERSION in store/db.rs and set ENGINE_SHA256 to this hash"
+    );
+    const { assert!(db::ENGINE_COMPATIBLE_FROM <= db::ENGINE_VERSION) };
+}
+
+/// A rolling upgrade: a newer binary migrated the database. This (older) binary never applies
+/// its engine over the newer one; it runs on it when the newer engine says it is compatible,
+/// and otherwise refuses naming both versions.
+#[tokio::test]
+async fn an_older_binary_never_replaces_a_newer_engine() {
+    let t = support::db().await;
+    let newer = db::ENGINE_VERSION + 1;
+    sqlx::query("update workdo.engine set sha256 = 'newer', version = $1, compatible_from = $2")
+        .bind(newer)
+        .bind(db::ENGINE_VERSION)
+        .execute(t.pool())
+        .await
+        .expect("pretend a newer engine");
+    db::migrate(t.pool())
+        .await
+        .expect("a compatible newer engine is run on");
+    let sha: String = sqlx::query_scalar("select sha256 from workdo.engine")
+        .fetch_one(t.pool())
+        .await
+        .expect("sha");
+    assert_eq!(
+        sha, "newer",
+        "the older engine was applied over the newer one"
+    );
+
+    sqlx::query("update workdo.engine set compatible_from = $1")
+        .bind(newer)
+        .execute(t.pool())
+        .await
+        .expect("an incompatible newer engine");
+    let e = db::migrate(t.pool())
+        .await
+        .expect_err("an incompatible newer engine is refused");
+    let said = e.to_string();
+    assert!(
+        said.contains(&format!("version {newer}"))
+            && said.contains(&format!("this binary's {}", db::ENGINE_VERSION)),
+        "{said}"
+    );
+    let sha: String = sqlx::query_scalar("select sha256 from workdo.engine")
+        .fetch_one(t.pool())
+        .await
+        .expect("sha");
+    assert_eq!(sha, "newer");
+}

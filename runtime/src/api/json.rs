@@ -55,7 +55,7 @@ pub(super) async fn template_load(
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
-    c.require(Role::Admin)?;
+    super::access::decide(&s, &c, super::access::Act::Change(Role::Admin)).await?;
     let pairs = query_pairs(q.as_deref())?;
     let content_type = headers
         .get(header::CONTENT_TYPE)
@@ -128,7 +128,7 @@ pub(super) async fn object_create(
     c: Caller,
     body: Bytes,
 ) -> ApiResult<Response> {
-    c.require(Role::Robot)?;
+    super::access::decide(&s, &c, super::access::Act::Change(Role::Robot)).await?;
     let b: ObjectBody = json_body(&body)?;
     let id = oid(&b
         .id
@@ -153,7 +153,7 @@ pub(super) async fn object_update(
     body: Bytes,
 ) -> ApiResult<Json<ObjectView>> {
     let id = oid(&id)?;
-    c.require(Role::Robot)?;
+    super::access::decide(&s, &c, super::access::Act::Change(Role::Robot)).await?;
     let b: ObjectBody = json_body(&body)?;
     if !s.store.object_exists(&id).await? {
         return Err(ApiError::not_found(format!("no object {id:?}")));

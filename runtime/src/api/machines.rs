@@ -67,40 +67,15 @@ async fn deliver(
     body: &Bytes,
 ) -> ApiResult<(StatusCode, Json<Signalled>)> {
     let b: SignalBody = json_body(body)?;
-    let forbidden = |m: String| ApiError::new(StatusCode::FORBIDDEN, m);
-    match &c.1 {
-        Some(scope) => {
-            if scope.workflow != id || !scope.signals.iter().any(|x| x == &b.signal) {
-                return Err(forbidden(format!(
-                    "this token may only send {} to workflow {}",
-                    scope.signals.join(", "),
-                    scope.workflow
-                )));
-            }
-        }
-        None => {
-            let (name, access) = match s.store.machine_access(id).await? {
-                Some(found) => found,
-                None if s.store.workflow_template_id(id).await?.is_none() => {
-                    return Err(ApiError::not_found(format!("no workflow {id}")));
-                }
-                None => {
-                    return Err(ApiError::new(
-                        StatusCode::CONFLICT,
-                        format!("workflow {id} is not a machine job"),
-                    ));
-                }
-            };
-            if !access.may_signal(c.0.as_str(), &b.signal) {
-                return Err(forbidden(format!(
-                    "a {} token may not send {:?} to {}",
-                    c.0.as_str(),
-                    b.signal,
-                    name
-                )));
-            }
-        }
-    }
+    super::access::decide(
+        s,
+        &c,
+        super::access::Act::Signal {
+            job: id,
+            signal: &b.signal,
+        },
+    )
+    .await?;
     let data = b.data.unwrap_or_else(|| json!({}));
     let actor = match &c.1 {
         Some(_) => format!("api:scoped:{id}"),

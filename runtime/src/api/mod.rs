@@ -3,8 +3,10 @@
 //! unchanged. Every request but `/health` and `/openapi.json` needs a bearer token; its role
 //! decides what it may do.
 
+pub(crate) mod access;
 mod admin;
 mod bodies;
+pub mod idempotency;
 mod input;
 mod json;
 mod machines;
@@ -50,12 +52,17 @@ pub struct AppState {
 pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/health", get(openapi::health))
+        .route("/ready", get(openapi::ready))
         .merge(admin::router())
         .route("/openapi.json", get(openapi::document))
         .merge(json::router())
         .merge(work::router())
         .merge(machines::router())
         .merge(workdo::router())
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            idempotency::idempotent,
+        ))
         .layer(DefaultBodyLimit::max(DEFAULT_BODY_LIMIT))
         .layer(axum::middleware::from_fn(input::refuse_nul))
         .layer(axum::middleware::from_fn(input::json_errors))
@@ -113,6 +120,9 @@ pub async fn serve_on(
     }
     listener.set_nonblocking(true)?;
     let listener = tokio::net::TcpListener::from_std(listener)?;
+    // Requests wait at most a few seconds for a connection (then 503 with Retry-After), on a
+    // pool of their own so the runtime's work never starves the API nor the API the runtime.
+    let store = store.for_requests();
     tracing::info!(%listen, ?access, "API listening");
     axum::serve(listener, app(AppState { store, access }))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
@@ -170,6 +180,15 @@ impl From<StoreError> for ApiError {
             {
                 return ApiError::bad_request(format!("a value cannot be stored: {}", d.message()));
             }
+            StoreError::Sql(
+                sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_),
+            ) => {
+                tracing::warn!(error = %e, "request refused: no database connection");
+                return ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the database is not answering; nothing was done; try again shortly",
+                );
+            }
             StoreError::CorruptTemplate(..) | StoreError::Sql(_) => {
                 tracing::error!(error = %e, "request failed");
                 return ApiError::new(
@@ -187,7 +206,12 @@ impl IntoResponse for ApiError {
         let body = ErrorBody {
             error: self.message,
         };
-        (self.status, axum::Json(body)).into_response()
+        let mut res = (self.status, axum::Json(body)).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            res.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("2"));
+        }
+        res
     }
 }
 

@@ -22,6 +22,7 @@ use super::{json, machines, work, workdo};
     ),
     paths(
         health,
+        ready,
         document,
         json::templates_list,
         json::template_load,
@@ -94,7 +95,7 @@ impl Modify for Rules {
             )
         };
         for (path, item) in doc.paths.paths.iter_mut() {
-            if path == "/health" || path == "/openapi.json" {
+            if path == "/health" || path == "/ready" || path == "/openapi.json" {
                 continue;
             }
             for op in [
@@ -132,6 +133,21 @@ impl Modify for Rules {
 #[utoipa::path(get, path = "/health", tag = "meta", security(()), responses((status = 200, description = "ok", content_type = "text/plain", body = String)))]
 pub(super) async fn health() -> &'static str {
     "ok"
+}
+
+/// Readiness: 200 `ready` when the database answers within a second, 503 otherwise (within
+/// two), so a load balancer or orchestrator stops sending work to a process that cannot do it.
+#[utoipa::path(get, path = "/ready", tag = "meta", security(()), responses((status = 200, description = "ready", content_type = "text/plain", body = String), (status = 503, description = "the database does not answer", content_type = "text/plain", body = String)))]
+pub(super) async fn ready(
+    axum::extract::State(s): axum::extract::State<super::AppState>,
+) -> (axum::http::StatusCode, &'static str) {
+    match tokio::time::timeout(std::time::Duration::from_secs(1), s.store.ping()).await {
+        Ok(Ok(())) => (axum::http::StatusCode::OK, "ready"),
+        _ => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: the database does not answer",
+        ),
+    }
 }
 
 /// The document itself.

@@ -62,21 +62,20 @@ pub(super) async fn workflows_start(
     c: Caller,
     body: Bytes,
 ) -> ApiResult<Response> {
-    c.require(Role::Robot)?;
+    // Who may start anything at all, before the body is read; then the template's own rule.
+    super::access::decide(&s, &c, super::access::Act::Change(Role::Robot)).await?;
     let b: StartBody = json_body(&body)?;
     if b.objects.is_empty() {
         return Err(ApiError::bad_request("`objects` is empty"));
     }
-    // A machine may say who starts it.
-    if let Ok(t) = s.store.template_current(&b.template).await
-        && let Some(m) = &t.spec.machine
-        && !m.access.clone().unwrap_or_default().may_start(c.0.as_str())
-    {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            format!("a {} token may not start {}", c.0.as_str(), b.template),
-        ));
-    }
+    super::access::decide(
+        &s,
+        &c,
+        super::access::Act::Start {
+            template: &b.template,
+        },
+    )
+    .await?;
     let req = StartRequest {
         template: b.template,
         objects: b.objects,
@@ -118,7 +117,7 @@ pub(super) async fn workflow_delete(
     c: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    c.require(Role::Admin)?;
+    super::access::decide(&s, &c, super::access::Act::Change(Role::Admin)).await?;
     let id = workflow_id(&id)?;
     let view = s
         .store
@@ -183,7 +182,7 @@ pub(super) async fn step_update(
     Path((object, template, step)): Path<(String, String, String)>,
     body: Bytes,
 ) -> ApiResult<Json<SetOutcome>> {
-    c.require(Role::Robot)?;
+    super::access::decide(&s, &c, super::access::Act::Change(Role::Robot)).await?;
     let b: StepBody = json_body(&body)?;
     let req = SetRequest {
         object: oid(&object)?,
@@ -267,7 +266,7 @@ pub(super) async fn priority(
     c: Caller,
     body: Bytes,
 ) -> ApiResult<Json<Prioritized>> {
-    c.require(Role::Admin)?;
+    super::access::decide(&s, &c, super::access::Act::Change(Role::Admin)).await?;
     let b: PriorityBody = json_body(&body)?;
     if b.object.is_none() && b.template.is_none() && b.step.is_none() && b.workflow.is_none() {
         return Err(ApiError::bad_request(
@@ -309,7 +308,7 @@ pub(super) async fn retry(
     c: Caller,
     body: Bytes,
 ) -> ApiResult<Json<Retried>> {
-    c.require(Role::Robot)?;
+    super::access::decide(&s, &c, super::access::Act::Change(Role::Robot)).await?;
     let b: RetryBody = json_body(&body)?;
     let filter = StepFilter {
         object: b.object.as_deref().map(oid).transpose()?,

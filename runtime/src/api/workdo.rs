@@ -169,7 +169,14 @@ pub(super) async fn create(
     RawQuery(q): RawQuery,
     body: Bytes,
 ) -> ApiResult<Response> {
-    c.require(Role::Robot)?;
+    super::access::decide(
+        &s,
+        &c,
+        super::access::Act::Start {
+            template: &workflow,
+        },
+    )
+    .await?;
     let object = druid(&d)?;
     let pairs = query_pairs(q.as_deref())?;
     let context = if body.iter().all(u8::is_ascii_whitespace) {
@@ -208,7 +215,7 @@ pub(super) async fn update_process(
     RawQuery(q): RawQuery,
     body: Bytes,
 ) -> ApiResult<Json<NextSteps>> {
-    c.require(Role::Robot)?;
+    super::access::decide(&s, &c, super::access::Act::Change(Role::Robot)).await?;
     let object = druid(&d)?;
     let pairs = query_pairs(q.as_deref())?;
     let text = std::str::from_utf8(&body)
@@ -280,7 +287,7 @@ pub(super) async fn skip_all(
     c: Caller,
     Path((d, workflow)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    c.require(Role::Robot)?;
+    super::access::decide(&s, &c, super::access::Act::Change(Role::Robot)).await?;
     let object = druid(&d)?;
     if s.store
         .object_workflows(&object, Some(&workflow))
@@ -305,7 +312,7 @@ pub(super) async fn delete_one(
     Path((d, workflow)): Path<(String, String)>,
     RawQuery(q): RawQuery,
 ) -> ApiResult<StatusCode> {
-    c.require(Role::Admin)?;
+    super::access::decide(&s, &c, super::access::Act::Change(Role::Admin)).await?;
     let object = druid(&d)?;
     let pairs = query_pairs(q.as_deref())?;
     let n = s
@@ -331,7 +338,7 @@ pub(super) async fn delete_all(
     c: Caller,
     Path(d): Path<String>,
 ) -> ApiResult<StatusCode> {
-    c.require(Role::Admin)?;
+    super::access::decide(&s, &c, super::access::Act::Change(Role::Admin)).await?;
     let object = druid(&d)?;
     let n = s
         .store

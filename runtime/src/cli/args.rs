@@ -141,6 +141,11 @@ pub struct RuntimeArgs {
     /// Environment for every exec and warm function (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE")]
     pub env: Vec<String>,
+    /// A variable of this process's environment to pass on to exec and warm functions
+    /// (repeatable). Functions get only PATH, HOME, LANG, LC_ALL, TZ and TMPDIR of it otherwise:
+    /// never DATABASE_URL, PGPASSWORD or WORKDO_SMTP_URL unless named here.
+    #[arg(long = "pass-env", value_name = "NAME")]
+    pub pass_env: Vec<String>,
     /// Database connections this process may use.
     #[arg(long, default_value_t = 16)]
     pub max_connections: u32,
@@ -169,7 +174,9 @@ pub(super) fn object_id(text: &str) -> Result<String, String> {
 pub(super) fn duration(text: &str) -> Result<std::time::Duration, String> {
     template::parse_duration_secs(text)
         .map(std::time::Duration::from_secs_f64)
-        .ok_or_else(|| format!("{text:?} is not a duration such as 500ms, 30s or 5m"))
+        .ok_or_else(|| {
+            format!("{text:?} is not a duration such as 500ms, 30s, 5m or 90d (at most 36500d)")
+        })
 }
 
 #[derive(Debug, Subcommand)]
@@ -312,6 +319,10 @@ pub struct StartArgs {
     /// Workflow context, a JSON object.
     #[arg(long)]
     pub context: Option<String>,
+    /// Apply this start once: a repeat with the same key within 24 hours prints the first
+    /// answer and starts nothing (for scripts that retry).
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
 }
 
 #[derive(Debug, Args)]

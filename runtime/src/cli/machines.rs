@@ -20,7 +20,7 @@ pub(super) async fn signal(
     data: Option<&str>,
     json: bool,
     out: &mut impl Write,
-) -> Result<()> {
+) -> Result<crate::store::Signalled> {
     let data: Value = match data {
         None => Value::Object(Default::default()),
         Some(text) => {
@@ -39,7 +39,7 @@ pub(super) async fn signal(
         }
         Ok(())
     })?;
-    Ok(())
+    Ok(done)
 }
 
 /// `workdo machines migrate TEMPLATE --to SHA256 [--map OLD=NEW …] [--workflow ID]`.

@@ -13,6 +13,7 @@ use serde_json::Value;
 mod args;
 mod graph;
 mod housekeeping;
+mod idempotent;
 mod machines;
 mod objects;
 mod schedules;
@@ -21,6 +22,8 @@ mod steps;
 mod templates;
 mod tokens;
 mod up;
+
+use idempotent::{once_begin, once_end};
 
 pub use args::*;
 
@@ -119,6 +122,10 @@ pub enum Command {
         /// Data for the signal (JSON), seen by actions as `signal.data`.
         #[arg(long)]
         data: Option<String>,
+        /// Send this signal once: a repeat with the same key within 24 hours prints the first
+        /// answer and sends nothing (for scripts that retry).
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
     },
     /// State-machine housekeeping.
     #[command(
@@ -423,17 +430,23 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
             template,
             signal,
             data,
+            idempotency_key,
         } => {
-            machines::signal(
-                &store,
-                &object,
-                &template,
-                &signal,
-                data.as_deref(),
-                json,
-                out,
-            )
-            .await?
+            let request = serde_json::json!({"signal": [&object, &template, &signal, &data]});
+            if !once_begin(&store, idempotency_key.as_deref(), &request, json, out).await? {
+                let done = machines::signal(
+                    &store,
+                    &object,
+                    &template,
+                    &signal,
+                    data.as_deref(),
+                    json,
+                    out,
+                )
+                .await;
+                once_end(&store, idempotency_key.as_deref(), &done).await?;
+                done?;
+            }
         }
         Command::Machines(MachinesCmd::Migrate {
             template,

@@ -50,6 +50,14 @@ pub(super) async fn start(
         Some(text) => serde_json::from_str(text)
             .with_context(|| format!("--context is not valid JSON: {text}"))?,
     };
+    let request = serde_json::json!({"start": [
+        &args.template, &args.objects, args.version, args.priority, &args.lane,
+        args.start_at, &context
+    ]});
+    let key = args.idempotency_key.clone();
+    if super::idempotent::once_begin(store, key.as_deref(), &request, json, out).await? {
+        return Ok(());
+    }
     let req = StartRequest {
         template: args.template,
         objects: args.objects,
@@ -61,7 +69,12 @@ pub(super) async fn start(
         actor: actor(),
         parent: None,
     };
-    let started = store.workflow_start(&req).await?;
+    let started = store
+        .workflow_start(&req)
+        .await
+        .map_err(anyhow::Error::from);
+    super::idempotent::once_end(store, key.as_deref(), &started).await?;
+    let started = started?;
     Ok(emit(out, json, &started, |o| {
         for s in &started {
             writeln!(

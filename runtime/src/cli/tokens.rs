@@ -25,7 +25,10 @@ pub(super) async fn run(
         } => {
             let expires_at = match expires {
                 Some(d) => Some(
-                    Utc::now() + chrono::Duration::from_std(d).context("--expires is too long")?,
+                    chrono::Duration::from_std(d)
+                        .ok()
+                        .and_then(|d| Utc::now().checked_add_signed(d))
+                        .context("--expires is too long")?,
                 ),
                 None => None,
             };

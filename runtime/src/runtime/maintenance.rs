@@ -38,6 +38,12 @@ pub(super) async fn maintain(store: Store, every: Duration, stop: CancellationTo
                 Err(e) => warn!(error = %e, "sweeping leases failed"),
             }
         }
+        // About once a minute: forget idempotency keys past their day.
+        if tick.is_multiple_of(300)
+            && let Err(e) = store.idempotency_expire().await
+        {
+            warn!(error = %e, "expiring idempotency keys failed");
+        }
         tick = tick.wrapping_add(1);
         tokio::select! {
             () = tokio::time::sleep(every) => {}

@@ -49,6 +49,18 @@ const ENGINE: &[(&str, &str)] = &[
     ),
 ];
 
+/// The engine's version: raised whenever a file in `migrations/engine/` changes (a test holds
+/// [`ENGINE_SHA256`] to the files, so a change without a new version fails the suite).
+pub const ENGINE_VERSION: i32 = 15;
+
+/// The SHA-256 of the engine files of [`ENGINE_VERSION`] ([`engine_sha256`]).
+pub const ENGINE_SHA256: &str = "2bd067d2447a6e1708e04e8c16b6aba8e518b608acc0bae5279717836046d306";
+
+/// The oldest engine version whose binaries still work on this engine (its functions keep the
+/// signatures and meaning those binaries call them with). A binary older than this refuses to
+/// run on it, naming both versions.
+pub const ENGINE_COMPATIBLE_FROM: i32 = 15;
+
 /// Key of the advisory lock that serialises migrating one database (any number of processes
 /// may start at once on a new one).
 const MIGRATE_LOCK: i64 = 0x776f_726b_646f_0001;
@@ -89,6 +101,14 @@ pub enum DbError {
         file: &'static str,
         #[source]
         source: sqlx::Error,
+    },
+    #[error(
+        "the database's engine is version {recorded}, newer than this binary's {ours}, and works only with binaries of engine version {compatible_from} or newer; upgrade this binary (the engine is never downgraded)"
+    )]
+    EngineTooNew {
+        recorded: i32,
+        ours: i32,
+        compatible_from: i32,
     },
     #[error(transparent)]
     Sql(#[from] sqlx::Error),
@@ -260,8 +280,47 @@ async fn migrate_locked(conn: &mut sqlx::PgConnection) -> Result<(), DbError> {
     sqlx::query("set search_path to workdo, public")
         .execute(&mut *conn)
         .await?;
+    // A database a newer binary has migrated: run on it as it is when its engine says this
+    // binary is compatible; never migrate or apply anything older over it.
+    if let Some((recorded, compatible_from)) = recorded_engine(conn).await?
+        && recorded > ENGINE_VERSION
+    {
+        if compatible_from <= ENGINE_VERSION {
+            tracing::info!(
+                recorded,
+                ours = ENGINE_VERSION,
+                "the database's engine is newer and compatible: running on it unchanged"
+            );
+            return Ok(());
+        }
+        return Err(DbError::EngineTooNew {
+            recorded,
+            ours: ENGINE_VERSION,
+            compatible_from,
+        });
+    }
     MIGRATOR.run(&mut *conn).await?;
     apply_engine(conn).await
+}
+
+/// The engine version recorded in the database and the oldest it works with, once there is one
+/// with a version (migration 0015 added the columns).
+async fn recorded_engine(conn: &mut sqlx::PgConnection) -> Result<Option<(i32, i32)>, DbError> {
+    let has_version: bool = sqlx::query_scalar(
+        "select exists (select 1 from information_schema.columns
+                         where table_schema = 'workdo' and table_name = 'engine'
+                           and column_name = 'compatible_from')",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if !has_version {
+        return Ok(None);
+    }
+    Ok(
+        sqlx::query_as("select version, compatible_from from workdo.engine")
+            .fetch_optional(&mut *conn)
+            .await?,
+    )
 }
 
 /// Apply the engine files unless the recorded SHA-256 says they are applied already, in one
@@ -290,10 +349,13 @@ async fn apply_engine_files(conn: &mut sqlx::PgConnection, sha: &str) -> Result<
             .map_err(|source| DbError::Engine { file, source })?;
     }
     sqlx::query(
-        "insert into workdo.engine (sha256) values ($1)
-         on conflict (one) do update set sha256 = excluded.sha256, applied_at = now()",
+        "insert into workdo.engine (sha256, version, compatible_from) values ($1, $2, $3)
+         on conflict (one) do update set sha256 = excluded.sha256, version = excluded.version,
+                compatible_from = excluded.compatible_from, applied_at = now()",
     )
     .bind(sha)
+    .bind(ENGINE_VERSION)
+    .bind(ENGINE_COMPATIBLE_FROM)
     .execute(&mut *conn)
     .await?;
     Ok(())

@@ -38,6 +38,85 @@ pub fn router() -> Router<AppState> {
         .route("/ui/templates", get(reports::templates))
         .route("/ui/timings", get(reports::timings))
         .route("/ui/schedules", get(reports::schedules_alerts))
+        .route("/ui/app.css", get(stylesheet))
+        .route("/ui/app.js", get(script))
+        .layer(axum::middleware::from_fn(guard))
+}
+
+/// The page's style sheet and script: static files, cached for an hour, so the page needs no
+/// inline style or script and its Content-Security-Policy can forbid both.
+const APP_CSS: &str = include_str!("static/app.css");
+const APP_JS: &str = include_str!("static/app.js");
+
+async fn stylesheet() -> Response {
+    static_file("text/css; charset=utf-8", APP_CSS)
+}
+
+async fn script() -> Response {
+    static_file("text/javascript; charset=utf-8", APP_JS)
+}
+
+fn static_file(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "public, max-age=3600"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// What every answer of the page carries: no framing by another site, and scripts, styles and
+/// forms from this origin only.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// Every POST of the page must come from the page itself: an `Origin` (or, without one, a
+/// `Referer`) naming another host is refused before the handler runs (the CSRF token is the
+/// second line). A request with neither (not a browser) is left to the CSRF token. Every
+/// answer gets the security headers.
+async fn guard(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    if req.method() == axum::http::Method::POST && !same_origin(req.headers()) {
+        return (
+            StatusCode::FORBIDDEN,
+            "this form was sent from another site (Origin or Referer is not this server)",
+        )
+            .into_response();
+    }
+    let mut res = next.run(req).await;
+    let h = res.headers_mut();
+    h.insert(
+        header::X_FRAME_OPTIONS,
+        header::HeaderValue::from_static("DENY"),
+    );
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        header::HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        header::HeaderValue::from_static("nosniff"),
+    );
+    res
+}
+
+/// Whether `Origin` (else `Referer`) names the host the request was sent to.
+fn same_origin(headers: &HeaderMap) -> bool {
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    let from = headers
+        .get(header::ORIGIN)
+        .or_else(|| headers.get(header::REFERER));
+    let Some(from) = from else {
+        return true;
+    };
+    let Some(from) = from.to_str().ok() else {
+        return false;
+    };
+    // scheme://host[:port][/path]; "null" (a sandboxed frame, a file) is never this server.
+    let authority = from
+        .split_once("://")
+        .map(|(_, rest)| rest.split(['/', '?', '#']).next().unwrap_or(""));
+    matches!((authority, host), (Some(a), Some(h)) if !a.is_empty() && a.eq_ignore_ascii_case(h))
 }
 
 /// Text safe in HTML, attributes included.
@@ -83,8 +162,16 @@ fn cookie_token(headers: &HeaderMap) -> Option<String> {
         })
 }
 
+/// The secret CSRF tokens are made with: random, new in every process, never sent anywhere.
+static CSRF_SECRET: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| hex::encode(rand::random::<[u8; 32]>()));
+
+/// A session's CSRF token: the hash of the process's secret and the session's token, so a
+/// page of another site can neither know nor guess it (under `--open` too).
 fn csrf_of(token: &str) -> String {
-    hex::encode(Sha256::digest(format!("workdo-csrf:{token}").as_bytes()))
+    hex::encode(Sha256::digest(
+        format!("workdo-csrf:{}:{token}", *CSRF_SECRET).as_bytes(),
+    ))
 }
 
 /// The viewer, or the sign-in page.
@@ -117,32 +204,11 @@ pub(super) fn page(title: &str, v: Option<&Viewer>, body: &str) -> Html<String> 
         None => String::new(),
     };
     Html(format!(
-        "<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width, initial-scale=1\"><title>{} · workdo</title><style>{STYLE}</style></head><body><header><nav><a href=/ class=brand>workdo</a> <a href=/ui/errors>errors</a> <a href=/ui/templates>templates</a> <a href=/ui/timings>timings</a> <a href=/ui/schedules>schedules and alerts</a></nav> {who}</header><main><h1>{}</h1>{body}</main></body></html>",
+        "<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width, initial-scale=1\"><title>{} · workdo</title><link rel=stylesheet href=/ui/app.css><script src=/ui/app.js defer></script></head><body><header><nav><a href=/ class=brand>workdo</a> <a href=/ui/errors>errors</a> <a href=/ui/templates>templates</a> <a href=/ui/timings>timings</a> <a href=/ui/schedules>schedules and alerts</a></nav> {who}</header><main><h1>{}</h1>{body}</main></body></html>",
         esc(title),
         esc(title)
     ))
 }
-
-const STYLE: &str = "
-:root{color-scheme:light dark;--fg:#1b1b1b;--bg:#fff;--mute:#666;--line:#ddd;--err:#b00020;--ok:#1b7a2e}
-@media (prefers-color-scheme:dark){:root{--fg:#eee;--bg:#151515;--mute:#aaa;--line:#333;--err:#ff6b81;--ok:#6bd68a}}
-body{font:15px/1.45 system-ui,sans-serif;margin:0;color:var(--fg);background:var(--bg)}
-header{display:flex;justify-content:space-between;align-items:center;padding:.6rem 1rem;border-bottom:1px solid var(--line)}
-.brand{font-weight:700;text-decoration:none;color:inherit}
-main{padding:1rem;max-width:1280px;margin:auto;overflow-x:auto}
-table{border-collapse:collapse;width:100%}th,td{border-bottom:1px solid var(--line);padding:.3rem .5rem;text-align:left;vertical-align:top}
-td.n{text-align:right;font-variant-numeric:tabular-nums}.error{color:var(--err)}.completed{color:var(--ok)}
-pre{white-space:pre-wrap;word-break:break-word;background:rgba(127,127,127,.08);padding:.5rem}
-button{font:inherit;padding:.25rem .7rem}a:focus,button:focus,input:focus{outline:2px solid #4a90e2}
-.who{display:flex;gap:.5rem;align-items:center}
-svg{max-width:100%;height:auto;color:var(--mute)}.node rect{fill:rgba(127,127,127,.08);stroke:currentColor}
-.node text{fill:var(--fg)}.node text.sub{fill:var(--mute)}
-.node.completed rect,.node.skipped rect{fill:rgba(27,122,46,.22)}.node.error rect{fill:rgba(176,0,32,.25)}
-.node.ready rect,.node.started rect,.node.retrying rect{fill:rgba(74,144,226,.25)}.node.current rect{fill:rgba(255,204,0,.45)}
-.node.final rect{stroke-width:3}.label{fill:var(--fg)}.bar-completed{fill:var(--ok)}.bar-failed{fill:var(--err)}
-form.filters{display:flex;flex-wrap:wrap;gap:.5rem;align-items:end;margin:.5rem 0}form.filters label{display:flex;flex-direction:column;font-size:.85em}
-@media (max-width:640px){header{flex-wrap:wrap;gap:.4rem}nav a{display:inline-block;margin:.15rem .3rem}main{padding:.5rem}th,td{padding:.25rem}}
-";
 
 /// A form's fields, repeated `id`s kept.
 pub(super) fn form_pairs(body: &str) -> Vec<(String, String)> {
@@ -222,6 +288,13 @@ async fn act(State(s): State<AppState>, headers: HeaderMap, body: String) -> Res
     let back = field(&pairs, "back")
         .filter(|b| b.starts_with("/ui/") && !b.starts_with("//"))
         .unwrap_or("/ui/errors");
+    if back.chars().any(|c| c.is_control()) {
+        return (
+            StatusCode::BAD_REQUEST,
+            "the form's back address contains a control character",
+        )
+            .into_response();
+    }
     let said = if changed == n {
         format!("{verb} {changed} steps.")
     } else {

@@ -291,12 +291,13 @@ pub(super) async fn signal(
         .and_then(|w| w.parse().ok())
         .unwrap_or(0);
     let name = field(&pairs, "signal").unwrap_or_default().to_string();
-    // The machine's access rules, as over the API.
-    let allowed = matches!(
-        s.store.machine_access(workflow).await,
-        Ok(Some((_, access))) if access.may_signal(v.role.as_str(), &name)
-    );
-    if !allowed {
+    // The one access decision the API takes too.
+    let caller = crate::api::Caller(v.role, None);
+    let act = crate::api::access::Act::Signal {
+        job: workflow,
+        signal: &name,
+    };
+    if crate::api::access::decide(&s, &caller, act).await.is_err() {
         return (StatusCode::FORBIDDEN, "this token may not send that signal").into_response();
     }
     let who = format!("ui:{}", v.role.as_str());

@@ -32,7 +32,7 @@ const COLUMNS: [&str; 8] = [
 /// the same element's in the fresh page (by id), keeping the boxes the user ticked; a region
 /// the user is typing in is left alone. A sign-in redirect or an error leaves the page as it
 /// is; a hidden tab does not poll.
-pub(super) const LIVE: &str = "<script>(()=>{const tick=async()=>{if(document.hidden)return;try{const r=await fetch(location.href,{credentials:'same-origin'});if(!r.ok||r.redirected)return;const d=new DOMParser().parseFromString(await r.text(),'text/html');for(const e of document.querySelectorAll('[data-live]')){const n=d.getElementById(e.id);const a=document.activeElement;if(!n||n.innerHTML===e.innerHTML||(a&&e.contains(a)&&a.tagName==='INPUT'&&a.type!=='checkbox'))continue;const keep=new Set([...e.querySelectorAll('input[type=checkbox]:checked')].map(b=>b.id||b.value));const f=a&&e.contains(a)?(a.id||a.value):null;e.innerHTML=n.innerHTML;for(const b of e.querySelectorAll('input[type=checkbox]')){if(keep.has(b.id||b.value))b.checked=true;if(f&&(b.id||b.value)===f)b.focus()}}}catch(_){}};setInterval(tick,3000)})()</script>";
+pub(super) const LIVE: &str = "";
 
 /// Filters as the URL carries them; empty fields (a submitted form's) are absent.
 #[derive(Deserialize, Default)]
@@ -303,11 +303,11 @@ pub(super) async fn steps(
     if acts {
         let _ = write!(
             body,
-            "<form method=post action=/ui/steps/act id=act onsubmit=\"const n=this.querySelectorAll('input[name=id]:checked').length;return n>0&&confirm(this.dataset.verb+' '+n+' steps?')\"><input type=hidden name=csrf value=\"{}\"><input type=hidden name=back value=\"{}\">",
+            "<form method=post action=/ui/steps/act id=act data-chosen><input type=hidden name=csrf value=\"{}\"><input type=hidden name=back value=\"{}\">",
             esc(&v.csrf),
             esc(&here)
         );
-        body.push_str("<p><label><input type=checkbox id=all onclick=\"for(const b of document.querySelectorAll('input[name=id]'))b.checked=this.checked\"> all</label> <button name=action value=retry id=retry onclick=\"this.form.dataset.verb='Retry'\">Retry chosen</button> <button name=action value=skip id=skip onclick=\"this.form.dataset.verb='Skip'\">Skip chosen</button> <label>priority <input name=priority id=priority type=number value=100 style=width:6em></label> <button name=action value=prioritize id=prioritize onclick=\"this.form.dataset.verb='Prioritize'\">Prioritize chosen</button></p>");
+        body.push_str("<p><label><input type=checkbox id=all> all</label> <button name=action value=retry id=retry data-verb=Retry>Retry chosen</button> <button name=action value=skip id=skip data-verb=Skip>Skip chosen</button> <label>priority <input name=priority id=priority type=number value=100 class=narrow></label> <button name=action value=prioritize id=prioritize data-verb=Prioritize>Prioritize chosen</button></p>");
     }
     body.push_str("<table id=rows data-live><thead><tr><th></th><th scope=col>object</th><th scope=col class=n>workflow</th><th scope=col>step</th><th scope=col>lane</th><th scope=col class=n>attempts</th><th scope=col>message</th><th scope=col>changed</th></tr></thead><tbody>");
     for r in &rows {

@@ -49,7 +49,7 @@ pub(super) async fn errors(
     for g in &groups {
         let retry = if v.role >= Role::Robot {
             let mut f = format!(
-                "<form method=post action=/ui/steps/act onsubmit=\"return confirm('Retry {} steps?')\"><input type=hidden name=csrf value=\"{}\"><input type=hidden name=back value=/ui/errors><input type=hidden name=action value=retry>",
+                "<form method=post action=/ui/steps/act data-confirm=\"Retry {} steps?\"><input type=hidden name=csrf value=\"{}\"><input type=hidden name=back value=/ui/errors><input type=hidden name=action value=retry>",
                 g.count,
                 esc(&v.csrf)
             );

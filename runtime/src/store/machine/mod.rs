@@ -159,7 +159,16 @@ impl Store {
         let (from, to, finished) = result?;
         // A machine that keeps signalling itself is not this command's to run for ever: past
         // this many follow-ups, the runtime takes the rest.
-        let followed = self.inbox_run_job(workflow_id, 1000).await?;
+        // The signal is committed: follow-ups that cannot be taken now (the database busy or
+        // gone) stay in the inbox for the runtime, and do not make this signal look failed.
+        let followed = match self.inbox_run_job(workflow_id, 1000).await {
+            Ok(followed) => followed,
+            Err(e) => {
+                tracing::warn!(workflow_id, error = %e,
+                    "signal applied; its follow-ups are left to the runtime");
+                Vec::new()
+            }
+        };
         Ok(Signalled {
             workflow_id,
             signal: signal.to_string(),
