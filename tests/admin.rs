@@ -36,19 +36,36 @@ async fn browser() -> (Client, Driver) {
         .into_iter()
         .find(|c| Command::new(c).arg("--version").output().is_ok())
         .expect("chromedriver is not installed: apt-get install -y chromium chromium-driver (.ci/run does)");
-    let port = free_port();
-    let child = Command::new(exe)
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start chromedriver");
-    let driver = Driver(child);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "chromedriver did not listen");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    // chromedriver binds the port it is given: a port found free a moment earlier may be taken
+    // by then, so a driver that exits without listening is started again on another.
+    let mut started = None;
+    for _ in 0..5 {
+        let port = free_port();
+        let mut child = Command::new(exe)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let listening = loop {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break true;
+            }
+            if child.try_wait().ok().flatten().is_some() || Instant::now() >= deadline {
+                break false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        if listening {
+            started = Some((port, child));
+            break;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
     }
+    let (port, child) = started.expect("chromedriver did not listen on any of five ports");
+    let driver = Driver(child);
     let mut caps = serde_json::Map::new();
     caps.insert(
         "goog:chromeOptions".into(),

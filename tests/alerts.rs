@@ -6,7 +6,7 @@ mod support;
 use sqlx::PgPool;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+
 use std::time::{Duration, Instant};
 
 use support::{db, load};
@@ -15,90 +15,20 @@ use workdo::runtime::alerts::{AlertConfig, Sender};
 use workdo::runtime::{self, Config};
 use workdo::store::{SetRequest, StartRequest, Store};
 
-/// A real SMTP server (aiosmtpd) on a free loopback port, writing each mail to a maildir.
-struct Smtp {
-    child: std::process::Child,
-    port: u16,
-    maildir: tempfile::TempDir,
-}
-
-fn ensure_aiosmtpd() {
-    let has = std::process::Command::new("python3")
-        .args(["-c", "import aiosmtpd"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !has {
-        let installed = std::process::Command::new("python3")
-            .args(["-m", "pip", "install", "--quiet", "aiosmtpd"])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(
-            installed,
-            "these tests need an SMTP server: `python3 -m pip install aiosmtpd`"
-        );
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
+/// The SMTP server (tests/support/smtp.rs): real SMTP over loopback TCP, in this process.
+struct Smtp(support::smtp::Smtp);
 
 impl Smtp {
-    fn start_on(port: u16) -> Smtp {
-        ensure_aiosmtpd();
-        let maildir = tempfile::tempdir().expect("maildir");
-        let child = std::process::Command::new("python3")
-            .args([
-                "-m",
-                "aiosmtpd",
-                "-n",
-                "-l",
-                &format!("127.0.0.1:{port}"),
-                "-c",
-                "aiosmtpd.handlers.Mailbox",
-            ])
-            .arg(maildir.path().join("box"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("start aiosmtpd");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "aiosmtpd did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Smtp {
-            child,
-            port,
-            maildir,
-        }
+    fn start() -> Smtp {
+        Smtp(support::smtp::Smtp::start())
     }
 
-    fn start() -> Smtp {
-        Self::start_on(free_port())
+    fn port(&self) -> u16 {
+        self.0.port
     }
 
     fn mails(&self) -> Vec<String> {
-        let dir = self.maildir.path().join("box").join("new");
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
-            .unwrap_or_default();
-        files.sort();
-        files
-            .iter()
-            .filter_map(|f| std::fs::read_to_string(f).ok())
-            .map(|m| unfold(&m))
-            .collect()
-    }
-}
-
-impl Drop for Smtp {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.0.mails().iter().map(|m| unfold(m)).collect()
     }
 }
 
@@ -181,7 +111,7 @@ async fn a_step_at_its_attempt_limit_sends_one_mail_with_what_to_do() {
         .await
         .expect("start");
     let config = Config {
-        alerts: Some(alert_config(smtp.port, Duration::from_secs(3600))),
+        alerts: Some(alert_config(smtp.port(), Duration::from_secs(3600))),
         poll_interval: Duration::from_millis(200),
         backoff: workdo::model::retry::Backoff {
             base: Duration::from_millis(50),
@@ -248,7 +178,10 @@ async fn up_logs_each_failure_and_alert_at_info_as_json() {
         ])
         .env("DATABASE_URL", &t.url)
         .env_remove("WORKDO_LOG")
-        .env("WORKDO_SMTP_URL", format!("smtp://127.0.0.1:{}", smtp.port))
+        .env(
+            "WORKDO_SMTP_URL",
+            format!("smtp://127.0.0.1:{}", smtp.port()),
+        )
         .env("WORKDO_ALERT_TO", "ops@library.example.org")
         .env("WORKDO_ALERT_FROM", "workdo@library.example.org")
         .stdin(std::process::Stdio::null())
@@ -304,17 +237,62 @@ async fn up_logs_each_failure_and_alert_at_info_as_json() {
     );
 }
 
+/// A mail the server refuses for good (550 to its recipient) ends `failed` with the server's
+/// answer after one attempt, instead of being retried for ever; the other mails still go.
+#[tokio::test]
+async fn a_mail_refused_for_good_ends_failed_and_the_others_go() {
+    let t = db().await;
+    load(&t.store, "g.yaml", "name: goneWF\nalerts:\n  to: [gone@library.example.org]\nsteps:\n  - name: fetch\n    error-limit: 1\n").await;
+    t.store
+        .workflow_start(&StartRequest::new("goneWF", &["obj:gone"]))
+        .await
+        .expect("start");
+    let mut req = SetRequest::new("obj:gone", "goneWF", "fetch", "error");
+    req.error_message = Some("lost".into());
+    t.store.step_set(&req).await.expect("error");
+    errors(&t.store, 1).await;
+    let smtp = Smtp::start();
+    smtp.0.refuse("gone@library.example.org");
+    let sender = Sender::new(
+        t.store.clone(),
+        alert_config(smtp.port(), Duration::from_secs(3600)),
+    )
+    .expect("sender");
+    for _ in 0..3 {
+        sender.run_once(false).await.expect("pass");
+    }
+    let rows: Vec<(String, String, i32, Option<String>)> = sqlx::query_as(
+        "select template, status, attempts, last_error from workdo.alert_outbox order by template",
+    )
+    .fetch_all(t.pool())
+    .await
+    .expect("rows");
+    assert_eq!(rows.len(), 2);
+    assert_eq!((rows[0].0.as_str(), rows[0].1.as_str()), ("errWF", "sent"));
+    assert_eq!(
+        (rows[1].0.as_str(), rows[1].1.as_str(), rows[1].2),
+        ("goneWF", "failed", 1)
+    );
+    assert!(
+        rows[1].3.as_deref().is_some_and(|e| e.contains("550")),
+        "{:?}",
+        rows[1].3
+    );
+    assert_eq!(smtp.mails().len(), 1);
+}
+
 #[tokio::test]
 async fn an_smtp_outage_delays_mail_and_loses_none() {
     let t = db().await;
     errors(&t.store, 1).await;
-    let port = free_port();
+    // The server answers every session "421 Service not available" (a transient failure).
+    let server = support::smtp::Smtp::start_down();
     let sender = Sender::new(
         t.store.clone(),
-        alert_config(port, Duration::from_secs(3600)),
+        alert_config(server.port, Duration::from_secs(3600)),
     )
     .expect("sender");
-    // Nobody listens: the row stays pending with the error and a back-off.
+    // The row stays pending with the error and a back-off.
     let r = sender.run_once(false).await.expect("pass");
     assert_eq!((r.sent, r.failed), (0, 1));
     let (status, attempts, last_error): (String, i32, Option<String>) =
@@ -325,7 +303,8 @@ async fn an_smtp_outage_delays_mail_and_loses_none() {
     assert_eq!((status.as_str(), attempts), ("pending", 1));
     assert!(last_error.is_some_and(|e| !e.is_empty()));
     // The server comes back: the mail goes out, once.
-    let smtp = Smtp::start_on(port);
+    server.up();
+    let smtp = Smtp(server);
     wait_for("the delayed mail", 30, || async {
         sender.run_once(false).await.expect("pass");
         !smtp.mails().is_empty()
@@ -349,7 +328,7 @@ async fn a_burst_of_500_failures_makes_one_mail_and_one_digest() {
     errors(&t.store, 500).await;
     let sender = Sender::new(
         t.store.clone(),
-        alert_config(smtp.port, Duration::from_millis(800)),
+        alert_config(smtp.port(), Duration::from_millis(800)),
     )
     .expect("sender");
     let mut total = workdo::runtime::alerts::Report::default();
@@ -435,7 +414,7 @@ async fn the_stuck_step_monitor_raises_one_alert_per_interval() {
     .expect("age");
     let sender = Sender::new(
         t.store.clone(),
-        alert_config(smtp.port, Duration::from_secs(3600)),
+        alert_config(smtp.port(), Duration::from_secs(3600)),
     )
     .expect("sender");
     let bound = vec!["stuckWF:scan".to_string()];

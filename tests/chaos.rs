@@ -74,6 +74,7 @@ async fn killed_runtimes_lose_no_step_and_complete_none_twice() {
     let mut procs = [spawn_runtime(&t.url), spawn_runtime(&t.url)];
     let began = Instant::now();
     let mut kills = 0;
+    let mut mid_work = 0;
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut next = || {
         // xorshift: a different moment and victim each time, the same sequence each run.
@@ -87,6 +88,16 @@ async fn killed_runtimes_lose_no_step_and_complete_none_twice() {
         tokio::time::sleep(Duration::from_millis(80 + next() % 250)).await;
         let victim = (next() % 2) as usize;
         let p = &mut procs[victim];
+        // Whether this kill lands mid-work: steps under a lease just before it.
+        if scalar(
+            t.pool(),
+            "select count(*) from workdo.steps where status = 'started'",
+        )
+        .await
+            > 0
+        {
+            mid_work += 1;
+        }
         p.kill().expect("kill -9");
         p.wait().expect("reap");
         kills += 1;
@@ -180,8 +191,12 @@ async fn killed_runtimes_lose_no_step_and_complete_none_twice() {
         "select count(*) from workdo.events where kind in ('lease_expired', 'released')",
     )
     .await;
+    // The kills did land in the middle of work: leases were held when they came, and steps
+    // were given back to the queue after them (otherwise this test proves nothing).
+    assert!(mid_work > 0, "no kill found a step under a lease");
+    assert!(released > 0, "no step was given back after a kill");
     println!(
-        "chaos: {kills} kills, {steps} steps, 0 lost, 0 completed twice, {released} steps given back after a kill, {:.1} s",
+        "chaos: {kills} kills ({mid_work} mid-work), {steps} steps, 0 lost, 0 completed twice, {released} steps given back after a kill, {:.1} s",
         began.elapsed().as_secs_f64()
     );
 }

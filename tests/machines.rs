@@ -246,10 +246,17 @@ async fn an_alarm_fires_once_with_two_runtimes_and_is_cancelled_on_leaving() {
         30,
     )
     .await;
-    // Long enough for a second firing, if there were one.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Both runtimes stopped: any pass either of them was in has finished. A second firing
+    // would need an alarm still armed (unfired, uncancelled) or a second event.
     a.stop().await;
     b.stop().await;
+    let armed = count(
+        &t,
+        "select count(*) from workdo.alarms where workflow_id = $1 and fired_at is null and cancelled_at is null",
+        rings,
+    )
+    .await;
+    assert_eq!(armed, 0, "an alarm is still armed after it fired");
     let fired = count(
         &t,
         "select count(*) from workdo.events where workflow_id = $1 and kind = 'alarm_fired'",
@@ -278,9 +285,22 @@ async fn an_alarm_due_while_no_runtime_ran_fires_after_a_restart() {
     .await;
     let id = job(&t, "counterWF", "obj:late").await;
     send(&t, id, "arm").await.expect("arm");
-    // No runtime: the alarm comes due and nothing happens.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // No runtime: the alarm comes due (waited for in the database, not by a sleep) and stays
+    // unfired, the job in its state, until a runtime runs.
+    wait_until(
+        t.pool(),
+        "select bool_and(a.due_at <= now()) from workdo.alarms a join workdo.workflows w on w.id = a.workflow_id where w.object_id = 'obj:late'",
+        30,
+    )
+    .await;
     assert_eq!(state(&t, id).await.0, "Armed");
+    let unfired = count(
+        &t,
+        "select count(*) from workdo.alarms where workflow_id = $1 and fired_at is null",
+        id,
+    )
+    .await;
+    assert_eq!(unfired, 1);
     let rt = start(&t.store, config()).await;
     wait_until(
         t.pool(),

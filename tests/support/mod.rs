@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod smtp;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 

@@ -29,6 +29,10 @@ pub enum AlertError {
     Config(String),
     #[error("{0}")]
     Send(String),
+    /// The mail can never be delivered as it is (a malformed address, or the server's permanent
+    /// refusal): retrying would not help.
+    #[error("{0}")]
+    Rejected(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -52,6 +56,10 @@ pub struct AlertConfig {
     /// Base URL of the API, for the retry call quoted in mails.
     pub api_url: String,
 }
+
+/// How many times an alert mail is tried before it ends `failed` (about an hour and a half of
+/// tries, the delays doubling up to five minutes).
+pub const MAX_ALERT_ATTEMPTS: i32 = 25;
 
 fn parse_duration(key: &str, v: &str) -> Result<Duration, AlertError> {
     crate::model::template::parse_duration_secs(v)
@@ -199,23 +207,25 @@ impl Sender {
                 self.config
                     .from
                     .parse::<Mailbox>()
-                    .map_err(|e| AlertError::Send(e.to_string()))?,
+                    .map_err(|e| AlertError::Rejected(e.to_string()))?,
             )
             .subject(&mail.subject)
             .header(ContentType::TEXT_PLAIN);
         for r in to {
             builder = builder.to(r
                 .parse::<Mailbox>()
-                .map_err(|e| AlertError::Send(format!("recipient {r:?}: {e}")))?);
+                .map_err(|e| AlertError::Rejected(format!("recipient {r:?}: {e}")))?);
         }
         let message = builder
             .body(mail.body.clone())
-            .map_err(|e| AlertError::Send(e.to_string()))?;
-        self.transport
-            .send(message)
-            .await
-            .map(|_| ())
-            .map_err(|e| AlertError::Send(e.to_string()))
+            .map_err(|e| AlertError::Rejected(e.to_string()))?;
+        self.transport.send(message).await.map(|_| ()).map_err(|e| {
+            if e.is_permanent() {
+                AlertError::Rejected(e.to_string())
+            } else {
+                AlertError::Send(e.to_string())
+            }
+        })
     }
 
     /// One pass: send due pending rows (throttled per template step), then digests whose
@@ -268,14 +278,22 @@ impl Sender {
                     }
                     report.sent += 1;
                 }
+                // This mail can never go as it is: it ends `failed`; the others still go.
+                Err(AlertError::Rejected(e)) => {
+                    outbox.delay(row.id, &e, None).await?;
+                    warn!(error = %e, outbox = row.id, "alert mail refused for good; marked failed");
+                    report.failed += 1;
+                }
                 Err(e) => {
-                    // Probably the server is down: back off this row and stop for now.
-                    let delay = 2f64.powi(row.attempts.clamp(0, 8)).min(300.0);
+                    // Probably the server is down: back off this row and stop for now; after
+                    // MAX_ALERT_ATTEMPTS tries it ends `failed`.
                     let e = e.to_string();
+                    let last = row.attempts + 1 >= MAX_ALERT_ATTEMPTS;
+                    let delay = 2f64.powi(row.attempts.clamp(0, 8)).min(300.0);
                     outbox
-                        .delay(row.id, &e, Duration::from_secs_f64(delay))
+                        .delay(row.id, &e, (!last).then(|| Duration::from_secs_f64(delay)))
                         .await?;
-                    warn!(error = %e, outbox = row.id, "alert mail failed; will retry");
+                    warn!(error = %e, outbox = row.id, last, "alert mail failed");
                     report.failed += 1;
                     smtp_down = true;
                     break;
@@ -314,6 +332,13 @@ impl Sender {
                         outbox.mark(&ids, OutboxMark::Digested).await?;
                         outbox.set_sent(&key).await?;
                         report.digests += 1;
+                    }
+                    Err(AlertError::Rejected(e)) => {
+                        for i in &items {
+                            outbox.delay(i.id, &e, None).await?;
+                        }
+                        warn!(error = %e, %template, %step, "alert digest refused for good; marked failed");
+                        report.failed += 1;
                     }
                     Err(e) => {
                         warn!(error = %e, "alert digest failed; will retry");

@@ -176,16 +176,18 @@ impl Outbox {
         Ok(())
     }
 
-    /// A failed send: count the attempt, keep the error, try again after `delay`.
-    pub async fn delay(&mut self, id: i64, error: &str, delay: Duration) -> Result<()> {
+    /// A failed send: count the attempt, keep the error, try again after `delay` — or, when
+    /// `delay` is `None` (the mail can never be delivered), end the row `failed`.
+    pub async fn delay(&mut self, id: i64, error: &str, delay: Option<Duration>) -> Result<()> {
         sqlx::query(
             "update workdo.alert_outbox set attempts = attempts + 1, last_error = $2,
-                    next_attempt_at = now() + make_interval(secs => $3)
+                    status = case when $3::float8 is null then 'failed' else status end,
+                    next_attempt_at = now() + make_interval(secs => coalesce($3, 0))
               where id = $1",
         )
         .bind(id)
         .bind(error)
-        .bind(delay.as_secs_f64())
+        .bind(delay.map(|d| d.as_secs_f64()))
         .execute(&mut *self.tx)
         .await?;
         Ok(())

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use super::dispatch::{Bricklets, Dispatch};
 use super::events::{EventBuf, NewEvent, ReadyKeys};
 use super::steps::{Applied, Change, Claimed};
-use super::workflows::{StartRequest, start_one};
+use super::workflows::StartRequest;
 use super::{Result, Store};
 use crate::model::template::Template;
 
@@ -137,16 +137,6 @@ impl Store {
             let mut conn = self.pool.acquire().await?;
             return Self::steps_apply(&mut conn, results.iter().map(|r| &r.change), actor).await;
         }
-        // Templates for workflows to start, looked up before the transaction.
-        let mut templates = HashMap::new();
-        for r in results {
-            for s in &r.effects.start {
-                if !templates.contains_key(&s.template) {
-                    let t = self.template_current(&s.template).await;
-                    templates.insert(s.template.clone(), t);
-                }
-            }
-        }
         // Templates (and their bricklets) of observers and generators, looked up before too:
         // one query for the workflows' template versions, then each version once.
         let mut dispatching: HashMap<i64, std::sync::Arc<(Template, Bricklets)>> = HashMap::new();
@@ -247,20 +237,26 @@ impl Store {
                     .await?;
             }
             if !fx.start.is_empty() {
-                let (priority, lane): (i32, String) =
-                    sqlx::query_as("select priority, lane from workdo.workflows where id = $1")
-                        .bind(r.workflow_id)
-                        .fetch_one(&mut *tx)
-                        .await?;
+                let (priority, lane, own): (i32, String, String) = sqlx::query_as(
+                    "select priority, lane, template from workdo.workflows where id = $1",
+                )
+                .bind(r.workflow_id)
+                .fetch_one(&mut *tx)
+                .await?;
                 for s in &fx.start {
-                    let template = match templates.get(&s.template) {
-                        Some(Ok(t)) => t,
-                        // An unknown template in a result is recorded, not fatal for the batch.
-                        _ => {
-                            events.push(NewEvent::new(&r.object_id, "start_failed", actor).workflow(r.workflow_id).detail(serde_json::json!({"template": s.template, "reason": "unknown template"})));
-                            continue;
-                        }
+                    // What cannot be started is recorded on the object, and the step's own
+                    // result still commits.
+                    let failed = |reason: String| {
+                        NewEvent::new(&r.object_id, "start_failed", actor)
+                            .workflow(r.workflow_id)
+                            .detail(serde_json::json!({"template": s.template, "reason": reason}))
                     };
+                    if s.template == own {
+                        events.push(failed(
+                            "a workflow cannot start its own template on its own object (it would replace itself)".into(),
+                        ));
+                        continue;
+                    }
                     let req = StartRequest {
                         template: s.template.clone(),
                         objects: vec![r.object_id.clone()],
@@ -272,17 +268,16 @@ impl Store {
                         actor: actor.to_string(),
                         parent: None,
                     };
-                    let started = start_one(
-                        &mut tx,
-                        &mut events,
-                        &req,
-                        template.id,
-                        &template.spec,
-                        &r.object_id,
-                        self.trace_start,
-                    )
-                    .await?;
-                    ready.add(&s.template, &started.ready);
+                    // The one start path (CLI, APIs, forks and schedules take it too), in a
+                    // savepoint so that a start refused by the database leaves the rest intact.
+                    let mut sp = sqlx::Acquire::begin(&mut *tx).await?;
+                    match self.workflow_start_in(&mut sp, &req).await {
+                        Ok(_) => sp.commit().await?,
+                        Err(e) => {
+                            sp.rollback().await?;
+                            events.push(failed(e.to_string()));
+                        }
+                    }
                 }
             }
         }

@@ -37,6 +37,20 @@ impl Store {
     pub async fn schedules_put(&self, specs: &[ScheduleSpec], origin: &str) -> Result<usize> {
         let mut tx = self.pool.begin().await?;
         for s in specs {
+            if let Some(template) = s.start.as_deref() {
+                let known: bool = sqlx::query_scalar(
+                    "select exists (select 1 from workdo.templates where name = $1)",
+                )
+                .bind(template)
+                .fetch_one(&mut *tx)
+                .await?;
+                if !known {
+                    return Err(StoreError::Schedule(format!(
+                        "{origin}: schedule {} starts {template:?}, which is not a loaded template (load it first; nothing was saved)",
+                        s.name
+                    )));
+                }
+            }
             let next = s.next_after(Utc::now()).ok_or_else(|| {
                 StoreError::Schedule(format!("{origin}: schedule {} never fires", s.name))
             })?;

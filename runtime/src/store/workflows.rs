@@ -187,7 +187,7 @@ impl Store {
     }
 }
 
-pub(crate) async fn start_one(
+async fn start_one(
     tx: &mut Transaction<'_, Postgres>,
     events: &mut EventBuf,
     req: &StartRequest,

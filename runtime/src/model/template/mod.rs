@@ -222,6 +222,20 @@ pub struct Loaded {
     pub origin: String,
 }
 
+/// The in-process functions a template may name with `builtin:` (the runtime's
+/// `invoke::builtin` has one for each).
+pub const BUILTINS: &[&str] = &["noop", "fail", "skip"];
+
+/// Why `name` cannot be a builtin function, if it cannot.
+pub(crate) fn unknown_builtin(name: &str) -> Option<String> {
+    (!BUILTINS.contains(&name)).then(|| {
+        format!(
+            "no builtin function {name:?}; the builtins are {}",
+            BUILTINS.join(", ")
+        )
+    })
+}
+
 /// One thing wrong with a template source.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
@@ -280,6 +294,8 @@ impl TemplateError {
 /// # Errors
 /// A [`TemplateError`] listing every problem found, each with file, line and field.
 pub fn parse(origin: &str, format: Format, source: &str) -> Result<Loaded, TemplateError> {
+    // A byte-order mark (editors on Windows write one) is not part of the text.
+    let source = source.strip_prefix('\u{feff}').unwrap_or(source);
     let (template, kind) = match format {
         Format::Yaml => yaml::parse(origin, source)?,
         Format::Xml => (xml::parse(origin, source)?, Kind::Template),
@@ -378,7 +394,11 @@ impl Template {
     }
 }
 
-/// Parse a duration such as `30`, `30s`, `1.5s`, `500ms`, `5m`, `2h` into seconds.
+/// The longest duration anything takes: 100 years (36,500 days).
+pub const MAX_DURATION_SECS: f64 = 36_500.0 * 86_400.0;
+
+/// Parse a duration such as `30`, `30s`, `1.5s`, `500ms`, `5m`, `2h`, `7d` into seconds; at
+/// most [`MAX_DURATION_SECS`].
 pub fn parse_duration_secs(text: &str) -> Option<f64> {
     let t = text.trim();
     let (num, unit) = match t.find(|c: char| c.is_ascii_alphabetic()) {
@@ -394,7 +414,7 @@ pub fn parse_duration_secs(text: &str) -> Option<f64> {
         "d" => value * 86400.0,
         _ => return None,
     };
-    (secs.is_finite() && secs >= 0.0).then_some(secs)
+    (secs.is_finite() && (0.0..=MAX_DURATION_SECS).contains(&secs)).then_some(secs)
 }
 
 #[cfg(test)]
@@ -409,6 +429,9 @@ mod tests {
         assert_eq!(parse_duration_secs("2h"), Some(7200.0));
         assert_eq!(parse_duration_secs("soon"), None);
         assert_eq!(parse_duration_secs("-1s"), None);
+        assert_eq!(parse_duration_secs("36500d"), Some(MAX_DURATION_SECS));
+        assert_eq!(parse_duration_secs("99999999d"), None);
+        assert_eq!(parse_duration_secs("1e300d"), None);
     }
 
     #[test]

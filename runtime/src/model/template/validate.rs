@@ -84,6 +84,16 @@ pub(crate) fn validate(
             ),
         );
     }
+    // An address mail can never be sent to would be retried until it failed: refuse it here.
+    for to in &template.alert_to {
+        if let Err(e) = to.parse::<lettre::message::Mailbox>() {
+            problem(
+                None,
+                "alerts",
+                format!("alert recipient {to:?} is not a mail address: {e}"),
+            );
+        }
+    }
     // A template with no steps is valid: the workflow service keeps such `workflow-def`s "for
     // indexing", and a folder of them must load whole. Starting one makes a workflow that is
     // completed at once (it has no step to wait for).

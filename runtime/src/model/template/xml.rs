@@ -74,7 +74,7 @@ pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateErro
         });
     };
     let root_line = line_of(root.range().start);
-    if !matches!(root.tag_name().name(), "workflow-def" | "workflow") {
+    if root.tag_name().name() != "workflow-def" {
         return Err(TemplateError::one(
             origin,
             Some(root_line),
@@ -85,7 +85,7 @@ pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateErro
             ),
         ));
     }
-    if root.tag_name().name() == "workflow-def" {
+    {
         unknown_parts(
             root,
             WORKFLOW_DEF_ATTRS,
@@ -352,9 +352,15 @@ fn parse_function(
         (None, None, Some(u), None) => Runner::Http {
             url: u.trim().to_string(),
         },
-        (None, None, None, Some(b)) => Runner::Builtin {
-            name: b.trim().to_string(),
-        },
+        (None, None, None, Some(b)) => {
+            if let Some(why) = super::unknown_builtin(b.trim()) {
+                problem("builtin", why);
+                return None;
+            }
+            Runner::Builtin {
+                name: b.trim().to_string(),
+            }
+        }
         _ => {
             problem(
                 "function",

@@ -438,7 +438,12 @@ pub(crate) fn convert_function(f: RawFunction) -> Result<FunctionSpec, (&'static
             pipeline: f.pipeline.unwrap_or(1),
         },
         (None, None, Some(url), None) => Runner::Http { url },
-        (None, None, None, Some(name)) => Runner::Builtin { name },
+        (None, None, None, Some(name)) => {
+            if let Some(why) = super::unknown_builtin(&name) {
+                return Err(("builtin", why));
+            }
+            Runner::Builtin { name }
+        }
         _ => {
             return Err((
                 "function",
