@@ -1028,9 +1028,9 @@ async fn openapi_describes_every_route() {
 #[tokio::test]
 async fn an_xml_only_robot_drives_the_demo_workflows_to_the_end() {
     let a = api().await;
-    for f in workdo::model::template::find_files(&support::workflows_dir()).expect("workflows") {
+    for f in workdo::cli::files::find_files(&support::workflows_dir()).expect("workflows") {
         a.t.store
-            .template_save(&workdo::model::template::parse_file(&f).expect("template"))
+            .template_save(&workdo::cli::files::parse_file(&f).expect("template"))
             .await
             .expect("save");
     }

@@ -17,7 +17,7 @@ const LECTURE: &str = include_str!("fixtures/documents/lecture.xml");
 
 async fn load_file(t: &TestDb, path: &str) {
     let file = support::workflows_dir().join(path);
-    let loaded = workdo::model::template::parse_file(&file).expect("a valid template");
+    let loaded = workdo::cli::files::parse_file(&file).expect("a valid template");
     t.store.template_save(&loaded).await.expect("saved");
 }
 

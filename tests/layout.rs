@@ -172,6 +172,46 @@ fn no_import_cycle_between_top_level_modules() {
         "model depends on {:?}",
         graph.get("model")
     );
+    // The rooms in ARCHITECTURE.md's order: each depends only on rooms above it (the surfaces
+    // share the last rank). A module missing here fails too: it must be given its place.
+    const ROOMS: &[&[&str]] = &[
+        &["model"],
+        &["pg"],
+        &["store"],
+        &["invoke"],
+        &["telemetry"],
+        &["graph"],
+        &["runtime"],
+        &["api", "bench", "demo", "cli", "output"],
+    ];
+    let rank = |m: &str| ROOMS.iter().position(|r| r.contains(&m));
+    for (m, deps) in &graph {
+        let Some(mine) = rank(m) else {
+            panic!("module {m} has no room in ARCHITECTURE.md's order (tests/layout.rs ROOMS)");
+        };
+        for d in deps {
+            assert!(
+                rank(d).is_some_and(|r| r <= mine),
+                "{m} depends on {d}, a room below it in ARCHITECTURE.md's order"
+            );
+        }
+    }
+}
+
+/// The model does no I/O: no files, processes, network or async runtime.
+#[test]
+fn the_model_does_no_io() {
+    let model = src().join("model");
+    let mut found = Vec::new();
+    for f in rust_files(&model) {
+        let text = std::fs::read_to_string(&f).expect("read a source file");
+        for needle in ["std::fs", "std::process", "std::net", "tokio::", "std::env"] {
+            if text.contains(needle) {
+                found.push(format!("{}: {needle}", f.display()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "I/O in the model: {found:?}");
 }
 
 #[test]

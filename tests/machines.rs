@@ -449,7 +449,7 @@ async fn the_articles_for_deletion_example_reaches_its_final_states() {
     let t = db().await;
     let dir = support::workflows_dir();
     for f in ["proposedDeletion.yaml", "articlesForDeletion.yaml"] {
-        let loaded = workdo::model::template::parse_file(&dir.join(f)).expect("valid");
+        let loaded = workdo::cli::files::parse_file(&dir.join(f)).expect("valid");
         t.store.template_save(&loaded).await.expect("saved");
     }
     let start_afd = |object: &'static str, context: Value| {

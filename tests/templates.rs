@@ -244,11 +244,10 @@ fn yaml_errors_name_line_and_field() {
 
 #[test]
 fn shipped_workflows_load() {
-    let files =
-        workdo::model::template::find_files(&support::workflows_dir()).expect("read workflows/");
+    let files = workdo::cli::files::find_files(&support::workflows_dir()).expect("read workflows/");
     assert!(files.len() >= 3, "{files:?}");
     for f in files {
-        workdo::model::template::parse_file(&f).unwrap_or_else(|e| panic!("{e}"));
+        workdo::cli::files::parse_file(&f).unwrap_or_else(|e| panic!("{e}"));
     }
 }
 

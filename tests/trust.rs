@@ -434,6 +434,18 @@ async fn a_template_this_binary_cannot_run_does_not_stop_the_others() {
     assert_eq!(later, "ready");
     let _ = up.kill();
     let _ = up.wait();
+    // The page says which step this binary cannot run, and why.
+    let base = serve(t.store.clone(), Access::Open).await;
+    let page = reqwest::get(format!("{base}/ui/templates"))
+        .await
+        .expect("page")
+        .text()
+        .await
+        .expect("html");
+    assert!(
+        page.contains("cannot run step a: no builtin function &quot;from-the-future&quot;"),
+        "{page}"
+    );
 }
 
 /// A schedule naming a template that is not loaded is refused, and nothing of its file saved.
@@ -578,4 +590,75 @@ async fn workflows_started_by_a_result_get_every_check_of_a_start() {
             .is_some_and(|m| m.contains("not an RFC 3339 time")),
         "{message:?}"
     );
+}
+
+/// Machines are bounded: a signal's data over 64 KiB is refused, a transition that would grow
+/// the variables past 1 MiB rolls back saying so, and a start whose children fork children
+/// stops at 100 jobs in one transaction instead of forking thousands.
+#[tokio::test]
+async fn machine_inputs_have_limits_that_say_so() {
+    let t = db().await;
+    load(
+        &t.store,
+        "grow.yaml",
+        "name: growWF\nkind: machine\ninitial: Idle\nstates:\n  Idle:\n    on:\n      add: { to: Idle, actions: [ { set: { blob: \"${blob + signal.data.more}\" } } ] }\n",
+    )
+    .await;
+    let mut req = StartRequest::new("growWF", &["obj:grow"]);
+    req.context = json!({"blob": ""});
+    let job = t.store.workflow_start(&req).await.expect("start")[0].workflow_id;
+    let huge = json!({"more": "x".repeat(70 * 1024)});
+    let e = t
+        .store
+        .machine_signal(job, "add", &huge, "test")
+        .await
+        .expect_err("data over 64 KiB");
+    assert!(e.to_string().contains("over the limit of 65536"), "{e}");
+    // 60 KiB a signal: the 18th would pass 1 MiB.
+    let chunk = json!({"more": "y".repeat(60 * 1024)});
+    let mut refused = None;
+    for i in 0..20 {
+        if let Err(e) = t.store.machine_signal(job, "add", &chunk, "test").await {
+            refused = Some((i, e.to_string()));
+            break;
+        }
+    }
+    let (at, said) = refused.expect("the variables stopped growing");
+    assert!(at >= 16, "refused too early, at {at}");
+    assert!(said.contains("over the limit of 1048576"), "{said}");
+    let size: i64 = sqlx::query_scalar(
+        "select length((machine -> 'variables')::text)::bigint from workdo.workflows where id = $1",
+    )
+    .bind(job)
+    .fetch_one(t.pool())
+    .await
+    .expect("size");
+    assert!(size <= 1024 * 1024, "{size}");
+
+    // One state forking 101 children: past the limit of 100 jobs in one transaction.
+    load(&t.store, "leaf.yaml", "name: leafWF\nsteps:\n  - name: a\n").await;
+    let forks: String = (0..101)
+        .map(|i| format!("      - fork: {{ template: leafWF, object: \"obj:leaf{i}\" }}\n"))
+        .collect();
+    load(
+        &t.store,
+        "fan.yaml",
+        &format!(
+            "name: fanWF\nkind: machine\ninitial: Start\nstates:\n  Start:\n    enter:\n{forks}"
+        ),
+    )
+    .await;
+    let e = t
+        .store
+        .workflow_start(&StartRequest::new("fanWF", &["obj:fan"]))
+        .await
+        .expect_err("fans out past the limit");
+    assert!(e.to_string().contains("more than 100 jobs forked"), "{e}");
+    let jobs: i64 = sqlx::query_scalar(
+        "select count(*) from workdo.workflows where template in ('fanWF', 'leafWF')",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("count");
+    assert_eq!(jobs, 0, "a refused start left jobs behind");
 }

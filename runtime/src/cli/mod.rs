@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 use serde_json::Value;
 
 mod args;
+pub mod files;
 mod graph;
 mod housekeeping;
 mod idempotent;

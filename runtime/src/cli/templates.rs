@@ -6,7 +6,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
 use super::args::TemplatesCmd;
-use crate::model::template;
+
 use crate::output::{emit, table};
 use crate::store::{Saved, Store};
 
@@ -40,13 +40,13 @@ async fn load(
     let mut loaded = Vec::new();
     let mut problems = Vec::new();
     for path in paths {
-        let files = template::find_files(path)
+        let files = super::files::find_files(path)
             .with_context(|| format!("cannot read {}", path.display()))?;
         if files.is_empty() {
             problems.push(format!("{}: no .yaml, .yml or .xml files", path.display()));
         }
         for f in files {
-            match template::parse_file(&f) {
+            match super::files::parse_file(&f) {
                 Ok(l) => loaded.push(l),
                 Err(e) => problems.push(e.to_string()),
             }

@@ -6,7 +6,7 @@ use anyhow::{Context, Result, bail};
 use tokio_util::sync::CancellationToken;
 
 use super::args::{RuntimeArgs, UpArgs};
-use crate::model::template;
+
 use crate::output::emit;
 use crate::runtime::{self, alerts::AlertConfig, inject};
 use crate::store::Store;
@@ -159,10 +159,10 @@ pub(super) async fn up(
         .entry("WORKDO_WORKSPACE".into())
         .or_insert_with(|| workspace.display().to_string());
     // The demo templates, loaded as `templates load` would.
-    let files = template::find_files(&args.templates)
+    let files = super::files::find_files(&args.templates)
         .with_context(|| format!("cannot read {}", args.templates.display()))?;
     for f in files {
-        let loaded = template::parse_file(&f)?;
+        let loaded = super::files::parse_file(&f)?;
         store.template_save(&loaded).await?;
     }
     let bindings = runtime::bindings(store, &[]).await?;

@@ -97,7 +97,7 @@ pub(crate) async fn execute(
                     ),
                     String::new(),
                 )),
-                Some(xml) => match crate::model::dispatch::observe(obs, &xml) {
+                Some(xml) => match observe_bounded(obs, xml).await {
                     Ok(matches) => {
                         observed = Some(matches);
                         Ok(o)
@@ -254,5 +254,24 @@ fn result_of(
         object_id: c.object_id.clone(),
         workflow_id: c.workflow_id,
         effects,
+    }
+}
+
+/// An observer's rules on `xml`, on a blocking thread (XPath evaluation cannot yield), waiting at
+/// most [`OBSERVE_TIMEOUT`](crate::model::dispatch::OBSERVE_TIMEOUT).
+async fn observe_bounded(
+    obs: &crate::model::dispatch::Observe,
+    xml: String,
+) -> Result<Vec<crate::model::dispatch::RuleMatch>, String> {
+    use crate::model::dispatch::OBSERVE_TIMEOUT;
+    let obs = obs.clone();
+    let work = tokio::task::spawn_blocking(move || crate::model::dispatch::observe(&obs, &xml));
+    match tokio::time::timeout(OBSERVE_TIMEOUT, work).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(e)) => Err(format!("could not be observed: {e}")),
+        Err(_) => Err(format!(
+            "took the rules longer than {} s; they were abandoned (make the XPath cheaper or the document smaller)",
+            OBSERVE_TIMEOUT.as_secs()
+        )),
     }
 }

@@ -123,6 +123,22 @@ pub(super) async fn templates(State(s): State<AppState>, headers: HeaderMap) -> 
             );
         }
         body.push_str("</ul>");
+        // What this binary cannot run (a template a newer workdo loaded): its steps wait.
+        for st in &t.spec.steps {
+            if let Some(crate::model::template::FunctionSpec {
+                runner: crate::model::template::Runner::Builtin { name },
+                ..
+            }) = &st.function
+                && let Some(why) = crate::model::template::unknown_builtin(name)
+            {
+                let _ = write!(
+                    body,
+                    "<p class=\"error cannot-run\">This workdo cannot run step {}: {}. Its steps wait in their queue until a workdo that can runs them.</p>",
+                    esc(&st.name),
+                    esc(&why)
+                );
+            }
+        }
         if let Some(m) = &t.spec.machine {
             body.push_str(&draw::machine(&format!("template-{}", t.name), m, None));
         } else if !t.spec.steps.is_empty() {

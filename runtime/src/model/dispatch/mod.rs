@@ -180,11 +180,25 @@ pub fn check_xpath(xpath: &str) -> Result<(), String> {
     }
 }
 
+/// The largest document an observer's rules run on (8 MiB).
+pub const MAX_OBSERVED_BYTES: usize = 8 * 1024 * 1024;
+
+/// The longest an observer's rules may take on one document (they run on a blocking thread; a
+/// rule still running then is abandoned and the step fails, saying so).
+pub const OBSERVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Evaluate `observe`'s rules on `document` (the XML text of `observe.document`).
 ///
 /// # Errors
 /// The document is not well-formed XML, or a rule fails to evaluate (e.g. an unknown function).
 pub fn observe(observe: &Observe, document: &str) -> Result<Vec<RuleMatch>, String> {
+    if document.len() > MAX_OBSERVED_BYTES {
+        return Err(format!(
+            "has {} bytes, over the {} MiB an observer reads",
+            document.len(),
+            MAX_OBSERVED_BYTES / (1024 * 1024)
+        ));
+    }
     let package = sxd_document::parser::parse(document)
         .map_err(|e| format!("is not well-formed XML: {e}"))?;
     let doc = package.as_document();
@@ -228,7 +242,12 @@ pub fn apply(actset: &mut Actset, m: &RuleMatch, compensation: &dyn Fn(&str) -> 
     }
     for b in &m.bricklets {
         match m.op {
-            Op::Add => *actset.entry(b.clone()).or_insert(0) += m.fragments,
+            // Counts saturate: a huge count is refused by the subnet's size limit, never
+            // wrapped to a small one.
+            Op::Add => {
+                let n = actset.entry(b.clone()).or_insert(0);
+                *n = n.saturating_add(m.fragments);
+            }
             Op::Merge => {
                 actset.entry(b.clone()).or_insert(m.fragments);
             }
@@ -237,7 +256,8 @@ pub fn apply(actset: &mut Actset, m: &RuleMatch, compensation: &dyn Fn(&str) -> 
             }
             Op::Undo => {
                 if let Some(c) = compensation(b) {
-                    *actset.entry(c).or_insert(0) += m.fragments;
+                    let n = actset.entry(c).or_insert(0);
+                    *n = n.saturating_add(m.fragments);
                 }
             }
         }

@@ -272,3 +272,32 @@ fn entity_bombs_and_doctype_tricks_are_refused_not_expanded() {
     let external = "<!DOCTYPE a [<!ENTITY x SYSTEM \"file:///etc/passwd\">]><a>&x;</a>";
     assert!(observe(&obs, external).is_err());
 }
+
+/// Counts saturate instead of wrapping: 4294967295 fragments and 2 more are still too many
+/// (the subnet's size limit refuses them), never 1.
+#[test]
+fn fragment_counts_saturate() {
+    let mut actset = Actset::new();
+    let m = |fragments| RuleMatch {
+        rule: 0,
+        op: Op::Add,
+        generator: "g".into(),
+        bricklets: vec!["b".into()],
+        fragments,
+    };
+    apply(&mut actset, &m(u32::MAX), &|_| None);
+    apply(&mut actset, &m(2), &|_| None);
+    assert_eq!(actset.get("b"), Some(&u32::MAX));
+}
+
+/// A document over the observer's size limit is refused by its size, before it is parsed.
+#[test]
+fn an_observed_document_has_a_size_limit() {
+    let obs = Observe {
+        document: "contentMetadata".into(),
+        rules: vec![],
+    };
+    let big = format!("<a>{}</a>", "x".repeat(MAX_OBSERVED_BYTES));
+    let e = observe(&obs, &big).expect_err("too big");
+    assert!(e.contains("over the 8 MiB an observer reads"), "{e}");
+}

@@ -277,7 +277,7 @@ impl fmt::Display for TemplateError {
 }
 
 impl TemplateError {
-    fn one(file: &str, line: Option<usize>, field: &str, message: impl Into<String>) -> Self {
+    pub fn one(file: &str, line: Option<usize>, field: &str, message: impl Into<String>) -> Self {
         TemplateError {
             problems: vec![Problem {
                 file: file.to_string(),
@@ -296,6 +296,18 @@ impl TemplateError {
 pub fn parse(origin: &str, format: Format, source: &str) -> Result<Loaded, TemplateError> {
     // A byte-order mark (editors on Windows write one) is not part of the text.
     let source = source.strip_prefix('\u{feff}').unwrap_or(source);
+    // Checked before parsing: a YAML parser's time grows with the square of the nesting, and a
+    // 100,000-deep file took over a minute to be refused.
+    if format == Format::Yaml
+        && let Some(line) = too_deep(source)
+    {
+        return Err(TemplateError::one(
+            origin,
+            Some(line),
+            "yaml",
+            format!("nests more than {MAX_NESTING} levels deep, more than any template needs"),
+        ));
+    }
     let (template, kind) = match format {
         Format::Yaml => yaml::parse(origin, source)?,
         Format::Xml => (xml::parse(origin, source)?, Kind::Template),
@@ -308,58 +320,6 @@ pub fn parse(origin: &str, format: Format, source: &str) -> Result<Loaded, Templ
         sha256: sha256_hex(source),
         origin: origin.to_string(),
     })
-}
-
-/// Read and parse one template file; the format comes from its extension.
-///
-/// # Errors
-/// Unreadable file, unknown extension, or the template's own problems.
-pub fn parse_file(path: &Path) -> Result<Loaded, TemplateError> {
-    let origin = path.display().to_string();
-    let format = Format::from_path(path).ok_or_else(|| {
-        TemplateError::one(
-            &origin,
-            None,
-            "file",
-            "unknown extension: expected .yaml, .yml or .xml",
-        )
-    })?;
-    let bytes = std::fs::read(path)
-        .map_err(|e| TemplateError::one(&origin, None, "file", format!("cannot read: {e}")))?;
-    let source = String::from_utf8(bytes).map_err(|e| {
-        TemplateError::one(
-            &origin,
-            None,
-            "file",
-            format!("not UTF-8 (byte {})", e.utf8_error().valid_up_to()),
-        )
-    })?;
-    parse(&origin, format, &source)
-}
-
-/// Template files under `path`: the file itself, or every .yaml/.yml/.xml file in the folder
-/// (recursively), sorted so loads are repeatable.
-///
-/// # Errors
-/// When `path` cannot be read.
-pub fn find_files(path: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
-    if path.is_file() {
-        return Ok(vec![path.to_path_buf()]);
-    }
-    let mut out = Vec::new();
-    let mut stack = vec![path.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir)? {
-            let p = entry?.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if Format::from_path(&p).is_some() {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    Ok(out)
 }
 
 pub fn sha256_hex(source: &str) -> String {
@@ -392,6 +352,47 @@ impl Template {
                 .step(step)
                 .is_some_and(|s| s.statuses.iter().any(|d| d == status))
     }
+}
+
+/// The deepest a YAML template may nest (indentation, `- ` items and `[`/`{` together).
+pub const MAX_NESTING: usize = 128;
+
+/// The first line at which `source` nests deeper than [`MAX_NESTING`], estimated without
+/// parsing: indentation (two spaces a level), compact `- - ` items, and open flow brackets
+/// outside quotes. It over-counts nothing a real template has; it exists to refuse a file
+/// built to be deep before the parser spends minutes on it.
+fn too_deep(source: &str) -> Option<usize> {
+    let mut flow = 0usize;
+    for (n, line) in source.lines().enumerate() {
+        let rest = line.trim_start_matches([' ', '\t']);
+        let indent = line.len() - rest.len();
+        let mut dashes = 0;
+        let mut r = rest;
+        while let Some(t) = r.strip_prefix("- ").or_else(|| r.strip_prefix("-\t")) {
+            dashes += 1;
+            r = t.trim_start();
+        }
+        let mut quote: Option<char> = None;
+        for c in rest.chars() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), _) => {}
+                (None, '"') => quote = Some('"'),
+                (None, '[' | '{') => {
+                    flow += 1;
+                    if flow > MAX_NESTING {
+                        return Some(n + 1);
+                    }
+                }
+                (None, ']' | '}') => flow = flow.saturating_sub(1),
+                _ => {}
+            }
+        }
+        if indent / 2 + dashes + flow > MAX_NESTING {
+            return Some(n + 1);
+        }
+    }
+    None
 }
 
 /// The longest duration anything takes: 100 years (36,500 days).
@@ -432,6 +433,25 @@ mod tests {
         assert_eq!(parse_duration_secs("36500d"), Some(MAX_DURATION_SECS));
         assert_eq!(parse_duration_secs("99999999d"), None);
         assert_eq!(parse_duration_secs("1e300d"), None);
+    }
+
+    #[test]
+    fn nesting_is_bounded_before_parsing() {
+        let deep = format!(
+            "name: x\nsteps: {}{}\n",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        let e = parse("deep.yaml", Format::Yaml, &deep).expect_err("too deep");
+        assert!(e.to_string().contains("deep.yaml:2"), "{e}");
+        assert!(e.to_string().contains("nests more than 128"), "{e}");
+        let dashes = format!("name: x\nsteps:\n{}a\n", "- ".repeat(200));
+        assert!(parse("d.yaml", Format::Yaml, &dashes).is_err());
+        // What real templates look like passes.
+        assert_eq!(
+            too_deep("name: a\nsteps:\n  - { name: b, prereqs: [a, \"[c\"] }\n"),
+            None
+        );
     }
 
     #[test]

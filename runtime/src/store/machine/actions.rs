@@ -18,6 +18,10 @@ use crate::store::{Result, Store, StoreError};
 /// How deep children may nest (a parent, its child, the child's child, …).
 const MAX_FORK_DEPTH: i32 = 16;
 
+/// Most jobs forked in one transaction, children of children included (a machine whose children
+/// fork children can otherwise fan out to thousands of jobs in one long transaction).
+pub const MAX_FORKS_PER_TRANSACTION: i32 = 100;
+
 /// Names while a transition runs: state variables, then the job's context, then config; `now`,
 /// `state`, `signal.name`, `signal.actor`, `signal.data…`.
 pub(super) struct Ctx<'a> {
@@ -239,6 +243,21 @@ impl Store {
                                                "action": a.name(), "parameters": params})),
                         );
                         continue;
+                    }
+                    // Counted in the transaction itself (a transaction-local setting), so that
+                    // nested starts — children forking children — add up.
+                    let forked: i32 = sqlx::query_scalar(
+                        "select set_config('workdo.forked',
+                                (coalesce(nullif(current_setting('workdo.forked', true), ''), '0')::int + 1)::text,
+                                true)::int",
+                    )
+                    .fetch_one(&mut **tx)
+                    .await?;
+                    if forked > MAX_FORKS_PER_TRANSACTION {
+                        return Err(Stop::Failed(format!(
+                            "fork {}: more than {MAX_FORKS_PER_TRANSACTION} jobs forked in one transition (children of children included)",
+                            f.template
+                        )));
                     }
                     // A machine that forks itself on start would recurse for ever.
                     let depth: i32 = sqlx::query_scalar(

@@ -26,6 +26,13 @@ use actions::{Effects, write_record};
 /// The channel `workdo.signal` and every inbox insert notify, with the job's id.
 pub const SIGNAL_CHANNEL: &str = "workdo_signal";
 
+/// The largest a signal's data may be, as JSON (64 KiB): a larger one is refused.
+pub const MAX_SIGNAL_DATA_BYTES: usize = 64 * 1024;
+
+/// The largest a job's state variables may grow, as JSON (1 MiB): a transition that would make
+/// them larger rolls back, saying so.
+pub const MAX_VARIABLES_BYTES: usize = 1024 * 1024;
+
 /// What delivering a signal did.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Signalled {
@@ -359,6 +366,12 @@ impl Store {
                 record["state"].as_str().unwrap_or("?")
             ));
         }
+        let size = serde_json::to_vec(data).map_or(0, |v| v.len());
+        if size > MAX_SIGNAL_DATA_BYTES {
+            return refuse(format!(
+                "the signal's data has {size} bytes, over the limit of {MAX_SIGNAL_DATA_BYTES}"
+            ));
+        }
         let state = record["state"].as_str().unwrap_or_default().to_string();
         let Some(t) = machine::transition(m, &state, signal) else {
             return refuse(format!(
@@ -426,6 +439,12 @@ impl Store {
             fx,
         )
         .await?;
+        let size = serde_json::to_vec(&vars).map_or(0, |v| v.len());
+        if size > MAX_VARIABLES_BYTES {
+            return Err(Stop::Failed(format!(
+                "the state variables would take {size} bytes, over the limit of {MAX_VARIABLES_BYTES}"
+            )));
+        }
         let finished = m.states.get(&target).is_some_and(|s| s.is_final);
         write_record(tx, job.id, &target, &vars, finished).await?;
         if finished {
