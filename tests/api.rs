@@ -288,8 +288,8 @@ async fn xml_create_show_and_recreate() {
         "{body}"
     );
     assert!(
-        body.contains(r#"status="waiting" name="descriptive-metadata""#),
-        "ready shows as waiting: {body}"
+        body.contains(r#"status="queued" name="descriptive-metadata""#),
+        "ready shows as queued, as the workflow service says it: {body}"
     );
     assert!(body.contains(r#"lifecycle="inprocess""#));
     // Re-POST replaces, never duplicates.
@@ -403,7 +403,7 @@ async fn xml_update_process_successes_and_failures() {
         .await;
     assert_eq!(s, StatusCode::CONFLICT);
     assert!(
-        err(&body).contains(r#"is "waiting", not "started""#),
+        err(&body).contains(r#"is "queued", not "started""#),
         "{body}"
     );
     // Malformed XML, a wrong root, an invalid status, a bad elapsed: 400.
@@ -524,13 +524,15 @@ async fn xml_skip_all_delete_lifecycle_and_templates() {
         "{body}"
     );
     assert!(
-        body.contains(r#"version="1">registered</milestone>"#)
-            && body.contains(">inprocess</milestone>"),
+        !body.contains(">registered</milestone>") && body.contains(">inprocess</milestone>"),
         "{body}"
     );
+    // An object the service has never seen has an empty lifecycle, as the service answers.
+    let (code, body) = a.get("/objects/druid:zz999zz9999/lifecycle").await;
+    assert_eq!(code, StatusCode::OK);
     assert_eq!(
-        a.get("/objects/druid:zz999zz9999/lifecycle").await.0,
-        StatusCode::NOT_FOUND
+        body,
+        r#"<lifecycle objectId="druid:zz999zz9999"></lifecycle>"#
     );
 
     let skip = format!("/objects/{DRUID}/workflows/{WF}/skip-all");
@@ -549,7 +551,8 @@ async fn xml_skip_all_delete_lifecycle_and_templates() {
         )
         .await
         .0,
-        StatusCode::NOT_FOUND
+        StatusCode::NO_CONTENT,
+        "nothing to skip is not an error, as the service answers"
     );
     load(
         &a.t.store,
@@ -570,11 +573,12 @@ async fn xml_skip_all_delete_lifecycle_and_templates() {
             .0,
         StatusCode::NO_CONTENT
     );
+    // Deleting again: nothing to delete, 204, as the service answers.
     assert_eq!(
         a.call(reqwest::Method::DELETE, &one, &a.admin, None)
             .await
             .0,
-        StatusCode::NOT_FOUND
+        StatusCode::NO_CONTENT
     );
     let all = format!("/objects/{DRUID}/workflows");
     assert_eq!(
@@ -596,10 +600,13 @@ async fn xml_skip_all_delete_lifecycle_and_templates() {
     );
     let (_, t) = a.get(&format!("/workflow_templates/{WF}")).await;
     let t: Value = serde_json::from_str(&t).expect("json");
-    assert_eq!(t["processes"][0], json!({"name": "register-object"}));
+    assert_eq!(
+        t["processes"][0],
+        json!({"name": "register-object", "label": ""})
+    );
     assert_eq!(
         t["processes"][4],
-        json!({"name": "process-content", "prerequisite": ["google-convert", "google-download"]})
+        json!({"name": "process-content", "label": "", "prerequisite": ["google-convert", "google-download"]})
     );
     assert_eq!(
         a.get("/workflow_templates/noWF").await.0,
@@ -913,10 +920,14 @@ async fn json_api_routes() {
             .map(Vec::len),
         Some(4)
     );
+    // Milestones come from the steps that declare them (as in the workflow service): none
+    // is made up for a new object.
     let (_, l) = a.get("/api/objects/obj:1/lifecycle").await;
-    assert_eq!(
-        serde_json::from_str::<Value>(&l).expect("json")[0]["name"],
-        "registered"
+    let l: Value = serde_json::from_str(&l).expect("json");
+    assert!(
+        l.as_array()
+            .is_some_and(|m| m.iter().all(|x| x["name"] != "registered")),
+        "{l}"
     );
     let (_, p1) = a.get("/api/objects/obj:1/events?limit=2").await;
     let p1: Value = serde_json::from_str(&p1).expect("json");
@@ -998,13 +1009,23 @@ async fn openapi_describes_every_route() {
     // Every `.route("…"` in the API's source must be described.
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/api");
     let mut served = std::collections::BTreeSet::new();
-    for f in std::fs::read_dir(&dir).expect("api dir") {
-        let path = f.expect("entry").path();
-        // The admin page's HTML routes (src/api/admin/) are pages, not the API
-        // (tests/admin.rs drives them).
-        if path.is_dir() {
-            continue;
+    let mut files: Vec<std::path::PathBuf> = Vec::new();
+    let mut dirs = vec![dir];
+    while let Some(d) = dirs.pop() {
+        for f in std::fs::read_dir(&d).expect("api dir") {
+            let path = f.expect("entry").path();
+            // The admin page's HTML routes (src/api/admin/) are pages, not the API
+            // (tests/admin.rs drives them).
+            if path.is_dir() {
+                if !path.ends_with("admin") {
+                    dirs.push(path);
+                }
+            } else {
+                files.push(path);
+            }
         }
+    }
+    for path in files {
         let src = std::fs::read_to_string(&path).expect("source");
         for part in src.split(".route(").skip(1) {
             let path = part.trim_start().trim_start_matches('\n').trim_start();

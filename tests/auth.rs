@@ -126,6 +126,12 @@ const RULES: &[(&str, &str, &str, Need)] = &[
         Need::Viewer,
     ),
     (
+        "GET",
+        "/objects/{druid}/workflows/",
+        "/objects/druid:bb123cd4567/workflows/",
+        Need::Viewer,
+    ),
+    (
         "DELETE",
         "/objects/{druid}/workflows",
         "/objects/druid:bb123cd4567/workflows",

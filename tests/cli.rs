@@ -207,7 +207,7 @@ fn a_workflow_service_folder_loads_whole() {
     // process at all ("for indexing"); one refused file used to make the folder load nothing.
     let d = DataDir::new();
     let out = d.ok(&["templates", "load", "tests/fixtures/workflow-service"]);
-    assert_eq!(out.lines().count(), 9, "{out}");
+    assert_eq!(out.lines().count(), 11, "{out}");
     let list: serde_json::Value =
         serde_json::from_str(&d.ok(&["templates", "list", "--json"])).expect("JSON");
     let names: Vec<&str> = list

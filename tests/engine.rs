@@ -140,7 +140,6 @@ async fn google_dag_fans_out_and_in_and_completes() {
     assert_eq!(
         names,
         vec![
-            "registered",
             "inprocess",
             "released",
             "published",
@@ -553,7 +552,7 @@ async fn declared_intermediate_status_and_lifecycle_on_update() {
         .into_iter()
         .map(|m| m.name)
         .collect();
-    assert_eq!(names, vec!["registered", "described"]);
+    assert_eq!(names, vec!["described"]);
 }
 
 #[tokio::test]
@@ -611,7 +610,11 @@ async fn skip_all_finishes_the_workflow_in_one_transaction() {
         .workflow_start(&StartRequest::new(WF, &[o]))
         .await
         .unwrap();
-    let n = t.store.workflow_skip_all(o, WF, "test").await.unwrap();
+    let n = t
+        .store
+        .workflow_skip_all(o, WF, None, "test")
+        .await
+        .unwrap();
     assert_eq!(n, 8, "every unfinished step");
     let (status, unfinished): (String, i32) =
         sqlx::query_as("select status, unfinished from workdo.workflows where object_id = $1")

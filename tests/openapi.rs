@@ -487,6 +487,13 @@ async fn every_answer_matches_the_document() {
     .await;
     c.call(
         get.clone(),
+        &format!("/objects/{d1}/workflows/"),
+        &viewer,
+        None,
+    )
+    .await;
+    c.call(
+        get.clone(),
         &format!("/objects/{d1}/workflows/{WF}"),
         &viewer,
         None,
@@ -610,7 +617,7 @@ async fn every_answer_matches_the_document() {
         )
         .await
         .0,
-        404
+        204
     );
     assert_eq!(
         c.call(

@@ -256,12 +256,26 @@ impl FromRequestParts<AppState> for Caller {
             .headers
             .get(header::AUTHORIZATION)
             .ok_or_else(|| unauthorized("missing bearer token (Authorization: Bearer …)"))?;
-        let token = header
-            .to_str()
-            .ok()
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .map(str::trim)
-            .ok_or_else(|| unauthorized("the Authorization header is not `Bearer <token>`"))?;
+        // `Bearer TOKEN`, or `Basic` with the token as the password: what a client sends for a
+        // URL with the token in it (`https://robot:TOKEN@host/`), so the workflow service's
+        // own client works unchanged.
+        let text = header.to_str().ok().map(str::trim).unwrap_or_default();
+        let token = if let Some(t) = text.strip_prefix("Bearer ") {
+            t.trim().to_string()
+        } else if let Some(b) = text.strip_prefix("Basic ") {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD
+                .decode(b.trim())
+                .ok()
+                .and_then(|d| String::from_utf8(d).ok())
+                .and_then(|up| up.split_once(':').map(|(_, p)| p.to_string()))
+                .ok_or_else(|| unauthorized("the Basic credentials are not base64 of user:token"))?
+        } else {
+            return Err(unauthorized(
+                "the Authorization header is not `Bearer <token>` (or Basic with the token as password)",
+            ));
+        };
+        let token = token.as_str();
         match state.store.token_auth(token).await? {
             Some((role, None)) => Ok(Caller(role, None)),
             // A scoped token signals its job and does nothing else, reads included.
@@ -321,8 +335,13 @@ pub fn param<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// `TEMPLATE:STEP`.
+/// `TEMPLATE:STEP`, or `REPOSITORY:TEMPLATE:STEP` as workflow-service clients write it (the
+/// repository, e.g. `dor:`, is ignored, as the service ignores it).
 pub fn split_step(text: &str) -> ApiResult<(String, String)> {
+    let text = match text.rsplitn(3, ':').collect::<Vec<_>>().as_slice() {
+        [_, _, _] => text.split_once(':').map_or(text, |(_, rest)| rest),
+        _ => text,
+    };
     match text.split_once(':') {
         Some((t, s)) if !t.is_empty() && !s.is_empty() => Ok((t.to_string(), s.to_string())),
         _ => Err(ApiError::bad_request(format!(

@@ -45,6 +45,7 @@ use super::{json, machines, work, workdo};
         machines::by_id,
         machines::by_object,
         workdo::workflows_of_object,
+        workdo::workflows_of_object_slash,
         workdo::delete_all,
         workdo::workflow_of_object,
         workdo::create,

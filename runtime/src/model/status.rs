@@ -98,7 +98,9 @@ impl Status {
         }
     }
 
-    /// The status as the WorkDo workflow service shows it: queue states are all `waiting` there.
+    /// The status in WorkDo's coarse view, for messages of the JSON API and the CLI: queue
+    /// states are all `waiting`. (The workflow-service routes speak the service's own words,
+    /// `queued` included: `api/workdo/render.rs`.)
     pub fn workdo_name(&self) -> &str {
         match self {
             Status::Ready | Status::Scheduled => "waiting",
@@ -107,9 +109,12 @@ impl Status {
     }
 
     /// Whether a `current-status` precondition naming `expected` holds for this status.
-    /// `waiting` matches every queue state, as WorkDo clients know no finer ones.
+    /// `waiting` matches every queue state (waiting, ready, scheduled), as robots written before
+    /// `queued` existed expect; `queued` (the workflow service's word) is `ready`.
     pub fn matches(&self, expected: &str) -> bool {
-        self.as_str() == expected || self.workdo_name() == expected
+        self.as_str() == expected
+            || self.workdo_name() == expected
+            || (expected == "queued" && *self == Status::Ready)
     }
 }
 
@@ -157,6 +162,8 @@ mod tests {
         assert!(Status::Ready.matches("waiting"));
         assert!(Status::Scheduled.matches("waiting"));
         assert!(Status::Ready.matches("ready"));
+        assert!(Status::Ready.matches("queued"));
+        assert!(!Status::Waiting.matches("queued") && !Status::Scheduled.matches("queued"));
         assert!(!Status::Started.matches("waiting"));
         assert!(Status::Completed.is_finished() && Status::Skipped.is_finished());
         assert!(!Status::Error.is_finished());

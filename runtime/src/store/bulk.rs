@@ -114,24 +114,27 @@ impl Store {
         Ok(n)
     }
 
-    /// All steps of the object's active workflow of `template` skipped in one transaction.
+    /// All unfinished steps of the object's active workflow of `template` skipped in one
+    /// transaction, each with `note` when given. Returns how many (0 when it has none).
     pub async fn workflow_skip_all(
         &self,
         object: &str,
         template: &str,
+        note: Option<&str>,
         actor: &str,
     ) -> Result<usize> {
-        let n = self
-            .steps_skip(
-                &StepFilter {
-                    object: Some(object.into()),
-                    template: Some(template.into()),
-                    ..Default::default()
-                },
-                actor,
-            )
-            .await?;
-        Ok(n)
+        let filter = StepFilter {
+            object: Some(object.into()),
+            template: Some(template.into()),
+            ..Default::default()
+        };
+        let note = note.map(str::to_string);
+        self.bulk(&filter, actor, move |id| {
+            let mut c = Change::new(id, Status::Skipped, "skipped");
+            c.note = note.clone();
+            c
+        })
+        .await
     }
 }
 

@@ -68,6 +68,8 @@ pub enum StoreError {
         step: String,
         expected: String,
         actual: String,
+        /// The step's status in workdo's own words (`actual` is the WorkDo view of it).
+        status: String,
     },
     #[error("invalid status {status:?} for step {step}: use one of {allowed}")]
     InvalidStatus {

@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 
 use serde_json::Value;
-use sqlx::{Postgres, Transaction};
 
 use super::events::{EventBuf, NewEvent};
 use super::{Result, Store, object_id};
@@ -46,9 +45,6 @@ impl Store {
         .await?;
         documents_put(&mut tx, id, documents).await?;
         let mut events = EventBuf::default();
-        if created {
-            registered(&mut tx, id, 1).await?;
-        }
         events.push(NewEvent::new(id, if created { "object_registered" } else { "object_updated" }, actor).detail(serde_json::json!({ "properties": props, "documents": documents.keys().collect::<Vec<_>>() })));
         events.flush(&mut tx).await?;
         tx.commit().await?;
@@ -80,19 +76,4 @@ pub(crate) async fn documents_put(
 /// The event recording that an object (version) was registered.
 pub(super) fn object_registered(events: &mut EventBuf, id: &str, version: i32, actor: &str) {
     events.push(NewEvent::new(id, "object_registered", actor).version(version));
-}
-
-pub(super) async fn registered(
-    tx: &mut Transaction<'_, Postgres>,
-    id: &str,
-    version: i32,
-) -> Result<()> {
-    sqlx::query(
-        "insert into workdo.milestones (object_id, version, name) values ($1, $2, 'registered')",
-    )
-    .bind(id)
-    .bind(version)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
 }

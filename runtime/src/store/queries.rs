@@ -254,6 +254,29 @@ impl Store {
         Ok(rows)
     }
 
+    /// The workflow service's "active" lifecycle of `object` at `version`: every step of that
+    /// version that carries a lifecycle milestone, finished or not (dated when it finished, or
+    /// when it was created), but only while some step of that version is unfinished; nothing
+    /// once the version is done.
+    pub async fn milestones_active(&self, id: &str, version: i32) -> Result<Vec<Milestone>> {
+        let rows = sqlx::query_as(
+            "select s.lifecycle as name, s.version,
+                    case when s.status in ('completed', 'skipped') then s.updated_at
+                         else w.created_at end as at
+               from workdo.steps s join workdo.workflows w on w.id = s.workflow_id
+              where s.object_id = $1 and s.version = $2 and s.lifecycle is not null
+                and exists (select 1 from workdo.steps u
+                             where u.object_id = $1 and u.version = $2
+                               and u.status not in ('completed', 'skipped'))
+              order by at, s.id",
+        )
+        .bind(id)
+        .bind(version)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows)
+    }
+
     /// Which of `object`, `template`, the object's workflow of it, or its `step` does not exist:
     /// the error for a step that was not found, naming the first thing missing.
     pub async fn missing(&self, object: &str, template: &str, step: &str) -> StoreError {

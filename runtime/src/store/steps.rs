@@ -295,6 +295,7 @@ impl Store {
                 step: format!("{}:{}", req.template, req.step),
                 expected: expected.clone(),
                 actual: current.workdo_name().to_string(),
+                status: current.as_str().to_string(),
             });
         }
         if let Some(lc) = &req.lifecycle

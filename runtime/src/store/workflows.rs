@@ -6,7 +6,7 @@ use serde_json::Value;
 use sqlx::{Postgres, Transaction};
 
 use super::events::{EventBuf, NewEvent, ReadyKeys};
-use super::objects::{object_registered, registered};
+use super::objects::object_registered;
 use super::{Result, Store, StoreError, TraceStart, check_lane, object_id};
 use crate::model::status::Status;
 use crate::model::template::Template;
@@ -214,7 +214,6 @@ async fn start_one(
                 .bind(version)
                 .execute(&mut **tx)
                 .await?;
-            registered(tx, object, version).await?;
             object_registered(events, object, version, &req.actor);
         }
         Some(o) if version > o.version => {
@@ -424,9 +423,7 @@ async fn insert_workflows(
     if !new.is_empty() {
         let (ids, vs): (Vec<String>, Vec<i32>) = new.iter().cloned().unzip();
         sqlx::query(
-            "with o as (insert into workdo.objects (id, version)
-                        select * from unnest($1::text[], $2::int[]) returning id, version)
-             insert into workdo.milestones (object_id, version, name) select id, version, 'registered' from o",
+            "insert into workdo.objects (id, version) select * from unnest($1::text[], $2::int[])",
         )
         .bind(&ids)
         .bind(&vs)

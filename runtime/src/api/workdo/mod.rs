@@ -6,7 +6,7 @@ use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde_json::{Value, json};
@@ -16,13 +16,20 @@ use super::{
     ApiError, ApiResult, AppState, Caller, ErrorBody, int_param, param, query_pairs, split_step,
 };
 use crate::model::status::Status;
-use crate::store::{Role, SetRequest, StartRequest, StepRow, StoreError, WorkflowView};
+use crate::store::{Role, SetRequest, StartRequest, Store, StoreError, WorkflowView};
+
+mod render;
 
 pub fn router() -> Router<AppState> {
     Router::new()
         .route(
             "/objects/{druid}/workflows",
             get(workflows_of_object).delete(delete_all),
+        )
+        // What the client's `workflows(pid)` sends.
+        .route(
+            "/objects/{druid}/workflows/",
+            get(workflows_of_object_slash),
         )
         .route(
             "/objects/{druid}/workflows/{workflow}",
@@ -44,29 +51,7 @@ pub fn router() -> Router<AppState> {
         .route("/workflow_templates/{name}", get(template_processes))
 }
 
-/// Escape text for an XML attribute or element.
-fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-fn xml(body: String) -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/xml; charset=utf-8")],
-        body,
-    )
-        .into_response()
-}
+use render::{Specs, esc, from_wire, workflow_xml, xml};
 
 /// An object id in its one spelling ([`crate::model::object_id`]: the same rule as the CLI's and
 /// the JSON API's, so `bb123cd4567` is `druid:bb123cd4567`); anything else is a 400.
@@ -74,41 +59,26 @@ fn druid(text: &str) -> ApiResult<String> {
     crate::model::object_id::normalize(text).map_err(ApiError::bad_request)
 }
 
-fn process_xml(out: &mut String, s: &StepRow) {
-    let status = Status::parse(&s.status).unwrap_or(Status::Custom(s.status.clone()));
-    let _ = write!(
-        out,
-        r#"<process version="{}" priority="{}" note="{}" lifecycle="{}" laneId="{}" elapsed="{}" attempts="{}" datetime="{}" status="{}" name="{}""#,
-        s.version,
-        s.priority,
-        esc(s.note.as_deref().unwrap_or("")),
-        esc(s.lifecycle.as_deref().unwrap_or("")),
-        esc(&s.lane),
-        s.elapsed.map(|e| format!("{e:.3}")).unwrap_or_default(),
-        s.attempts,
-        s.updated_at.to_rfc3339(),
-        esc(status.workdo_name()),
-        esc(&s.name),
-    );
-    if let Some(m) = &s.error_message {
-        let _ = write!(out, r#" errorMessage="{}""#, esc(m));
-    }
-    out.push_str("/>");
-}
-
-fn workflow_xml(out: &mut String, object: &str, template: &str, views: &[&WorkflowView]) {
-    let _ = write!(
-        out,
-        r#"<workflow repository="dor" objectId="{}" id="{}">"#,
-        esc(object),
-        esc(template)
-    );
+/// The templates `views` run on, for which steps skip queues.
+async fn specs_of(store: &Store, views: &[WorkflowView]) -> ApiResult<Specs> {
+    let mut specs = Specs::new();
     for v in views {
-        for s in &v.steps {
-            process_xml(out, s);
+        if let std::collections::hash_map::Entry::Vacant(slot) = specs.entry(v.workflow.template_id)
+        {
+            slot.insert(store.template_by_id(v.workflow.template_id).await?.spec);
         }
     }
-    out.push_str("</workflow>");
+    Ok(specs)
+}
+
+/// The same list, at the address with a trailing slash that `workflows(pid)` uses.
+#[utoipa::path(get, path = "/objects/{druid}/workflows/", tag = "workflow service", params(("druid" = String, Path)), responses((status = 200, description = "<workflows> of the object, as without the slash", content_type = "application/xml", body = String)))]
+pub(super) async fn workflows_of_object_slash(
+    state: State<AppState>,
+    c: Caller,
+    d: Path<String>,
+) -> ApiResult<Response> {
+    workflows_of_object(state, c, d).await
 }
 
 #[utoipa::path(get, path = "/objects/{druid}/workflows", tag = "workflow service", params(("druid" = String, Path)), responses((status = 200, description = "<workflows> of the object", content_type = "application/xml", body = String)))]
@@ -123,15 +93,18 @@ pub(super) async fn workflows_of_object(
         Err(StoreError::UnknownObject(_)) => Vec::new(),
         Err(e) => return Err(e.into()),
     };
+    let specs = specs_of(&s.store, &views).await?;
     let mut out = format!(r#"<workflows objectId="{}">"#, esc(&object));
+    // By name, as the service lists them.
     let mut names: Vec<&str> = views.iter().map(|v| v.workflow.template.as_str()).collect();
+    names.sort_unstable();
     names.dedup();
     for name in names {
         let of: Vec<&WorkflowView> = views
             .iter()
             .filter(|v| v.workflow.template == name)
             .collect();
-        workflow_xml(&mut out, &object, name, &of);
+        workflow_xml(&mut out, &object, name, &of, &specs);
     }
     out.push_str("</workflows>");
     Ok(xml(out))
@@ -149,12 +122,14 @@ pub(super) async fn workflow_of_object(
         Err(StoreError::UnknownObject(_)) => Vec::new(),
         Err(e) => return Err(e.into()),
     };
+    let specs = specs_of(&s.store, &views).await?;
     let mut out = String::new();
     workflow_xml(
         &mut out,
         &object,
         &workflow,
         &views.iter().collect::<Vec<_>>(),
+        &specs,
     );
     Ok(xml(out))
 }
@@ -179,15 +154,33 @@ pub(super) async fn create(
     .await?;
     let object = druid(&d)?;
     let pairs = query_pairs(q.as_deref())?;
-    let context = if body.iter().all(u8::is_ascii_whitespace) {
-        json!({})
+    // As the service does: a context replaces the one there was; `""` (or `{}`) clears it; no
+    // context (no body, or null) keeps what the workflow had, when it is created again.
+    let given = if body.iter().all(u8::is_ascii_whitespace) {
+        None
     } else {
         let v: Value = super::json_body(&body)?;
         match v.get("context") {
-            None => json!({}),
-            Some(ctx) if ctx.is_object() => ctx.clone(),
-            Some(_) => return Err(ApiError::bad_request("`context` must be a JSON object")),
+            None | Some(Value::Null) => None,
+            Some(Value::String(t)) if t.is_empty() => Some(json!({})),
+            Some(ctx) if ctx.is_object() => Some(ctx.clone()),
+            Some(_) => {
+                return Err(ApiError::bad_request(
+                    "`context` must be a JSON object (or \"\" to clear it)",
+                ));
+            }
         }
+    };
+    let context = match given {
+        Some(c) => c,
+        None => match s.store.object_workflows(&object, Some(&workflow)).await {
+            Ok(views) => views
+                .last()
+                .map(|v| v.workflow.context.clone())
+                .unwrap_or_else(|| json!({})),
+            Err(StoreError::UnknownObject(_)) => json!({}),
+            Err(e) => return Err(e.into()),
+        },
     };
     let mut req = StartRequest::new(&workflow, &[&object]);
     req.version = int_param(&pairs, "version")?;
@@ -238,6 +231,7 @@ pub(super) async fn update_process(
     let status = root
         .attribute("status")
         .ok_or_else(|| ApiError::bad_request("the <process> element has no status attribute"))?;
+    let status = from_wire(status);
     if Status::parse(status).is_none() {
         return Err(ApiError::bad_request(format!("invalid status {status:?}")));
     }
@@ -275,7 +269,32 @@ pub(super) async fn update_process(
         version: int_param(&pairs, "version")?,
         actor: format!("api:{}", c.0.as_str()),
     };
-    let outcome = s.store.step_set(&req).await?;
+    let outcome = match s.store.step_set(&req).await {
+        Ok(o) => o,
+        // Said in the service's words (a ready step is `queued` here).
+        Err(StoreError::StatusMismatch {
+            step,
+            expected,
+            status,
+            ..
+        }) => {
+            let skip_queue = s
+                .store
+                .template_current(&req.template)
+                .await
+                .ok()
+                .and_then(|t| t.spec.step(&req.step).map(|st| st.skip_queue))
+                .unwrap_or(false);
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "step {step} is {:?}, not {expected:?} as required; nothing changed",
+                    render::wire_status(&status, skip_queue)
+                ),
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
     Ok(Json(NextSteps {
         next_steps: outcome.next_steps,
     }))
@@ -286,21 +305,24 @@ pub(super) async fn skip_all(
     State(s): State<AppState>,
     c: Caller,
     Path((d, workflow)): Path<(String, String)>,
+    body: Bytes,
 ) -> ApiResult<StatusCode> {
     super::access::decide(&s, &c, super::access::Act::Change(Role::Robot)).await?;
     let object = druid(&d)?;
-    if s.store
-        .object_workflows(&object, Some(&workflow))
-        .await
-        .map(|v| v.is_empty())
-        .unwrap_or(true)
-    {
-        return Err(ApiError::not_found(format!(
-            "{object} has no {workflow} workflow"
-        )));
-    }
+    // The note of the body's `<process name="skip-all" status="skipped" note="…"/>`, if any.
+    let note = std::str::from_utf8(&body)
+        .ok()
+        .and_then(|t| roxmltree::Document::parse(t).ok())
+        .and_then(|doc| doc.root_element().attribute("note").map(str::to_string))
+        .filter(|n| !n.is_empty());
+    // An object without that workflow has nothing to skip: 204, as the service answers.
     s.store
-        .workflow_skip_all(&object, &workflow, &format!("api:{}", c.0.as_str()))
+        .workflow_skip_all(
+            &object,
+            &workflow,
+            note.as_deref(),
+            &format!("api:{}", c.0.as_str()),
+        )
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -324,11 +346,8 @@ pub(super) async fn delete_one(
             &format!("api:{}", c.0.as_str()),
         )
         .await?;
-    if n == 0 {
-        return Err(ApiError::not_found(format!(
-            "{object} has no {workflow} workflow"
-        )));
-    }
+    // Nothing to delete is not an error: 204, as the service answers.
+    let _ = n;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -344,24 +363,33 @@ pub(super) async fn delete_all(
         .store
         .workflow_delete(&object, None, None, &format!("api:{}", c.0.as_str()))
         .await?;
-    if n == 0 {
-        return Err(ApiError::not_found(format!("{object} has no workflows")));
-    }
+    let _ = n;
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(get, path = "/objects/{druid}/lifecycle", tag = "workflow service", params(("druid" = String, Path)), responses((status = 200, description = "<lifecycle> milestones", content_type = "application/xml", body = String)))]
+/// Milestones, as the service answers: every milestone reached, of every version; or, with
+/// `active-only` (any value) and `version=N`, the milestone steps of version N while it is
+/// unfinished (none once it is done). An object with no workflows has an empty lifecycle.
+#[utoipa::path(get, path = "/objects/{druid}/lifecycle", tag = "workflow service", params(("druid" = String, Path), ("active-only" = Option<String>, Query, description = "only the milestones of `version` while it is unfinished"), ("version" = Option<i32>, Query, description = "object version, with active-only")), responses((status = 200, description = "<lifecycle> milestones", content_type = "application/xml", body = String)))]
 pub(super) async fn lifecycle(
     State(s): State<AppState>,
     _c: Caller,
     Path(d): Path<String>,
+    RawQuery(q): RawQuery,
 ) -> ApiResult<Response> {
     let object = druid(&d)?;
-    if !s.store.object_exists(&object).await? {
-        return Err(ApiError::not_found(format!("no object {object}")));
-    }
+    let pairs = query_pairs(q.as_deref())?;
+    let milestones = if param(&pairs, "active-only").is_some() {
+        match int_param::<i32>(&pairs, "version")? {
+            Some(v) => s.store.milestones_active(&object, v).await?,
+            // The service matches `version IS NULL` here: nothing.
+            None => Vec::new(),
+        }
+    } else {
+        s.store.milestones(&object).await?
+    };
     let mut out = format!(r#"<lifecycle objectId="{}">"#, esc(&object));
-    for m in s.store.milestones(&object).await? {
+    for m in milestones {
         let _ = write!(
             out,
             r#"<milestone date="{}" version="{}">{}</milestone>"#,
@@ -489,6 +517,7 @@ pub(super) async fn template_processes(
         .iter()
         .map(|p| Process {
             name: p.name.clone(),
+            label: p.label.clone().unwrap_or_default(),
             prerequisite: p.prereqs.clone(),
         })
         .collect();

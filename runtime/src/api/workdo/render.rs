@@ -1,0 +1,141 @@
+//! The workflow service's XML, written as the real service writes it, and its status
+//! vocabulary: the one place where workdo's statuses become the service's words and back.
+//!
+//! workdo's `ready` (prerequisites done, start time come, in a queue) is the service's
+//! `queued`: what its robots (lyber-core) check before they work a step. A step the template
+//! keeps out of queues (`skip-queue`) reads `waiting`, as it does there, and so does a step
+//! `scheduled` for later. Every other status keeps its name. The JSON API keeps workdo's own
+//! words.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+
+use crate::model::status::Status;
+use crate::model::template::Template;
+use crate::store::{StepRow, WorkflowView};
+
+/// A status as the workflow service says it, for a step the template does or does not keep
+/// out of queues.
+pub(super) fn wire_status(status: &str, skip_queue: bool) -> String {
+    match Status::parse(status) {
+        Some(Status::Ready) if !skip_queue => "queued".into(),
+        Some(Status::Ready | Status::Scheduled) => "waiting".into(),
+        _ => status.to_string(),
+    }
+}
+
+/// A status the workflow service's clients send, as workdo's: `queued` is `ready` (the engine
+/// makes it `waiting` again if prerequisites are not done).
+pub(super) fn from_wire(status: &str) -> &str {
+    match status {
+        "queued" => "ready",
+        other => other,
+    }
+}
+
+/// Escape text for an XML attribute or element.
+pub(super) fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+pub(super) fn xml(body: String) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/xml; charset=utf-8")],
+        body,
+    )
+        .into_response()
+}
+
+/// The templates of the workflows shown, by template id: which steps skip queues.
+pub(super) type Specs = HashMap<i64, Template>;
+
+/// A workflow's context as the service writes it in each `<process context=…>`: compact JSON,
+/// or nothing when there is none.
+fn context_text(context: &serde_json::Value) -> String {
+    match context {
+        serde_json::Value::Object(m) if m.is_empty() => String::new(),
+        serde_json::Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// `<process …/>` with the service's attributes in its order: version, note, lifecycle, laneId,
+/// elapsed, attempts, datetime, context, status, name, then errorMessage when there is one.
+fn process_xml(out: &mut String, s: &StepRow, context: &str, skip_queue: bool) {
+    let _ = write!(
+        out,
+        r#"<process version="{}" priority="{}" note="{}" lifecycle="{}" laneId="{}" elapsed="{}" attempts="{}" datetime="{}" context="{}" status="{}" name="{}""#,
+        s.version,
+        s.priority,
+        esc(s.note.as_deref().unwrap_or("")),
+        esc(s.lifecycle.as_deref().unwrap_or("")),
+        esc(&s.lane),
+        s.elapsed.map(|e| format!("{e:.3}")).unwrap_or_default(),
+        s.attempts,
+        s.updated_at.to_rfc3339(),
+        esc(context),
+        esc(&wire_status(&s.status, skip_queue)),
+        esc(&s.name),
+    );
+    if let Some(m) = &s.error_message {
+        let _ = write!(out, r#" errorMessage="{}""#, esc(m));
+    }
+    out.push_str("/>");
+}
+
+/// `<workflow objectId id>` with every step of `views` (all versions, oldest first).
+pub(super) fn workflow_xml(
+    out: &mut String,
+    object: &str,
+    template: &str,
+    views: &[&WorkflowView],
+    specs: &Specs,
+) {
+    let _ = write!(
+        out,
+        r#"<workflow repository="dor" objectId="{}" id="{}">"#,
+        esc(object),
+        esc(template)
+    );
+    for v in views {
+        let context = context_text(&v.workflow.context);
+        let spec = specs.get(&v.workflow.template_id);
+        for s in &v.steps {
+            let skip_queue = spec
+                .and_then(|t| t.step(&s.name))
+                .is_some_and(|st| st.skip_queue);
+            process_xml(out, s, &context, skip_queue);
+        }
+    }
+    out.push_str("</workflow>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_is_queued_on_the_wire_and_back() {
+        assert_eq!(wire_status("ready", false), "queued");
+        assert_eq!(wire_status("ready", true), "waiting");
+        assert_eq!(wire_status("scheduled", false), "waiting");
+        assert_eq!(wire_status("retrying", false), "retrying");
+        assert_eq!(wire_status("IN PROCESS", false), "IN PROCESS");
+        assert_eq!(from_wire("queued"), "ready");
+        assert_eq!(from_wire("started"), "started");
+    }
+}
