@@ -201,8 +201,11 @@ begin
     foreach ch in array st loop
         finishing := finishing
             or (ch.old_status in ('completed', 'skipped')) <> (ch.status in ('completed', 'skipped'));
+        -- A skipped step reaches its milestone too, as in the workflow service (skipped counts
+        -- as done there, for prerequisites and milestones alike).
         milestone := milestone
-            or (ch.status = 'completed' and ch.old_status <> 'completed' and ch.lifecycle is not null);
+            or (ch.status in ('completed', 'skipped') and ch.old_status not in ('completed', 'skipped')
+                and ch.lifecycle is not null);
         erring := erring or (ch.status = 'error' and ch.old_status <> 'error');
         readying := readying or (ch.status = 'ready' and ch.old_status <> 'ready');
     end loop;
@@ -290,7 +293,8 @@ begin
         insert into workdo.milestones (object_id, version, name, workflow_id)
         select s.object_id, s.version, s.lifecycle, s.workflow_id
           from unnest(st) with ordinality s
-         where s.status = 'completed' and s.old_status <> 'completed' and s.lifecycle is not null
+         where s.status in ('completed', 'skipped') and s.old_status not in ('completed', 'skipped')
+           and s.lifecycle is not null
          order by s.ordinality;
     end if;
 

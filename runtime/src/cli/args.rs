@@ -146,6 +146,16 @@ pub struct RuntimeArgs {
     /// never DATABASE_URL, PGPASSWORD or WORKDO_SMTP_URL unless named here.
     #[arg(long = "pass-env", value_name = "NAME")]
     pub pass_env: Vec<String>,
+    /// Hand the steps no workdo function runs to Sidekiq robots, as the workflow service does:
+    /// each step that becomes ready is pushed once to this Redis (`redis://[:password@]host[:port][/db]`
+    /// or `unix:///path[?db=N]`) as a job of class `Robots::{Dor|Sdr}Repo::{Workflow}::{Step}`
+    /// on the queue `{workflow}_{lane}`.
+    #[arg(long, env = "WORKDO_SIDEKIQ_REDIS", value_name = "URL")]
+    pub sidekiq_redis: Option<String>,
+    /// A YAML file changing the hand-off's naming rules (keys `sdr_workflows`, `dsa`, `special`;
+    /// the defaults are the workflow service's).
+    #[arg(long, env = "WORKDO_SIDEKIQ_RULES", value_name = "FILE")]
+    pub sidekiq_rules: Option<PathBuf>,
     /// Database connections this process may use.
     #[arg(long, default_value_t = 16)]
     pub max_connections: u32,

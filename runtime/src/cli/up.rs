@@ -31,6 +31,22 @@ fn runtime_config(args: &RuntimeArgs, demo: bool) -> Result<runtime::Config> {
     config.backoff.max = args.retry_max;
     config.alerts = AlertConfig::load(args.config.as_deref())?;
     config.schedules = !args.no_schedules;
+    if let Some(url) = &args.sidekiq_redis {
+        runtime::handoff::RedisAddr::parse(url)?;
+        let rules = match &args.sidekiq_rules {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read {}", path.display()))?;
+                crate::model::handoff::Rules::parse(&path.display().to_string(), &text)
+                    .map_err(anyhow::Error::msg)?
+            }
+            None => crate::model::handoff::Rules::default(),
+        };
+        config.handoff = Some(runtime::handoff::HandoffConfig {
+            redis_url: url.clone(),
+            rules,
+        });
+    }
     Ok(config)
 }
 

@@ -15,6 +15,7 @@
 
 pub mod alert;
 pub mod dispatch;
+pub mod handoff;
 pub mod machine;
 pub mod object_id;
 pub mod outcome;

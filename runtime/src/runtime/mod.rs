@@ -29,6 +29,7 @@ use tracing::info;
 pub mod alerts;
 mod completer;
 mod execute;
+pub mod handoff;
 pub mod inject;
 mod listener;
 mod machines;
@@ -77,6 +78,8 @@ pub struct Config {
     pub schedules: bool,
     /// How often the stuck-step monitor looks.
     pub stuck_check_interval: Duration,
+    /// Push the steps no workdo function runs to Sidekiq robots (`--sidekiq-redis`).
+    pub handoff: Option<handoff::HandoffConfig>,
 }
 
 impl Default for Config {
@@ -96,6 +99,7 @@ impl Default for Config {
             alerts: None,
             schedules: true,
             stuck_check_interval: Duration::from_secs(30),
+            handoff: None,
         }
     }
 }
@@ -341,6 +345,33 @@ pub async fn run(
     let scheduler = config
         .schedules
         .then(|| tokio::spawn(scheduler::fire_schedules(store.clone(), background.clone())));
+    // The hand-off: every step of a step template that no workdo function runs (robots' steps),
+    // except those the template keeps out of queues, is pushed when it becomes ready.
+    let handoff = match &config.handoff {
+        Some(h) => {
+            let mut steps = Vec::new();
+            for t in store.template_list().await? {
+                if t.spec.machine.is_some() {
+                    continue;
+                }
+                for st in &t.spec.steps {
+                    if !st.is_run() && !st.skip_queue {
+                        steps.push((t.name.clone(), st.name.clone()));
+                    }
+                }
+            }
+            let waiting = store.handoff_steps_set(&steps).await?;
+            info!(steps = steps.len(), ready_now = waiting, redis = %crate::store::db::redact(&h.redis_url),
+                  "handing off to Sidekiq");
+            Some(tokio::spawn(handoff::run(
+                store.clone(),
+                h.clone(),
+                Duration::from_millis(100),
+                background.clone(),
+            )))
+        }
+        None => None,
+    };
     let alerts = match &config.alerts {
         Some(a) => {
             let sender = alerts::Sender::new(store.clone(), a.clone())?;
@@ -388,6 +419,9 @@ pub async fn run(
     }
     if let Some(a) = alerts {
         let _ = a.await;
+    }
+    if let Some(h) = handoff {
+        let _ = h.await;
     }
     info!("runtime stopped");
     Ok(())

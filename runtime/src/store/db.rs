@@ -47,14 +47,18 @@ const ENGINE: &[(&str, &str)] = &[
         "70_counts.sql",
         include_str!("../../../migrations/engine/70_counts.sql"),
     ),
+    (
+        "80_handoff.sql",
+        include_str!("../../../migrations/engine/80_handoff.sql"),
+    ),
 ];
 
 /// The engine's version: raised whenever a file in `migrations/engine/` changes (a test holds
 /// [`ENGINE_SHA256`] to the files, so a change without a new version fails the suite).
-pub const ENGINE_VERSION: i32 = 15;
+pub const ENGINE_VERSION: i32 = 16;
 
 /// The SHA-256 of the engine files of [`ENGINE_VERSION`] ([`engine_sha256`]).
-pub const ENGINE_SHA256: &str = "2bd067d2447a6e1708e04e8c16b6aba8e518b608acc0bae5279717836046d306";
+pub const ENGINE_SHA256: &str = "441f40292961d08a53b0d3a4e0bfa118b395e02e9b7cece3430bbe9fda8a2731";
 
 /// The oldest engine version whose binaries still work on this engine (its functions keep the
 /// signatures and meaning those binaries call them with). A binary older than this refuses to

@@ -269,5 +269,28 @@ pub(super) async fn schedules_alerts(State(s): State<AppState>, headers: HeaderM
         );
     }
     body.push_str("</tbody></table>");
+    // The hand-off to Sidekiq robots, when a runtime pushes: each readiness and its push.
+    let handoff = s.store.handoff_list(200).await.unwrap_or_default();
+    if !handoff.is_empty() {
+        body.push_str("<h2>Handed off to Sidekiq</h2><table id=handoff><thead><tr><th scope=col>ready</th><th scope=col>object</th><th scope=col>step</th><th scope=col>queue</th><th scope=col>pushed</th><th scope=col class=n>attempts</th><th scope=col>last error</th></tr></thead><tbody>");
+        for h in &handoff {
+            let _ = write!(
+                body,
+                "<tr><td>{}</td><td><a href=\"/ui/objects/{}\">{}</a></td><td>{}:{}</td><td>{}</td><td>{}</td><td class=n>{}</td><td class=error>{}</td></tr>",
+                h.created_at.format("%Y-%m-%d %H:%M:%S"),
+                super::enc(&h.object_id),
+                esc(&h.object_id),
+                esc(&h.template),
+                esc(&h.step),
+                esc(h.queue.as_deref().unwrap_or("")),
+                h.pushed_at
+                    .map(|p| p.format("%H:%M:%S").to_string())
+                    .unwrap_or_else(|| "waiting".into()),
+                h.attempts,
+                esc(h.last_error.as_deref().unwrap_or(""))
+            );
+        }
+        body.push_str("</tbody></table>");
+    }
     page("Schedules and alerts", Some(&v), &body).into_response()
 }

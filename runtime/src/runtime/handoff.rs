@@ -1,0 +1,298 @@
+//! The hand-off to Sidekiq robots (`--sidekiq-redis URL`): the steps no workdo function runs are
+//! pushed, as Sidekiq jobs, to the queues their robots read, once per readiness (the outbox row
+//! the readiness made, `store/handoff.rs`), exactly as the workflow service's `QueueService`
+//! pushes them: `SADD queues Q` and `LPUSH queue:Q JOB`, with JOB
+//! `{"retry":true,"queue":Q,"class":C,"args":[DRUID],"jid":…,"created_at":…,"enqueued_at":…}`.
+//!
+//! Redis is spoken to directly (RESP over TCP or a Unix socket, with AUTH and SELECT from the
+//! URL): two commands, integer replies, no client library needed. While Redis is down, rows are
+//! retried with back-off and wait in the outbox (the admin page shows them).
+
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufStream};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::model::handoff::Rules;
+use crate::store::Store;
+
+/// Where jobs go and how they are named.
+#[derive(Debug, Clone)]
+pub struct HandoffConfig {
+    /// `redis://[:password@]host[:port][/db]` or `unix:///path/to/socket[?db=N]`.
+    pub redis_url: String,
+    pub rules: Rules,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RedisError {
+    #[error(
+        "bad Redis URL {0:?}: expected redis://[:password@]host[:port][/db] or unix:///path[?db=N]"
+    )]
+    Url(String),
+    #[error("Redis: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("Redis answered an error: {0}")]
+    Reply(String),
+}
+
+/// A Redis address parsed from its URL.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedisAddr {
+    tcp: Option<(String, u16)>,
+    unix: Option<String>,
+    password: Option<String>,
+    db: Option<u32>,
+}
+
+impl RedisAddr {
+    /// # Errors
+    /// A URL of another form.
+    pub fn parse(url: &str) -> Result<RedisAddr, RedisError> {
+        let bad = || RedisError::Url(url.to_string());
+        if let Some(rest) = url.strip_prefix("unix://") {
+            let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+            let db = query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("db="))
+                .map(|d| d.parse().map_err(|_| bad()))
+                .transpose()?;
+            if path.is_empty() {
+                return Err(bad());
+            }
+            return Ok(RedisAddr {
+                tcp: None,
+                unix: Some(path.to_string()),
+                password: None,
+                db,
+            });
+        }
+        let rest = url.strip_prefix("redis://").ok_or_else(bad)?;
+        let (auth, rest) = match rest.rsplit_once('@') {
+            Some((a, r)) => (Some(a), r),
+            None => (None, rest),
+        };
+        let password = auth
+            .map(|a| a.split_once(':').map_or(a, |(_, p)| p))
+            .filter(|p| !p.is_empty())
+            .map(str::to_string);
+        let (hostport, db) = match rest.split_once('/') {
+            Some((h, d)) if !d.is_empty() => (h, Some(d.parse().map_err(|_| bad())?)),
+            Some((h, _)) => (h, None),
+            None => (rest, None),
+        };
+        let (host, port) = match hostport.rsplit_once(':') {
+            Some((h, p)) => (h, p.parse().map_err(|_| bad())?),
+            None => (hostport, 6379),
+        };
+        if host.is_empty() {
+            return Err(bad());
+        }
+        Ok(RedisAddr {
+            tcp: Some((host.to_string(), port)),
+            unix: None,
+            password,
+            db,
+        })
+    }
+}
+
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// One connection to Redis.
+struct Redis(BufStream<Box<dyn Io>>);
+
+impl Redis {
+    async fn connect(addr: &RedisAddr) -> Result<Redis, RedisError> {
+        let io: Box<dyn Io> = match (&addr.tcp, &addr.unix) {
+            (Some((h, p)), _) => Box::new(tokio::net::TcpStream::connect((h.as_str(), *p)).await?),
+            (None, Some(path)) => Box::new(tokio::net::UnixStream::connect(path).await?),
+            (None, None) => return Err(RedisError::Url(String::new())),
+        };
+        let mut r = Redis(BufStream::new(io));
+        if let Some(p) = &addr.password {
+            r.command(&["AUTH", p]).await?;
+        }
+        if let Some(db) = addr.db {
+            r.command(&["SELECT", &db.to_string()]).await?;
+        }
+        Ok(r)
+    }
+
+    fn encode(out: &mut Vec<u8>, args: &[&str]) {
+        out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        for a in args {
+            out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            out.extend_from_slice(a.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+
+    /// One reply line: `+…` and `:…` are fine, `-…` an error (bulk replies are not expected).
+    async fn reply(&mut self) -> Result<String, RedisError> {
+        let mut line = String::new();
+        if self.0.read_line(&mut line).await? == 0 {
+            return Err(RedisError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+        let line = line.trim_end().to_string();
+        match line.chars().next() {
+            Some('-') => Err(RedisError::Reply(line[1..].to_string())),
+            Some('+' | ':') => Ok(line[1..].to_string()),
+            _ => Err(RedisError::Reply(format!("unexpected reply {line:?}"))),
+        }
+    }
+
+    async fn command(&mut self, args: &[&str]) -> Result<String, RedisError> {
+        let mut out = Vec::new();
+        Self::encode(&mut out, args);
+        self.0.write_all(&out).await?;
+        self.0.flush().await?;
+        self.reply().await
+    }
+
+    /// `SADD queues Q` and `LPUSH queue:Q JOB`, pipelined.
+    async fn push(&mut self, queue: &str, job: &str) -> Result<(), RedisError> {
+        let mut out = Vec::new();
+        Self::encode(&mut out, &["SADD", "queues", queue]);
+        Self::encode(&mut out, &["LPUSH", &format!("queue:{queue}"), job]);
+        self.0.write_all(&out).await?;
+        self.0.flush().await?;
+        self.reply().await?;
+        self.reply().await?;
+        Ok(())
+    }
+}
+
+/// A Sidekiq job for `class` on `queue` with `druid`, as `Sidekiq::Client.push` writes it.
+pub fn job(queue: &str, class: &str, druid: &str, jid: &str, now: f64) -> String {
+    serde_json::json!({
+        "retry": true,
+        "queue": queue,
+        "class": class,
+        "args": [druid],
+        "jid": jid,
+        "created_at": now,
+        "enqueued_at": now,
+    })
+    .to_string()
+}
+
+/// Push due outbox rows until `stop`, every `every` (or sooner after a full batch).
+pub(super) async fn run(
+    store: Store,
+    config: HandoffConfig,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    let addr = match RedisAddr::parse(&config.redis_url) {
+        Ok(a) => a,
+        Err(e) => {
+            warn!(error = %e, "Sidekiq hand-off off");
+            return;
+        }
+    };
+    let mut conn: Option<Redis> = None;
+    loop {
+        let full = match pass(&store, &config.rules, &addr, &mut conn).await {
+            Ok(n) => n == BATCH,
+            Err(e) => {
+                warn!(error = %e, "Sidekiq hand-off pass failed");
+                false
+            }
+        };
+        if full {
+            continue;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            () = stop.cancelled() => return,
+        }
+    }
+}
+
+const BATCH: usize = 200;
+
+async fn pass(
+    store: &Store,
+    rules: &Rules,
+    addr: &RedisAddr,
+    conn: &mut Option<Redis>,
+) -> Result<usize, crate::store::StoreError> {
+    let mut tx = store.handoff_begin().await?;
+    let rows = tx.due(BATCH as i64).await?;
+    let n = rows.len();
+    for row in rows {
+        let class = rules.class_name(&row.template, &row.step);
+        let queue = rules.queue_name(&class, &row.template, &row.lane);
+        let jid = hex::encode(rand::random::<[u8; 12]>());
+        let now = chrono::Utc::now().timestamp_micros() as f64 / 1e6;
+        let body = job(&queue, &class, &row.object_id, &jid, now);
+        let pushed = match conn {
+            Some(c) => c.push(&queue, &body).await,
+            None => match Redis::connect(addr).await {
+                Ok(mut c) => {
+                    let r = c.push(&queue, &body).await;
+                    *conn = Some(c);
+                    r
+                }
+                Err(e) => Err(e),
+            },
+        };
+        match pushed {
+            Ok(()) => {
+                tx.pushed(row.id, &queue, &jid).await?;
+                info!(object = %row.object_id, step = %format!("{}:{}", row.template, row.step),
+                      %queue, %class, %jid, "handed off to Sidekiq");
+            }
+            Err(e) => {
+                *conn = None;
+                let delay = (0.5 * 2f64.powi(row.attempts.clamp(0, 6))).min(30.0);
+                tx.failed(row.id, &e.to_string(), delay).await?;
+                warn!(error = %e, object = %row.object_id, "Sidekiq push failed; will retry");
+            }
+        }
+    }
+    tx.commit().await?;
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_urls() {
+        let a = RedisAddr::parse("redis://:s3cret@cache.example.org:6380/2").expect("url");
+        assert_eq!(a.tcp, Some(("cache.example.org".into(), 6380)));
+        assert_eq!((a.password.as_deref(), a.db), (Some("s3cret"), Some(2)));
+        let a = RedisAddr::parse("redis://127.0.0.1").expect("url");
+        assert_eq!(a.tcp, Some(("127.0.0.1".into(), 6379)));
+        let a = RedisAddr::parse("unix:///run/redis.sock?db=3").expect("url");
+        assert_eq!(
+            (a.unix.as_deref(), a.db),
+            (Some("/run/redis.sock"), Some(3))
+        );
+        for bad in ["http://x", "redis://", "redis://h:port", "unix://"] {
+            assert!(RedisAddr::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn jobs_are_what_sidekiq_client_push_writes() {
+        let j: serde_json::Value = serde_json::from_str(&job(
+            "accessionWF_default",
+            "Robots::DorRepo::Accession::Stage",
+            "druid:bb123cd4567",
+            "0123456789abcdef01234567",
+            1.5,
+        ))
+        .expect("JSON");
+        assert_eq!(j["retry"], true);
+        assert_eq!(j["args"], serde_json::json!(["druid:bb123cd4567"]));
+        assert_eq!(j["class"], "Robots::DorRepo::Accession::Stage");
+        assert_eq!(j["queue"], "accessionWF_default");
+        assert_eq!(j["enqueued_at"], 1.5);
+    }
+}

@@ -1,0 +1,144 @@
+//! The hand-off outbox (`migrations/0016_handoff.sql`): which template steps are handed off to
+//! Sidekiq robots, the rows their readiness makes (by a trigger, in the transaction that makes
+//! a step ready), and a pusher's pass over them.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::{Postgres, Transaction};
+
+use super::{Result, Store};
+
+/// A readiness to push.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct HandoffRow {
+    pub id: i64,
+    pub object_id: String,
+    pub template: String,
+    pub step: String,
+    pub lane: String,
+    pub attempts: i32,
+}
+
+/// A row as the admin page shows it.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct HandoffEntry {
+    pub id: i64,
+    pub object_id: String,
+    pub template: String,
+    pub step: String,
+    pub lane: String,
+    pub created_at: DateTime<Utc>,
+    pub pushed_at: Option<DateTime<Utc>>,
+    pub queue: Option<String>,
+    pub jid: Option<String>,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+}
+
+/// One pusher pass, in one transaction: the rows it reads stay locked (another pusher skips
+/// them) until [`Handoff::commit`]; a crash before the commit pushes them again, never loses
+/// them.
+pub struct Handoff {
+    tx: Transaction<'static, Postgres>,
+}
+
+impl Store {
+    /// Hand off exactly `steps` (template, step) from now on, and give the steps of them that
+    /// are ready now (and have no row for this readiness yet) their outbox rows.
+    pub async fn handoff_steps_set(&self, steps: &[(String, String)]) -> Result<u64> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("delete from workdo.handoff_steps")
+            .execute(&mut *tx)
+            .await?;
+        let (t, s): (Vec<String>, Vec<String>) = steps.iter().cloned().unzip();
+        sqlx::query(
+            "insert into workdo.handoff_steps (template, step)
+             select * from unnest($1::text[], $2::text[]) on conflict do nothing",
+        )
+        .bind(&t)
+        .bind(&s)
+        .execute(&mut *tx)
+        .await?;
+        let n = sqlx::query(
+            "insert into workdo.handoff_outbox (step_id, ready_at, object_id, template, step, lane)
+             select s.id, s.updated_at, s.object_id, s.template, s.name, s.lane
+               from workdo.steps s
+               join workdo.handoff_steps h on h.template = s.template and h.step = s.name
+              where s.status = 'ready' and s.active
+             on conflict (step_id, ready_at) do nothing",
+        )
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        Ok(n)
+    }
+
+    /// Begin a pusher pass.
+    pub async fn handoff_begin(&self) -> Result<Handoff> {
+        Ok(Handoff {
+            tx: self.pool.begin().await?,
+        })
+    }
+
+    /// The latest rows, newest first, for the admin page.
+    pub async fn handoff_list(&self, limit: i64) -> Result<Vec<HandoffEntry>> {
+        Ok(sqlx::query_as(
+            "select id, object_id, template, step, lane, created_at, pushed_at, queue, jid,
+                    attempts, last_error
+               from workdo.handoff_outbox order by id desc limit $1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+}
+
+impl Handoff {
+    /// Due rows not pushed yet, oldest first, locked (`SKIP LOCKED`).
+    pub async fn due(&mut self, limit: i64) -> Result<Vec<HandoffRow>> {
+        Ok(sqlx::query_as(
+            "select id, object_id, template, step, lane, attempts from workdo.handoff_outbox
+              where pushed_at is null and next_attempt_at <= now()
+              order by id limit $1 for update skip locked",
+        )
+        .bind(limit)
+        .fetch_all(&mut *self.tx)
+        .await?)
+    }
+
+    /// Row `id` was pushed to `queue` as job `jid`.
+    pub async fn pushed(&mut self, id: i64, queue: &str, jid: &str) -> Result<()> {
+        sqlx::query(
+            "update workdo.handoff_outbox set pushed_at = now(), queue = $2, jid = $3,
+                    attempts = attempts + 1, last_error = null
+              where id = $1",
+        )
+        .bind(id)
+        .bind(queue)
+        .bind(jid)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    /// Row `id` could not be pushed: try again after `delay_secs`.
+    pub async fn failed(&mut self, id: i64, error: &str, delay_secs: f64) -> Result<()> {
+        sqlx::query(
+            "update workdo.handoff_outbox set attempts = attempts + 1, last_error = $2,
+                    next_attempt_at = now() + make_interval(secs => $3)
+              where id = $1",
+        )
+        .bind(id)
+        .bind(error)
+        .bind(delay_secs)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn commit(self) -> Result<()> {
+        self.tx.commit().await?;
+        Ok(())
+    }
+}

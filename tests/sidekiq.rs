@@ -1,0 +1,287 @@
+//! The hand-off to Sidekiq robots, with a real Redis (Debian's redis-server, on a Unix socket
+//! of the test's own) and a real Sidekiq (Debian's ruby-sidekiq) running a robot suite in the
+//! shape of the sul-dlss ones (tests/fixtures/robots/accession_robots.rb): twenty objects
+//! through accessionWF, every step pushed once per readiness and worked once.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::{config, db, wait_until};
+use workdo::api::{Access, AppState, app};
+use workdo::model::handoff::Rules;
+use workdo::runtime::handoff::HandoffConfig;
+use workdo::store::{Role, StartRequest};
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn installed(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sidekiq_robots_take_twenty_objects_through_accession_wf() {
+    for p in ["redis-server", "sidekiq"] {
+        assert!(
+            installed(p),
+            "{p} is not installed: apt-get install -y redis-server ruby-sidekiq (.ci/run does)"
+        );
+    }
+    workdo::install_crypto();
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("redis.sock");
+    let _redis = Killed(
+        Command::new("redis-server")
+            .args([
+                "--port",
+                "0",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--unixsocket",
+            ])
+            .arg(&socket)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not listen");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let path = support::workflows_dir().join("../tests/fixtures/workflow-service/accessionWF.xml");
+    let loaded = workdo::cli::files::parse_file(&path).expect("accessionWF");
+    t.store.template_save(&loaded).await.expect("save");
+    // The workflow service's routes, for the robots.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let state = AppState {
+        store: t.store.clone(),
+        access: Access::Tokens,
+    };
+    tokio::spawn(async move { axum::serve(listener, app(state)).await });
+    let token = t
+        .store
+        .token_create(Role::Robot, "robots", None)
+        .await
+        .expect("token")
+        .1;
+
+    let mut cfg = config();
+    cfg.handoff = Some(HandoffConfig {
+        redis_url: format!("unix://{}", socket.display()),
+        rules: Rules::default(),
+    });
+    let rt = support::start(&t.store, cfg).await;
+
+    let log = dir.path().join("robots.log");
+    std::fs::write(&log, "").expect("log");
+    let robots = support::workflows_dir().join("../tests/fixtures/robots/accession_robots.rb");
+    let _sidekiq = Killed(
+        Command::new("sidekiq")
+            .args([
+                "-c",
+                "4",
+                "-q",
+                "accessionWF_default",
+                "-q",
+                "accessionWF_default_dsa",
+                "-r",
+            ])
+            .arg(&robots)
+            .env("REDIS_URL", format!("unix://{}", socket.display()))
+            .env("WORKFLOW_URL", &base)
+            .env("WORKFLOW_TOKEN", &token)
+            .env("ROBOT_LOG", &log)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sidekiq"),
+    );
+
+    let druids: Vec<String> = (0..20)
+        .map(|i| format!("druid:bc{:03}df{:04}", 100 + i, 2000 + i))
+        .collect();
+    let refs: Vec<&str> = druids.iter().map(String::as_str).collect();
+    t.store
+        .workflow_start(&StartRequest::new("accessionWF", &refs))
+        .await
+        .expect("start");
+    wait_until(
+        t.pool(),
+        "select count(*) = 20 from workdo.workflows where template = 'accessionWF' and status = 'completed'",
+        180,
+    )
+    .await;
+    rt.stop().await;
+
+    // Every handed-off step of every object pushed once, to the service's queues.
+    let (rows, pushed, distinct): (i64, i64, i64) = sqlx::query_as(
+        "select count(*), count(pushed_at), count(distinct (object_id, step)) from workdo.handoff_outbox",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("outbox");
+    assert_eq!((rows, pushed, distinct), (200, 200, 200));
+    let queues: Vec<(String, String, i64)> = sqlx::query_as(
+        "select step, queue, count(*) from workdo.handoff_outbox group by 1, 2 order by 1",
+    )
+    .fetch_all(t.pool())
+    .await
+    .expect("queues");
+    for (step, queue, n) in &queues {
+        assert_eq!(*n, 20, "{step}");
+        let dsa = [
+            "shelve",
+            "publish",
+            "reset-workspace",
+            "sdr-ingest-transfer",
+            "update-doi",
+            "update-orcid-work",
+        ]
+        .contains(&step.as_str());
+        let expected = if dsa {
+            "accessionWF_default_dsa"
+        } else {
+            "accessionWF_default"
+        };
+        assert_eq!(queue, expected, "{step}");
+    }
+    // Each step worked exactly once, by the robot of its class.
+    let text = std::fs::read_to_string(&log).expect("robot log");
+    let worked: Vec<&str> = text.lines().filter(|l| l.starts_with("worked ")).collect();
+    let unique: std::collections::BTreeSet<&&str> = worked.iter().collect();
+    assert_eq!(worked.len(), 200, "{text}");
+    assert_eq!(unique.len(), 200, "a step worked twice");
+    let performed = text.lines().filter(|l| l.starts_with("performed ")).count();
+    println!(
+        "sidekiq: 20 objects, {} steps handed off, {pushed} pushes, {performed} jobs performed, {} worked, 0 twice",
+        rows,
+        worked.len()
+    );
+}
+
+/// Redis is not there when steps become ready: the pushes wait in the outbox with their error
+/// and a back-off, the admin page shows them, and once Redis listens every readiness is pushed,
+/// once (LLEN of the queue equals the objects).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_wait_while_redis_is_down_and_none_is_lost() {
+    assert!(
+        installed("redis-server") && installed("redis-cli"),
+        "redis-server is not installed: apt-get install -y redis-server (.ci/run does)"
+    );
+    workdo::install_crypto();
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("redis.sock");
+    let path = support::workflows_dir().join("../tests/fixtures/workflow-service/accessionWF.xml");
+    let loaded = workdo::cli::files::parse_file(&path).expect("accessionWF");
+    t.store.template_save(&loaded).await.expect("save");
+    let mut cfg = config();
+    cfg.handoff = Some(HandoffConfig {
+        redis_url: format!("unix://{}", socket.display()),
+        rules: Rules::default(),
+    });
+    let rt = support::start(&t.store, cfg).await;
+    let druids: Vec<String> = (0..5)
+        .map(|i| format!("druid:bd{:03}fg{:04}", 100 + i, 3000 + i))
+        .collect();
+    let refs: Vec<&str> = druids.iter().map(String::as_str).collect();
+    t.store
+        .workflow_start(&StartRequest::new("accessionWF", &refs))
+        .await
+        .expect("start");
+    wait_until(
+        t.pool(),
+        "select count(*) = 5 from workdo.handoff_outbox where pushed_at is null and attempts > 0 and last_error is not null",
+        30,
+    )
+    .await;
+    // The page shows them waiting, with the error.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let state = AppState {
+        store: t.store.clone(),
+        access: Access::Open,
+    };
+    tokio::spawn(async move { axum::serve(listener, app(state)).await });
+    let page = reqwest::get(format!("{base}/ui/schedules"))
+        .await
+        .expect("page")
+        .text()
+        .await
+        .expect("html");
+    assert!(
+        page.contains("Handed off to Sidekiq") && page.contains("waiting"),
+        "{page}"
+    );
+
+    let _redis = Killed(
+        Command::new("redis-server")
+            .args([
+                "--port",
+                "0",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--unixsocket",
+            ])
+            .arg(&socket)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server"),
+    );
+    wait_until(
+        t.pool(),
+        "select count(*) = 5 from workdo.handoff_outbox where pushed_at is not null",
+        60,
+    )
+    .await;
+    rt.stop().await;
+    let out = Command::new("redis-cli")
+        .arg("-s")
+        .arg(&socket)
+        .args(["llen", "queue:accessionWF_default"])
+        .output()
+        .expect("redis-cli");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "5");
+    let out = Command::new("redis-cli")
+        .arg("-s")
+        .arg(&socket)
+        .args(["lrange", "queue:accessionWF_default", "0", "0"])
+        .output()
+        .expect("redis-cli");
+    let job: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("a Sidekiq job as JSON");
+    assert_eq!(job["class"], "Robots::DorRepo::Accession::StartAccession");
+    assert_eq!(job["retry"], true);
+    assert!(
+        job["args"][0]
+            .as_str()
+            .is_some_and(|d| druids.iter().any(|x| x == d))
+    );
+    assert_eq!(job["jid"].as_str().map(str::len), Some(24));
+}
