@@ -113,7 +113,7 @@ async fn sidekiq_robots_take_twenty_objects_through_accession_wf() {
             .env("WORKFLOW_TOKEN", &token)
             .env("ROBOT_LOG", &log)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("sidekiq.err")).expect("stderr file"))
             .spawn()
             .expect("sidekiq"),
     );
@@ -126,12 +126,39 @@ async fn sidekiq_robots_take_twenty_objects_through_accession_wf() {
         .workflow_start(&StartRequest::new("accessionWF", &refs))
         .await
         .expect("start");
-    wait_until(
-        t.pool(),
-        "select count(*) = 20 from workdo.workflows where template = 'accessionWF' and status = 'completed'",
-        180,
-    )
-    .await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let done: i64 = sqlx::query_scalar(
+            "select count(*) from workdo.workflows where template = 'accessionWF' and status = 'completed'",
+        )
+        .fetch_one(t.pool())
+        .await
+        .expect("count");
+        if done == 20 {
+            break;
+        }
+        if Instant::now() > deadline {
+            let outbox: Vec<(String, i32, Option<String>, bool)> = sqlx::query_as(
+                "select step, attempts, last_error, pushed_at is not null from workdo.handoff_outbox order by id",
+            )
+            .fetch_all(t.pool())
+            .await
+            .unwrap_or_default();
+            let robots = std::fs::read_to_string(&log).unwrap_or_default();
+            let err = std::fs::read_to_string(dir.path().join("sidekiq.err")).unwrap_or_default();
+            panic!(
+                "{done} of 20 done; outbox {outbox:?}; robots: {robots}; sidekiq: {}",
+                err.chars()
+                    .rev()
+                    .take(3000)
+                    .collect::<String>()
+                    .chars()
+                    .rev()
+                    .collect::<String>()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     rt.stop().await;
 
     // Every handed-off step of every object pushed once, to the service's queues.
@@ -210,12 +237,36 @@ async fn pushes_wait_while_redis_is_down_and_none_is_lost() {
         .workflow_start(&StartRequest::new("accessionWF", &refs))
         .await
         .expect("start");
-    wait_until(
-        t.pool(),
-        "select count(*) = 5 from workdo.handoff_outbox where pushed_at is null and attempts > 0 and last_error is not null",
-        30,
-    )
-    .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "select count(*) from workdo.handoff_outbox where pushed_at is null and attempts > 0 and last_error is not null",
+        )
+        .fetch_one(t.pool())
+        .await
+        .expect("outbox");
+        if waiting == 5 {
+            break;
+        }
+        if Instant::now() > deadline {
+            let rows: Vec<(i64, i32, Option<String>, bool)> = sqlx::query_as(
+                "select step_id, attempts, last_error, pushed_at is not null from workdo.handoff_outbox",
+            )
+            .fetch_all(t.pool())
+            .await
+            .unwrap_or_default();
+            let steps: Vec<(String, String)> =
+                sqlx::query_as("select template, step from workdo.handoff_steps")
+                    .fetch_all(t.pool())
+                    .await
+                    .unwrap_or_default();
+            panic!(
+                "pushes did not wait with their error: outbox {rows:?}, handed-off steps {steps:?}, runtime finished: {}",
+                rt.handle.is_finished()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // The page shows them waiting, with the error.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

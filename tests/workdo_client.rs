@@ -520,3 +520,44 @@ async fn lyber_core_robots_move_twenty_objects_through_accession_wf() {
         }
     }
 }
+
+/// A skipped step reaches its milestone (skipped counts as done, as in the service), and the
+/// milestones of deleted workflows go with them.
+#[tokio::test]
+async fn skipped_steps_reach_milestones_and_deleted_workflows_take_theirs() {
+    let (c, _t) = setup().await;
+    let (code, _) = c
+        .send(
+            Method::POST,
+            &format!("objects/{D2}/workflows/accessionWF?lane-id=default&version=1"),
+            Some("application/json"),
+            "",
+        )
+        .await;
+    assert_eq!(code, StatusCode::CREATED);
+    let skip =
+        "<?xml version=\"1.0\"?>\n<process name=\"skip-all\" status=\"skipped\" note=\"n\"/>\n";
+    let (code, _) = c
+        .send(
+            Method::POST,
+            &format!("objects/{D2}/workflows/accessionWF/skip-all"),
+            Some("application/xml"),
+            skip,
+        )
+        .await;
+    assert_eq!(code, StatusCode::NO_CONTENT);
+    let (_, xml) = c.get(&format!("objects/{D2}/lifecycle")).await;
+    let mut m = milestones(&xml);
+    m.sort();
+    assert_eq!(
+        m,
+        ["accessioned", "deposited", "published", "submitted"],
+        "{xml}"
+    );
+    let (code, _) = c
+        .send(Method::DELETE, &format!("objects/{D2}/workflows"), None, "")
+        .await;
+    assert_eq!(code, StatusCode::NO_CONTENT);
+    let (_, xml) = c.get(&format!("objects/{D2}/lifecycle")).await;
+    assert!(milestones(&xml).is_empty(), "{xml}");
+}

@@ -198,16 +198,28 @@ pub async fn create_database(admin_url: &str, name: &str) -> Result<(), DbError>
     Ok(())
 }
 
-/// A pool for runtime sessions: `jit` off (a claim whose cost passes `jit_above_cost` would
-/// JIT-compile on every call), a recognisable application name.
+/// Pool options for workdo's sessions: each new connection turns `jit` off (a claim whose cost
+/// passes `jit_above_cost` would JIT-compile on every call) with a `SET` after connecting, not
+/// with the `options` startup parameter, which poolers such as PgBouncer refuse.
+pub fn pool_options(max_connections: u32) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .after_connect(|conn, _meta| {
+            Box::pin(async move {
+                sqlx::query("set jit = off").execute(&mut *conn).await?;
+                Ok(())
+            })
+        })
+}
+
+/// A pool for runtime sessions (see [`pool_options`]), with a recognisable application name.
 ///
 /// # Errors
 /// When the URL is malformed or the server cannot be reached.
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, DbError> {
     let opts = PgConnectOptions::from_str(url)
         .map_err(DbError::Url)?
-        .application_name("workdo")
-        .options([("jit", "off")]);
+        .application_name("workdo");
     // One connection first, to report why the server cannot be reached ("connection refused
     // at …") at once: the pool retries until its acquire timeout and then says only that it
     // timed out.
@@ -229,8 +241,7 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, DbError>
             });
         }
     }
-    PgPoolOptions::new()
-        .max_connections(max_connections)
+    pool_options(max_connections)
         .acquire_timeout(Duration::from_secs(30))
         .connect_with(opts)
         .await

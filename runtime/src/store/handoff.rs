@@ -47,6 +47,12 @@ impl Store {
     /// are ready now (and have no row for this readiness yet) their outbox rows.
     pub async fn handoff_steps_set(&self, steps: &[(String, String)]) -> Result<u64> {
         let mut tx = self.pool.begin().await?;
+        // Steps made ready while this runs must be caught by the trigger or by the backfill
+        // below, never by neither: writers of `steps` wait (SHARE conflicts with their ROW
+        // EXCLUSIVE) until this commits, and those in flight finish before the backfill reads.
+        sqlx::query("lock table workdo.steps in share mode")
+            .execute(&mut *tx)
+            .await?;
         sqlx::query("delete from workdo.handoff_steps")
             .execute(&mut *tx)
             .await?;

@@ -175,8 +175,7 @@ impl Store {
     /// that is down or saturated is answered 503 in seconds instead of after 30. Connects lazily.
     pub fn for_requests(&self) -> Store {
         let max = (self.pool.options().get_max_connections() / 2).max(2);
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(max)
+        let pool = db::pool_options(max)
             .acquire_timeout(std::time::Duration::from_secs(3))
             .connect_lazy_with((*self.pool.connect_options()).clone());
         Store {

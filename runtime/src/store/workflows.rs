@@ -302,6 +302,13 @@ impl Store {
         .bind(version)
         .fetch_all(&mut *tx)
         .await?;
+        // The milestones those workflows' steps reached go with them (the workflow service
+        // computes a lifecycle from the step rows a delete removes); the events keep the story.
+        let ids: Vec<i64> = deleted.iter().map(|(id, _, _)| *id).collect();
+        sqlx::query("delete from workdo.milestones where workflow_id = any($1)")
+            .bind(&ids)
+            .execute(&mut *tx)
+            .await?;
         let mut events = EventBuf::default();
         for (id, t, v) in &deleted {
             events.push(

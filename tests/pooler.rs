@@ -1,0 +1,140 @@
+//! workdo through PgBouncer (Debian's package, started by the test) in session mode, with only
+//! `ignore_startup_parameters = extra_float_digits` — what every sqlx or JDBC user already
+//! sets: workdo sends no `options` startup parameter (it turns `jit` off with a `SET` after
+//! connecting), migrates, listens and runs a workflow to the end through the pooler.
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::db;
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Host, port and database of a `postgres://user@host:port/db` URL.
+fn parts(url: &str) -> (String, String, String) {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.split_once('@').map_or(rest, |(_, r)| r);
+    let (hostport, db) = rest.split_once('/').unwrap_or((rest, "postgres"));
+    let db = db.split('?').next().unwrap_or(db);
+    let (host, port) = hostport.rsplit_once(':').unwrap_or((hostport, "5432"));
+    (host.to_string(), port.to_string(), db.to_string())
+}
+
+#[tokio::test]
+async fn workdo_runs_through_pgbouncer_in_session_mode() {
+    let exe = ["pgbouncer", "/usr/sbin/pgbouncer"]
+        .into_iter()
+        .find(|c| Command::new(c).arg("--version").output().is_ok())
+        .expect("pgbouncer is not installed: apt-get install -y pgbouncer (.ci/run does)");
+    let t = db().await;
+    let (host, port, dbname) = parts(&t.url);
+    let dir = tempfile::tempdir().expect("tempdir");
+    // PgBouncer refuses to run as root: as root it runs as `postgres`, which must write here.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let ini = dir.path().join("pgbouncer.ini");
+    std::fs::write(
+        &ini,
+        format!(
+            "[databases]\n* = host={host} port={port} user=postgres\n\n[pgbouncer]\nlisten_addr =\nlisten_port = 6432\nunix_socket_dir = {d}\nauth_type = any\npool_mode = session\nignore_startup_parameters = extra_float_digits\nlogfile = {d}/pgbouncer.log\npidfile = {d}/pgbouncer.pid\n",
+            d = dir.path().display()
+        ),
+    )
+    .expect("ini");
+    let mut cmd = Command::new(exe);
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if root {
+        cmd.args(["-u", "postgres"]);
+    }
+    let _bouncer = Killed(
+        cmd.arg(&ini)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("pgbouncer"),
+    );
+    let socket = dir.path().join(".s.PGSQL.6432");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(Instant::now() < deadline, "pgbouncer did not listen");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let url = format!(
+        "postgres://postgres@localhost/{dbname}?host={}&port=6432",
+        dir.path().display()
+    );
+
+    // Connecting, migrating and jit off, through the pooler.
+    let pool = workdo::store::db::connect(&url, 2)
+        .await
+        .unwrap_or_else(|e| panic!("through pgbouncer: {e}"));
+    workdo::store::db::migrate(&pool).await.expect("migrate");
+    let jit: String = sqlx::query_scalar("show jit")
+        .fetch_one(&pool)
+        .await
+        .expect("show jit");
+    assert_eq!(jit, "off");
+    pool.close().await;
+
+    // The CLI and a runtime (LISTEN included) through the pooler: a chain of three steps on ten
+    // objects runs to the end.
+    let template = dir.path().join("chain.yaml");
+    std::fs::write(
+        &template,
+        "name: chainWF\nsteps:\n  - { name: a, function: { builtin: noop } }\n  - { name: b, prereqs: [a], function: { builtin: noop } }\n  - { name: c, prereqs: [b], function: { builtin: noop } }\n",
+    )
+    .expect("template");
+    let workdo = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_workdo"))
+            .args(args)
+            .env("DATABASE_URL", &url)
+            .env("RUST_LOG", "error")
+            .output()
+            .expect("workdo");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    workdo(&["templates", "load", &template.display().to_string()]);
+    let objects: Vec<String> = (0..10).map(|i| format!("obj:pool{i}")).collect();
+    let mut start = vec!["start", "chainWF"];
+    start.extend(objects.iter().map(String::as_str));
+    workdo(&start);
+    let _up = Killed(
+        Command::new(env!("CARGO_BIN_EXE_workdo"))
+            .args(["up", "--no-api", "--max-connections", "6"])
+            .env("DATABASE_URL", &url)
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("workdo up"),
+    );
+    support::wait_until(
+        t.pool(),
+        "select count(*) = 30 from workdo.steps where template = 'chainWF' and status = 'completed'",
+        60,
+    )
+    .await;
+    let (events, distinct): (i64, i64) = sqlx::query_as(
+        "select count(*), count(distinct (workflow_id, step)) from workdo.events where kind = 'completed' and template = 'chainWF'",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("events");
+    assert_eq!((events, distinct), (30, 30), "each step completed once");
+}
