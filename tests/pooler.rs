@@ -138,3 +138,52 @@ async fn workdo_runs_through_pgbouncer_in_session_mode() {
     .expect("events");
     assert_eq!((events, distinct), (30, 30), "each step completed once");
 }
+
+/// `workdo up` says at start when the server cannot hold the connections it may open.
+#[tokio::test]
+async fn up_warns_when_the_server_has_no_room_for_its_connections() {
+    use std::io::BufRead;
+    let t = db().await;
+    let max: i64 = sqlx::query_scalar("select current_setting('max_connections')::bigint")
+        .fetch_one(t.pool())
+        .await
+        .expect("max_connections");
+    let asked = (max + 10).to_string();
+    let mut up = Killed(
+        Command::new(env!("CARGO_BIN_EXE_workdo"))
+            .args(["up", "--no-api", "--max-connections", &asked])
+            .env("DATABASE_URL", &t.url)
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("workdo up"),
+    );
+    let stderr = up.0.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let warned = loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(line) if line.contains("database connections") => break line,
+            Ok(_) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                assert!(Instant::now() < deadline, "no warning about connections");
+            }
+            Err(e) => panic!("workdo up ended without warning: {e}"),
+        }
+    };
+    assert!(
+        warned.contains(&format!("up to {}", max + 10 + 1)) && warned.contains("max_connections"),
+        "{warned}"
+    );
+}

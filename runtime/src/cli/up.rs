@@ -128,6 +128,25 @@ async fn spawn_api(
     Ok(Some((task, bound, access)))
 }
 
+/// The connections one `workdo up` may hold: its pool (`--max-connections`), the API's own pool
+/// (half that, at least two) when it serves the API, and the listener's one connection.
+pub fn connection_budget(max_connections: u32, api: bool) -> u32 {
+    let api_pool = if api { (max_connections / 2).max(2) } else { 0 };
+    max_connections + api_pool + 1
+}
+
+/// A warning when the server cannot hold `budget` more connections: `max_connections` less the
+/// superuser reserve less those open now.
+pub fn budget_warning(budget: u32, max: i64, reserved: i64, open: i64) -> Option<String> {
+    let room = max - reserved - open;
+    (i64::from(budget) > room).then(|| {
+        format!(
+            "workdo: this process may open up to {budget} database connections, but the server has room for {} more (max_connections {max}, {reserved} reserved for superusers, {open} open): raise max_connections or give each process a smaller --max-connections (README: Connections)",
+            room.max(0)
+        )
+    })
+}
+
 pub(super) async fn up(
     store: &Store,
     args: UpArgs,
@@ -141,6 +160,16 @@ pub(super) async fn up(
         let token = shutdown_on_signal()?;
         let server = spawn_api(store, &args, &token).await?;
         let templates = store.template_list().await?.len();
+        if let Ok((max, reserved, open)) = store.connection_room().await
+            && let Some(w) = budget_warning(
+                connection_budget(args.runtime.max_connections, server.is_some()),
+                max,
+                reserved,
+                open,
+            )
+        {
+            eprintln!("{w}");
+        }
         writeln!(
             out,
             "workdo up: database {database}; {templates} templates; {} workers; API {}",
@@ -294,4 +323,22 @@ pub(super) async fn worker(store: Store, steps: &[String], args: &RuntimeArgs) -
     let bindings = runtime::bindings(&store, steps).await?;
     let config = runtime_config(args, false)?;
     run_until_signal(store, config, bindings).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connection_budget_and_its_warning() {
+        assert_eq!(connection_budget(16, true), 16 + 8 + 1);
+        assert_eq!(connection_budget(2, true), 2 + 2 + 1);
+        assert_eq!(connection_budget(16, false), 17);
+        assert_eq!(budget_warning(25, 100, 3, 50), None);
+        let w = budget_warning(25, 100, 3, 80).expect("no room");
+        assert!(
+            w.contains("up to 25") && w.contains("room for 17 more"),
+            "{w}"
+        );
+    }
 }

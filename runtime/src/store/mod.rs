@@ -184,6 +184,18 @@ impl Store {
         }
     }
 
+    /// The server's connection room: `max_connections`, the connections reserved for
+    /// superusers, and the connections open now (all databases).
+    pub async fn connection_room(&self) -> Result<(i64, i64, i64)> {
+        Ok(sqlx::query_as(
+            "select current_setting('max_connections')::bigint,
+                    current_setting('superuser_reserved_connections')::bigint,
+                    (select count(*) from pg_stat_activity where backend_type = 'client backend')",
+        )
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
     /// Whether the database answers a trivial query.
     ///
     /// # Errors
