@@ -205,7 +205,9 @@ async fn a_second_observation_of_a_changed_document_changes_the_subnet() {
         .await
         .expect("bindings");
     let token = CancellationToken::new();
-    let handle = tokio::spawn(runtime::run(t.store.clone(), config(), only, token.clone()));
+    let mut cfg = config();
+    cfg.only = Some(vec!["contentWF:look".to_string()]);
+    let handle = tokio::spawn(runtime::run(t.store.clone(), cfg, only, token.clone()));
     wait_until(
         t.pool(),
         "select status = 'ready' from workdo.steps where name = 'gen'",

@@ -1026,3 +1026,51 @@ async fn a_warm_function_printing_extra_and_late_lines_never_answers_the_wrong_o
     .expect("events");
     assert!(said > 0, "no answer was ever extra or late");
 }
+
+/// A template loaded while the runtime runs gets its workers without a restart (the runtime
+/// hears the template's NOTIFY), and a new version whose function changed is worked by the new
+/// function.
+#[tokio::test]
+async fn templates_loaded_while_the_runtime_runs_are_worked() {
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = start(&t.store, config()).await;
+    load(
+        &t.store,
+        "live.yaml",
+        "name: liveWF\nsteps:\n  - name: a\n    function: { builtin: noop }\n",
+    )
+    .await;
+    t.store
+        .workflow_start(&StartRequest::new("liveWF", &["obj:live1"]))
+        .await
+        .expect("start");
+    wait_until(
+        t.pool(),
+        "select status = 'completed' from workdo.steps where object_id = 'obj:live1'",
+        30,
+    )
+    .await;
+    let v2 = script(
+        dir.path(),
+        "v2.sh",
+        "#!/bin/sh\ncat >/dev/null\necho '{\"status\":\"completed\",\"note\":\"worked by v2\"}'\n",
+    );
+    load(
+        &t.store,
+        "live.yaml",
+        &format!("name: liveWF\nsteps:\n  - name: a\n    function: {{ exec: {v2} }}\n"),
+    )
+    .await;
+    t.store
+        .workflow_start(&StartRequest::new("liveWF", &["obj:live2"]))
+        .await
+        .expect("start");
+    wait_until(
+        t.pool(),
+        "select status = 'completed' and note = 'worked by v2' from workdo.steps where object_id = 'obj:live2'",
+        30,
+    )
+    .await;
+    rt.stop().await;
+}

@@ -321,7 +321,8 @@ pub(super) async fn serve(store: Store, args: &super::args::ApiArgs) -> Result<(
 /// `workdo worker TEMPLATE:STEP …`: workers for just these steps.
 pub(super) async fn worker(store: Store, steps: &[String], args: &RuntimeArgs) -> Result<()> {
     let bindings = runtime::bindings(&store, steps).await?;
-    let config = runtime_config(args, false)?;
+    let mut config = runtime_config(args, false)?;
+    config.only = Some(steps.to_vec());
     run_until_signal(store, config, bindings).await
 }
 

@@ -12,11 +12,18 @@ use tracing::warn;
 
 use crate::store::Store;
 
-/// Wake the worker of `template:step` when a NOTIFY says it has ready work.
+/// The workers' wake-ups by `template:step`; the runtime adds and removes entries as templates
+/// come and go.
+pub(super) type Notifies = Arc<std::sync::RwLock<HashMap<String, Arc<Notify>>>>;
+
+/// Wake the worker of `template:step` when a NOTIFY says it has ready work, the machine loops
+/// (`signals`) when a signal or alarm is set, and the runtime (`templates`) when a template's
+/// current version changes.
 pub(super) async fn listen(
     store: Store,
-    notifies: HashMap<String, Arc<Notify>>,
+    notifies: Notifies,
     signals: [Arc<Notify>; 2],
+    templates: Arc<Notify>,
     stop: CancellationToken,
 ) {
     loop {
@@ -31,9 +38,14 @@ pub(super) async fn listen(
             }
         };
         // Anything notified while we were not listening is picked up by one claim round.
-        for n in notifies.values() {
+        for n in notifies
+            .read()
+            .map(|m| m.values().cloned().collect::<Vec<_>>())
+            .unwrap_or_default()
+        {
             n.notify_one();
         }
+        templates.notify_one();
         for s in &signals {
             s.notify_one();
         }
@@ -45,8 +57,12 @@ pub(super) async fn listen(
                             s.notify_one();
                         }
                     }
+                    Ok(m) if m.channel() == crate::store::TEMPLATES_CHANNEL => {
+                        templates.notify_one();
+                    }
                     Ok(m) => {
-                        if let Some(n) = notifies.get(m.payload()) {
+                        let n = notifies.read().ok().and_then(|map| map.get(m.payload()).cloned());
+                        if let Some(n) = n {
                             n.notify_one();
                         }
                     }

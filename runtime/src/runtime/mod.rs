@@ -17,14 +17,13 @@
 //! Shutdown: stop claiming, give calls in flight `grace` to finish, then abort the rest and
 //! release their steps (back to the queue, attempt given back), commit, and return.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 pub mod alerts;
 mod completer;
@@ -36,8 +35,8 @@ mod machines;
 mod maintenance;
 mod scheduler;
 mod worker;
+mod workers;
 
-use crate::invoke::Invoker;
 use crate::model::dispatch::Observe;
 use crate::model::outcome::InvokeError;
 use crate::model::retry::Backoff;
@@ -80,6 +79,10 @@ pub struct Config {
     pub stuck_check_interval: Duration,
     /// Push the steps no workdo function runs to Sidekiq robots (`--sidekiq-redis`).
     pub handoff: Option<handoff::HandoffConfig>,
+    /// Which steps this process follows as templates change: `None` every step with a function
+    /// (`workdo up`); `Some(steps)` only those (`workdo worker TEMPLATE:STEP…`). A caller of
+    /// [`run`] that passes it a subset of [`bindings`] gives the same list here.
+    pub only: Option<Vec<String>>,
 }
 
 impl Default for Config {
@@ -100,6 +103,7 @@ impl Default for Config {
             schedules: true,
             stuck_check_interval: Duration::from_secs(30),
             handoff: None,
+            only: None,
         }
     }
 }
@@ -293,24 +297,6 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), WorkerError> {
     crate::install_crypto();
-    // A step this binary cannot run (a template stored by a newer binary with a builtin this
-    // one lacks) is logged and left in its queue; every other step's worker runs.
-    let mut invokers = Vec::new();
-    let mut runnable = Vec::new();
-    for b in bindings {
-        match Invoker::new(&b.function, &config.function_env()) {
-            Ok(inv) => {
-                invokers.push(Arc::new(inv));
-                runnable.push(b);
-            }
-            Err(e) => tracing::error!(
-                step = %b.key(),
-                error = %e,
-                "this step's function cannot run here; its steps wait in the queue"
-            ),
-        }
-    }
-    let bindings = runnable;
     let (results, completers) = completer::start(
         &store,
         config.completers,
@@ -318,16 +304,15 @@ pub async fn run(
         &config.owner,
         &shutdown,
     );
-    let notifies: HashMap<String, Arc<Notify>> = bindings
-        .iter()
-        .map(|b| (b.key(), Arc::new(Notify::new())))
-        .collect();
+    let notifies: listener::Notifies = Arc::default();
     let background = CancellationToken::new();
     let (signals, alarms) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let templates_changed = Arc::new(Notify::new());
     let listener = tokio::spawn(listener::listen(
         store.clone(),
         notifies.clone(),
         [Arc::clone(&signals), Arc::clone(&alarms)],
+        Arc::clone(&templates_changed),
         background.clone(),
     ));
     let machines = tokio::spawn(machines::run(
@@ -349,17 +334,7 @@ pub async fn run(
     // except those the template keeps out of queues, is pushed when it becomes ready.
     let handoff = match &config.handoff {
         Some(h) => {
-            let mut steps = Vec::new();
-            for t in store.template_list().await? {
-                if t.spec.machine.is_some() {
-                    continue;
-                }
-                for st in &t.spec.steps {
-                    if !st.is_run() && !st.skip_queue {
-                        steps.push((t.name.clone(), st.name.clone()));
-                    }
-                }
-            }
+            let steps = handoff_steps(&store).await?;
             let waiting = store.handoff_steps_set(&steps).await?;
             info!(steps = steps.len(), ready_now = waiting, redis = %crate::store::db::redact(&h.redis_url),
                   "handing off to Sidekiq");
@@ -390,22 +365,37 @@ pub async fn run(
         config,
         results,
     });
-    let mut workers = JoinSet::new();
-    for (b, inv) in bindings.into_iter().zip(invokers) {
-        let notify = notifies.get(&b.key()).cloned().unwrap_or_default();
-        workers.spawn(worker::work(
-            Arc::clone(&shared),
-            b,
-            inv,
-            notify,
-            shutdown.clone(),
-        ));
+    // The workers follow the templates: started now for `bindings`, and again whenever a
+    // template's current version changes (NOTIFY, or the poll when a notification is lost).
+    let mut set = workers::WorkerSet::new(Arc::clone(&shared), notifies, shutdown.clone());
+    set.reconcile(bindings);
+    info!(workers = set.len(), owner = %shared.config.owner, "runtime started");
+    let only = shared.config.only.clone().unwrap_or_default();
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = templates_changed.notified() => {}
+            () = tokio::time::sleep(TEMPLATE_POLL) => {}
+            Some(()) = set.join_next(), if !set.is_empty() => continue,
+        }
+        match self::bindings(&shared.store, &only).await {
+            Ok(b) => set.reconcile(b),
+            Err(e) => warn!(error = %e, "reading templates failed; workers unchanged"),
+        }
+        if shared.config.handoff.is_some() {
+            match handoff_steps(&shared.store).await {
+                Ok(steps) => {
+                    if let Err(e) = shared.store.handoff_steps_set(&steps).await {
+                        warn!(error = %e, "updating the handed-off steps failed");
+                    }
+                }
+                Err(e) => warn!(error = %e, "reading templates failed"),
+            }
+        }
     }
-    info!(workers = workers.len(), owner = %shared.config.owner, "runtime started");
-    while workers.join_next().await.is_some() {}
-    // With no steps to work on, this process still promotes, sweeps, fires schedules and sends
-    // alerts until it is told to stop.
-    shutdown.cancelled().await;
+    // With no steps to work on, this process still promoted, swept, fired schedules and sent
+    // alerts until it was told to stop.
+    set.wait_all().await;
     drop(shared); // closes the completers' channels once every worker is done
     for c in completers {
         let _ = c.await;
@@ -425,6 +415,26 @@ pub async fn run(
     }
     info!("runtime stopped");
     Ok(())
+}
+
+/// How often a runtime looks for changed templates when no notification came.
+const TEMPLATE_POLL: Duration = Duration::from_secs(5);
+
+/// The step-template steps no workdo function runs and no template keeps out of queues: what
+/// the hand-off pushes.
+async fn handoff_steps(store: &Store) -> Result<Vec<(String, String)>, StoreError> {
+    let mut steps = Vec::new();
+    for t in store.template_list().await? {
+        if t.spec.machine.is_some() {
+            continue;
+        }
+        for st in &t.spec.steps {
+            if !st.is_run() && !st.skip_queue {
+                steps.push((t.name.clone(), st.name.clone()));
+            }
+        }
+    }
+    Ok(steps)
 }
 
 /// Values of `KEY=VALUE` pairs, for `--env`.

@@ -44,7 +44,7 @@ pub use queries::{
 };
 pub use results::{Effects, StepInputs, StepResult, WorkflowToStart};
 pub use steps::{Applied, Change, Claimed, READY_CHANNEL, SetOutcome, SetRequest};
-pub use templates::{Saved, TemplateRow};
+pub use templates::{Saved, TEMPLATES_CHANNEL, TemplateRow};
 pub use tokens::{Role, TokenRow};
 pub use workflows::{StartRequest, Started};
 
@@ -212,7 +212,11 @@ impl Store {
     pub async fn ready_listener(&self) -> Result<sqlx::postgres::PgListener> {
         let mut listener = sqlx::postgres::PgListener::connect_with(&self.pool).await?;
         listener
-            .listen_all([READY_CHANNEL, machine::SIGNAL_CHANNEL])
+            .listen_all([
+                READY_CHANNEL,
+                machine::SIGNAL_CHANNEL,
+                templates::TEMPLATES_CHANNEL,
+            ])
             .await?;
         Ok(listener)
     }

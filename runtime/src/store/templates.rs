@@ -100,6 +100,22 @@ pub(super) async fn make_current(
         .bind(id)
         .execute(&mut **tx)
         .await?;
+    notify_templates(tx, name).await
+}
+
+/// Channel on which a template's new current version is announced (payload: its name), so that
+/// running runtimes start and stop workers to match within a moment.
+pub const TEMPLATES_CHANNEL: &str = "workdo_templates";
+
+async fn notify_templates(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    name: &str,
+) -> Result<()> {
+    sqlx::query("select pg_notify($1, $2)")
+        .bind(TEMPLATES_CHANNEL)
+        .bind(name)
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }
 
@@ -215,6 +231,7 @@ impl Store {
                 (id, Saved::New)
             }
         };
+        notify_templates(&mut tx, &loaded.template.name).await?;
         tx.commit().await?;
         if !loaded.template.schedules.is_empty() {
             self.schedules_put(&loaded.template.schedules, &loaded.origin)
