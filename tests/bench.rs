@@ -49,6 +49,7 @@ async fn quick_bench_runs_every_scenario_and_checks_itself() {
         "claim+complete, the same composed at run time (observer, generator, 10 generated)",
         "machine signals, one job, one after another",
         "alarm firing delay: p99",
+        "archive: 2000 finished workflows, 8000 events, batches of 1000",
     ] {
         assert!(
             names.contains(&expected),

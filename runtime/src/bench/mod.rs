@@ -60,6 +60,9 @@ pub enum Scenario {
     Dispatch,
     /// State machines: signals per second (one job; many in parallel) and alarm delays.
     Machines,
+    /// `workdo archive` over finished history (`WORKDO_BENCH_ARCHIVE` workflows, four events
+    /// each).
+    Archive,
 }
 
 impl Options {
@@ -118,6 +121,8 @@ struct Sizes {
     signals: usize,
     jobs: usize,
     alarms: usize,
+    /// Finished workflows the archive scenario archives (four events each).
+    archive: i64,
 }
 
 impl Sizes {
@@ -137,6 +142,7 @@ impl Sizes {
                 signals: 50,
                 jobs: 20,
                 alarms: 20,
+                archive: 2_000,
             }
         } else {
             // 5,000 DAG workflows: a run of several seconds, so the figure is the steady rate
@@ -157,6 +163,10 @@ impl Sizes {
                 signals: 2_000,
                 jobs: 1_000,
                 alarms: 500,
+                archive: std::env::var("WORKDO_BENCH_ARCHIVE")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(250_000),
             }
         }
     }
@@ -242,6 +252,23 @@ pub async fn run(
     }
     if opts.runs(Scenario::Machines) {
         machine_rows(&store, &sizes, runs, &mut rows).await?;
+    }
+    if opts.runs(Scenario::Archive) {
+        let mut rates = Vec::new();
+        let mut events = 0;
+        for _ in 0..runs {
+            let (rate, e) = scenarios::archive_rate(&store, sizes.archive).await?;
+            rates.push(rate);
+            events = e;
+        }
+        rows.push(row(
+            format!(
+                "archive: {} finished workflows, {events} events, batches of 1000",
+                sizes.archive
+            ),
+            "workflows/s",
+            rates,
+        ));
     }
     pool.close().await;
     print(out, &rows, runs, opts.quick, json)?;

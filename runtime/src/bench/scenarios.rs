@@ -516,3 +516,23 @@ pub(super) async fn alarm_delays(store: &Store, jobs: usize) -> Result<Vec<f64>>
     }
     Ok(late)
 }
+
+/// Archive `workflows` finished workflows (filled directly, four events each) in batches of
+/// 1,000, as `workdo archive` does; checks every one moved with its steps and events. Returns
+/// workflows per second and the events there were.
+pub(super) async fn archive_rate(store: &Store, workflows: i64) -> Result<(f64, i64)> {
+    load(store, "bench-chain.yaml", CHAIN).await?;
+    let events = store.bench_fill_finished("benchChainWF", workflows).await?;
+    let before = chrono::Utc::now() - chrono::Duration::days(1);
+    let began = Instant::now();
+    let done = store.archive(before, 1000, false).await?;
+    let secs = began.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        done.workflows == u64::try_from(workflows).unwrap_or(0)
+            && done.steps == 2 * done.workflows
+            && done.events == 4 * done.workflows,
+        "archive moved {done:?} of {workflows} workflows"
+    );
+    store.bench_archive_clear().await?;
+    Ok((workflows as f64 / secs.max(1e-9), events))
+}

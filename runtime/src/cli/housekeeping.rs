@@ -115,7 +115,28 @@ pub(super) async fn archive(
 ) -> Result<()> {
     let before = Utc::now()
         - chrono::Duration::from_std(finished_before).context("--finished-before is too long")?;
-    let done = store.archive(before, batch, purge).await?;
+    // A batch at a time, with a progress bar on a terminal (none when stderr is not one).
+    let pending = store.archive_pending(before).await?;
+    let bar = indicatif::ProgressBar::new(u64::try_from(pending).unwrap_or(0)).with_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg} {wide_bar} {pos}/{len} workflows ({per_sec}, {eta} left)",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar.set_message(if purge { "purging" } else { "archiving" });
+    let mut done = crate::store::Archived::default();
+    loop {
+        let b = store.archive_batch(before, batch, purge).await?;
+        if b.workflows == 0 {
+            break;
+        }
+        done.workflows += b.workflows;
+        done.steps += b.steps;
+        done.events += b.events;
+        done.batches += 1;
+        bar.inc(b.workflows);
+    }
+    bar.finish_and_clear();
     emit(out, json, &done, |o| {
         writeln!(
             o,

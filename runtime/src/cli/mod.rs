@@ -269,7 +269,8 @@ pub enum Command {
         #[arg(long)]
         quick: bool,
         /// Only these scenarios (repeatable): queue (yardstick and claim+complete), dag, start,
-        /// wake, scale, calls. Default: all.
+        /// wake, scale, calls, dispatch, machines, archive (WORKDO_BENCH_ARCHIVE finished
+        /// workflows, 250,000 by default, four events each). Default: all.
         #[arg(long, value_enum)]
         only: Vec<crate::bench::Scenario>,
         /// The workdo executable used as the warm/exec no-op function (default: this one).

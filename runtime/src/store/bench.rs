@@ -213,4 +213,64 @@ impl Store {
         setup.close().await?;
         Ok(())
     }
+
+    /// `workflows` finished workflows of `template` (two completed steps and four events each),
+    /// finished two days ago: history for the archive scenario, written directly (`workdo
+    /// start` and completing them would take minutes at a million). Returns the events made.
+    pub async fn bench_fill_finished(&self, template: &str, workflows: i64) -> Result<i64> {
+        let tid: i64 =
+            sqlx::query_scalar("select id from workdo.templates where name = $1 and is_current")
+                .bind(template)
+                .fetch_one(&self.pool)
+                .await?;
+        let mut setup = self
+            .pool
+            .connect_options()
+            .as_ref()
+            .clone()
+            .disable_statement_logging()
+            .connect()
+            .await?;
+        sqlx::query(
+            "with o as (insert into workdo.objects (id) select 'hist:' || g from generate_series(1, $1) g returning id),
+                  w as (insert into workdo.workflows (object_id, template, template_id, version, status, unfinished, completed_at, created_at)
+                        select id, $3, $2, 1, 'completed', 0, now() - interval '2 days', now() - interval '2 days' from o
+                        returning id, object_id),
+                  s as (insert into workdo.steps (workflow_id, object_id, template, version, lane, name, status, max_attempts, pending, run_at, attempts, finished_at)
+                        select w.id, w.object_id, $3, 1, 'default', n, 'completed', 3, 0, now(), 1, now() - interval '2 days'
+                          from w, unnest(array['a', 'b']) n returning 1)
+             insert into workdo.events (object_id, workflow_id, template, version, step, kind, status, actor)
+             select w.object_id, w.id, $3, 1, k.step, k.kind, k.status, 'bench'
+               from w, (values ('a', 'started', 'started'), ('a', 'completed', 'completed'),
+                               ('b', 'started', 'started'), ('b', 'completed', 'completed')) k(step, kind, status)",
+        )
+        .bind(workflows)
+        .bind(tid)
+        .bind(template)
+        .execute(&mut setup)
+        .await?;
+        let events: i64 =
+            sqlx::query_scalar("select count(*) from workdo.events where object_id like 'hist:%'")
+                .fetch_one(&mut setup)
+                .await?;
+        sqlx::query("analyze workdo.workflows")
+            .execute(&mut setup)
+            .await?;
+        sqlx::query("analyze workdo.events")
+            .execute(&mut setup)
+            .await?;
+        setup.close().await?;
+        Ok(events)
+    }
+
+    /// Empty the archive and remove the archive scenario's objects, for its next run.
+    pub async fn bench_archive_clear(&self) -> Result<()> {
+        sqlx::query("truncate workdo.archive")
+            .execute(&self.pool)
+            .await?;
+        sqlx::query("delete from workdo.objects where id like 'hist:%'")
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
 }

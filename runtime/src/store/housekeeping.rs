@@ -267,6 +267,16 @@ impl Store {
         Ok(())
     }
 
+    /// How many workflows finished before `before` (what an archive run has ahead of it).
+    pub async fn archive_pending(&self, before: DateTime<Utc>) -> Result<i64> {
+        Ok(sqlx::query_scalar(
+            "select count(*) from workdo.workflows where status = 'completed' and completed_at < $1",
+        )
+        .bind(before)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
     /// Move (or, with `purge`, delete) workflows completed before `before`, `batch` at a time,
     /// each batch its own short transaction that locks only the rows it moves (`SKIP LOCKED`),
     /// so the runtime is never held up. Returns what moved.
@@ -278,58 +288,87 @@ impl Store {
     ) -> Result<Archived> {
         let mut total = Archived::default();
         loop {
-            let mut tx = self.pool.begin().await?;
-            let ids: Vec<i64> = sqlx::query_scalar(
-                "select id from workdo.workflows
-                  where status = 'completed' and completed_at < $1
-                  order by completed_at, id limit $2 for update skip locked",
-            )
-            .bind(before)
-            .bind(batch.clamp(1, 100_000))
-            .fetch_all(&mut *tx)
-            .await?;
-            if ids.is_empty() {
-                tx.commit().await?;
+            let done = self.archive_batch(before, batch, purge).await?;
+            if done.workflows == 0 {
                 return Ok(total);
             }
-            if !purge {
-                sqlx::query(
-                    "insert into workdo.archive (workflow_id, object_id, template, completed_at, record)
-                     select w.id, w.object_id, w.template, w.completed_at,
-                            jsonb_build_object(
-                              'workflow', to_jsonb(w),
-                              'steps', coalesce((select jsonb_agg(to_jsonb(s) order by s.id)
-                                                   from workdo.steps s where s.workflow_id = w.id), '[]'),
-                              'events', coalesce((select jsonb_agg(to_jsonb(e) order by e.id)
-                                                    from workdo.events e where e.workflow_id = w.id), '[]'))
-                       from workdo.workflows w where w.id = any($1)
-                     on conflict (workflow_id) do nothing",
-                )
-                .bind(&ids)
-                .execute(&mut *tx)
-                .await?;
-            }
-            let events = sqlx::query("delete from workdo.events where workflow_id = any($1)")
-                .bind(&ids)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            let steps = sqlx::query("delete from workdo.steps where workflow_id = any($1)")
-                .bind(&ids)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            let workflows = sqlx::query("delete from workdo.workflows where id = any($1)")
-                .bind(&ids)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            tx.commit().await?;
-            total.workflows += workflows;
-            total.steps += steps;
-            total.events += events;
+            total.workflows += done.workflows;
+            total.steps += done.steps;
+            total.events += done.events;
             total.batches += 1;
         }
+    }
+
+    /// One batch of [`Store::archive`]: the oldest `batch` finished workflows (the partial index
+    /// `workflows_finished`), each with its steps and events as one JSON record in
+    /// `workdo.archive` unless `purge`, then deleted. Events are found by object and workflow
+    /// through `events_object`. Nothing moved means nothing was left.
+    pub async fn archive_batch(
+        &self,
+        before: DateTime<Utc>,
+        batch: i64,
+        purge: bool,
+    ) -> Result<Archived> {
+        let mut tx = self.pool.begin().await?;
+        let picked: Vec<(i64, String)> = sqlx::query_as(
+            "select id, object_id from workdo.workflows
+              where status = 'completed' and completed_at < $1
+              order by completed_at, id limit $2 for update skip locked",
+        )
+        .bind(before)
+        .bind(batch.clamp(1, 100_000))
+        .fetch_all(&mut *tx)
+        .await?;
+        if picked.is_empty() {
+            tx.commit().await?;
+            return Ok(Archived::default());
+        }
+        let (ids, objects): (Vec<i64>, Vec<String>) = picked.into_iter().unzip();
+        if !purge {
+            sqlx::query(
+                "insert into workdo.archive (workflow_id, object_id, template, completed_at, record)
+                 select w.id, w.object_id, w.template, w.completed_at,
+                        jsonb_build_object(
+                          'workflow', to_jsonb(w),
+                          'steps', coalesce((select jsonb_agg(to_jsonb(s) order by s.id)
+                                               from workdo.steps s where s.workflow_id = w.id), '[]'),
+                          'events', coalesce((select jsonb_agg(to_jsonb(e) order by e.id)
+                                                from workdo.events e
+                                               where e.object_id = w.object_id and e.workflow_id = w.id), '[]'))
+                   from workdo.workflows w where w.id = any($1)
+                 on conflict (workflow_id) do nothing",
+            )
+            .bind(&ids)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let events = sqlx::query(
+            "delete from workdo.events e
+              using unnest($1::bigint[], $2::text[]) as d(id, object_id)
+              where e.object_id = d.object_id and e.workflow_id = d.id",
+        )
+        .bind(&ids)
+        .bind(&objects)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        let steps = sqlx::query("delete from workdo.steps where workflow_id = any($1)")
+            .bind(&ids)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        let workflows = sqlx::query("delete from workdo.workflows where id = any($1)")
+            .bind(&ids)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(Archived {
+            workflows,
+            steps,
+            events,
+            batches: 1,
+        })
     }
 
     /// Switch a schedule on or off.
