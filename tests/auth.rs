@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 
 use reqwest::Method;
 use support::{GOOGLE_XML, db, load};
-use workdo::api::{Access, AppState, app};
+use workdo::api::Access;
 use workdo::store::{Role, StartRequest};
 
 /// Who may call an operation.
@@ -274,15 +274,7 @@ async fn every_route_answers_each_kind_of_token_as_its_rule_says() {
     req.actor = "test".into();
     let job = t.store.workflow_start(&req).await.expect("machine")[0].workflow_id;
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("addr"));
-    let state = AppState {
-        store: t.store.clone(),
-        access: Access::Tokens,
-    };
-    tokio::spawn(async move { axum::serve(listener, app(state)).await });
+    let base = support::serve_api(&t.store, Access::Tokens).await;
 
     let token = |role| {
         let store = t.store.clone();
@@ -431,15 +423,7 @@ async fn a_machines_start_rule_holds_on_the_json_and_the_xml_routes() {
     workdo::install_crypto();
     let t = db().await;
     load(&t.store, "authM.yaml", MACHINE).await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("addr"));
-    let state = AppState {
-        store: t.store.clone(),
-        access: Access::Tokens,
-    };
-    tokio::spawn(async move { axum::serve(listener, app(state)).await });
+    let base = support::serve_api(&t.store, Access::Tokens).await;
     let robot = t
         .store
         .token_create(Role::Robot, "r", None)

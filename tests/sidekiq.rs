@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::{config, db, wait_until};
-use workdo::api::{Access, AppState, app};
+use workdo::api::Access;
 use workdo::model::handoff::Rules;
 use workdo::runtime::handoff::HandoffConfig;
 use workdo::store::{Role, StartRequest};
@@ -21,6 +21,68 @@ impl Drop for Killed {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// A redis-server of the test's own, listening on the Unix socket `socket` only.
+fn redis_on(socket: &std::path::Path) -> Killed {
+    Killed(
+        Command::new("redis-server")
+            .args([
+                "--port",
+                "0",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--unixsocket",
+            ])
+            .arg(socket)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server"),
+    )
+}
+
+/// The workflow service's accessionWF (tests/fixtures/workflow-service).
+async fn load_accession(store: &workdo::store::Store) {
+    let path = support::workflows_dir().join("../tests/fixtures/workflow-service/accessionWF.xml");
+    let loaded = workdo::cli::files::parse_file(&path).expect("accessionWF");
+    store.template_save(&loaded).await.expect("save");
+}
+
+/// Whether `sql` (a boolean) became true within `secs`.
+async fn reached(pool: &sqlx::PgPool, sql: &'static str, secs: u64) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if sqlx::query_scalar::<_, Option<bool>>(sql)
+            .fetch_one(pool)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(false)
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// The hand-off outbox and the handed-off steps, for a failure's message.
+async fn outbox_state(pool: &sqlx::PgPool) -> String {
+    let rows: Vec<(String, i32, Option<String>, bool)> = sqlx::query_as(
+        "select step, attempts, last_error, pushed_at is not null from workdo.handoff_outbox order by id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap_or_default();
+    let steps: Vec<(String, String)> =
+        sqlx::query_as("select template, step from workdo.handoff_steps")
+            .fetch_all(pool)
+            .await
+            .unwrap_or_default();
+    format!("{rows:?}; handed-off steps {steps:?}")
 }
 
 fn installed(program: &str) -> bool {
@@ -43,42 +105,16 @@ async fn sidekiq_robots_take_twenty_objects_through_accession_wf() {
     let t = db().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let socket = dir.path().join("redis.sock");
-    let _redis = Killed(
-        Command::new("redis-server")
-            .args([
-                "--port",
-                "0",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--unixsocket",
-            ])
-            .arg(&socket)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server"),
-    );
+    let _redis = redis_on(&socket);
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::os::unix::net::UnixStream::connect(&socket).is_err() {
         assert!(Instant::now() < deadline, "redis-server did not listen");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    let path = support::workflows_dir().join("../tests/fixtures/workflow-service/accessionWF.xml");
-    let loaded = workdo::cli::files::parse_file(&path).expect("accessionWF");
-    t.store.template_save(&loaded).await.expect("save");
+    load_accession(&t.store).await;
     // The workflow service's routes, for the robots.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("addr"));
-    let state = AppState {
-        store: t.store.clone(),
-        access: Access::Tokens,
-    };
-    tokio::spawn(async move { axum::serve(listener, app(state)).await });
+    let base = support::serve_api(&t.store, Access::Tokens).await;
     let token = t
         .store
         .token_create(Role::Robot, "robots", None)
@@ -126,38 +162,20 @@ async fn sidekiq_robots_take_twenty_objects_through_accession_wf() {
         .workflow_start(&StartRequest::new("accessionWF", &refs))
         .await
         .expect("start");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let done: i64 = sqlx::query_scalar(
-            "select count(*) from workdo.workflows where template = 'accessionWF' and status = 'completed'",
-        )
-        .fetch_one(t.pool())
-        .await
-        .expect("count");
-        if done == 20 {
-            break;
-        }
-        if Instant::now() > deadline {
-            let outbox: Vec<(String, i32, Option<String>, bool)> = sqlx::query_as(
-                "select step, attempts, last_error, pushed_at is not null from workdo.handoff_outbox order by id",
-            )
-            .fetch_all(t.pool())
-            .await
-            .unwrap_or_default();
-            let robots = std::fs::read_to_string(&log).unwrap_or_default();
-            let err = std::fs::read_to_string(dir.path().join("sidekiq.err")).unwrap_or_default();
-            panic!(
-                "{done} of 20 done; outbox {outbox:?}; robots: {robots}; sidekiq: {}",
-                err.chars()
-                    .rev()
-                    .take(3000)
-                    .collect::<String>()
-                    .chars()
-                    .rev()
-                    .collect::<String>()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    if !reached(
+        t.pool(),
+        "select count(*) = 20 from workdo.workflows where template = 'accessionWF' and status = 'completed'",
+        120,
+    )
+    .await
+    {
+        let robots = std::fs::read_to_string(&log).unwrap_or_default();
+        let err = std::fs::read_to_string(dir.path().join("sidekiq.err")).unwrap_or_default();
+        let tail: String = err.chars().skip(err.chars().count().saturating_sub(3000)).collect();
+        panic!(
+            "not all 20 done; outbox {}; robots: {robots}; sidekiq: {tail}",
+            outbox_state(t.pool()).await
+        );
     }
     rt.stop().await;
 
@@ -220,9 +238,7 @@ async fn pushes_wait_while_redis_is_down_and_none_is_lost() {
     let t = db().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let socket = dir.path().join("redis.sock");
-    let path = support::workflows_dir().join("../tests/fixtures/workflow-service/accessionWF.xml");
-    let loaded = workdo::cli::files::parse_file(&path).expect("accessionWF");
-    t.store.template_save(&loaded).await.expect("save");
+    load_accession(&t.store).await;
     let mut cfg = config();
     cfg.handoff = Some(HandoffConfig {
         redis_url: format!("unix://{}", socket.display()),
@@ -237,46 +253,21 @@ async fn pushes_wait_while_redis_is_down_and_none_is_lost() {
         .workflow_start(&StartRequest::new("accessionWF", &refs))
         .await
         .expect("start");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "select count(*) from workdo.handoff_outbox where pushed_at is null and attempts > 0 and last_error is not null",
-        )
-        .fetch_one(t.pool())
-        .await
-        .expect("outbox");
-        if waiting == 5 {
-            break;
-        }
-        if Instant::now() > deadline {
-            let rows: Vec<(i64, i32, Option<String>, bool)> = sqlx::query_as(
-                "select step_id, attempts, last_error, pushed_at is not null from workdo.handoff_outbox",
-            )
-            .fetch_all(t.pool())
-            .await
-            .unwrap_or_default();
-            let steps: Vec<(String, String)> =
-                sqlx::query_as("select template, step from workdo.handoff_steps")
-                    .fetch_all(t.pool())
-                    .await
-                    .unwrap_or_default();
-            panic!(
-                "pushes did not wait with their error: outbox {rows:?}, handed-off steps {steps:?}, runtime finished: {}",
-                rt.handle.is_finished()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    if !reached(
+        t.pool(),
+        "select count(*) = 5 from workdo.handoff_outbox where pushed_at is null and attempts > 0 and last_error is not null",
+        30,
+    )
+    .await
+    {
+        panic!(
+            "pushes did not wait with their error: outbox {}, runtime finished: {}",
+            outbox_state(t.pool()).await,
+            rt.handle.is_finished()
+        );
     }
     // The page shows them waiting, with the error.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("addr"));
-    let state = AppState {
-        store: t.store.clone(),
-        access: Access::Open,
-    };
-    tokio::spawn(async move { axum::serve(listener, app(state)).await });
+    let base = support::serve_api(&t.store, Access::Open).await;
     let page = reqwest::get(format!("{base}/ui/schedules"))
         .await
         .expect("page")
@@ -288,23 +279,7 @@ async fn pushes_wait_while_redis_is_down_and_none_is_lost() {
         "{page}"
     );
 
-    let _redis = Killed(
-        Command::new("redis-server")
-            .args([
-                "--port",
-                "0",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--unixsocket",
-            ])
-            .arg(&socket)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server"),
-    );
+    let _redis = redis_on(&socket);
     wait_until(
         t.pool(),
         "select count(*) = 5 from workdo.handoff_outbox where pushed_at is not null",

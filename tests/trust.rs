@@ -8,20 +8,13 @@ mod support;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use support::{db, load};
-use workdo::api::{Access, AppState, app};
+use workdo::api::Access;
 use workdo::store::{Role, StartRequest};
 
 const DOOR: &str = "name: doorWF\nkind: machine\ninitial: Closed\nstates:\n  Closed:\n    on: { open: Open, knock: Closed }\n  Open:\n    on: { close: Closed }\n";
 
 async fn serve(store: workdo::store::Store, access: Access) -> String {
-    workdo::install_crypto();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("addr"));
-    let state = AppState { store, access };
-    tokio::spawn(async move { axum::serve(listener, app(state)).await });
-    base
+    support::serve_api(&store, access).await
 }
 
 /// A signal or a start sent twice with one Idempotency-Key is applied once; the repeat gets
@@ -661,4 +654,121 @@ async fn machine_inputs_have_limits_that_say_so() {
     .await
     .expect("count");
     assert_eq!(jobs, 0, "a refused start left jobs behind");
+}
+
+/// What an adversary found, held: another site cannot drive the API under `--open` (a browser's
+/// cross-site POST carries its Origin; a rebound DNS name is not a loopback Host); one token is
+/// one idempotency scope however it is sent; a job-scoped token cannot read; a negative limit
+/// and a context over 64 KiB are refused by name.
+#[tokio::test]
+async fn other_sites_scopes_and_sizes() {
+    let t = db().await;
+    load(&t.store, "door.yaml", DOOR).await;
+    let open = serve(t.store.clone(), Access::Open).await;
+    let http = reqwest::Client::new();
+    let evil = http
+        .post(format!("{open}/api/templates?format=yaml"))
+        .header("origin", "http://evil.example")
+        .header("content-type", "text/plain")
+        .body("name: pwnWF\nsteps:\n  - { name: a, function: { exec: [id] } }\n")
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(evil.status(), StatusCode::FORBIDDEN);
+    let rebound = http
+        .post(format!("{open}/api/workflows"))
+        .header("host", "rebound.evil.example:7070")
+        .json(&json!({"template": "doorWF", "objects": ["obj:x"]}))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(rebound.status(), StatusCode::FORBIDDEN);
+    let n: i64 = sqlx::query_scalar("select count(*) from workdo.templates where name = 'pwnWF'")
+        .fetch_one(t.pool())
+        .await
+        .expect("count");
+    assert_eq!(n, 0);
+
+    let base = serve(t.store.clone(), Access::Tokens).await;
+    let robot = t
+        .store
+        .token_create(Role::Robot, "r", None)
+        .await
+        .expect("token")
+        .1;
+    let start = |auth: reqwest::RequestBuilder| {
+        auth.header("Idempotency-Key", "one-key")
+            .json(&json!({"template": "doorWF", "objects": ["obj:scope"]}))
+            .send()
+    };
+    let first = start(
+        http.post(format!("{base}/api/workflows"))
+            .bearer_auth(&robot),
+    )
+    .await
+    .expect("bearer");
+    assert_eq!(first.status(), StatusCode::CREATED);
+    for (user, t2) in [("robot", &robot), ("someone-else", &robot)] {
+        let again = start(
+            http.post(format!("{base}/api/workflows"))
+                .basic_auth(user, Some(t2)),
+        )
+        .await
+        .expect("basic");
+        assert_eq!(
+            again
+                .headers()
+                .get("idempotency-replayed")
+                .map(|v| v.as_bytes()),
+            Some(&b"true"[..]),
+            "the same token sent as Basic is the same caller"
+        );
+    }
+    let workflows: i64 = sqlx::query_scalar(
+        "select count(*) from workdo.events where object_id = 'obj:scope' and kind = 'workflow_started'",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("count");
+    assert_eq!(workflows, 1);
+
+    let job: i64 =
+        sqlx::query_scalar("select id from workdo.workflows where object_id = 'obj:scope'")
+            .fetch_one(t.pool())
+            .await
+            .expect("job");
+    let scoped = t
+        .store
+        .token_create_scoped(job, &["open".to_string()], "door", None)
+        .await
+        .expect("scoped")
+        .1;
+    let read = http
+        .get(format!("{base}/api/templates/signals"))
+        .bearer_auth(&scoped)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(read.status(), StatusCode::FORBIDDEN);
+
+    let negative = http
+        .get(format!("{base}/workflow_queue/all_queued?limit=-1"))
+        .bearer_auth(&robot)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(negative.status(), StatusCode::BAD_REQUEST);
+    let big = http
+        .post(format!("{base}/api/workflows"))
+        .bearer_auth(&robot)
+        .json(&json!({"template": "doorWF", "objects": ["obj:big"], "context": {"x": "y".repeat(70_000)}}))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(big.status(), StatusCode::BAD_REQUEST);
+    let said: Value = big.json().await.expect("JSON");
+    assert!(
+        said["error"].as_str().is_some_and(|e| e.contains("64 KiB")),
+        "{said}"
+    );
 }

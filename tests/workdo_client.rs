@@ -9,7 +9,7 @@ mod support;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use support::db;
-use workdo::api::{Access, AppState, app};
+use workdo::api::Access;
 use workdo::store::Role;
 
 const D1: &str = "druid:bb123cd4567";
@@ -120,15 +120,7 @@ async fn setup() -> (Client, support::TestDb) {
         let loaded = workdo::cli::files::parse_file(&path).expect("template");
         t.store.template_save(&loaded).await.expect("save");
     }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("addr"));
-    let state = AppState {
-        store: t.store.clone(),
-        access: Access::Tokens,
-    };
-    tokio::spawn(async move { axum::serve(listener, app(state)).await });
+    let base = support::serve_api(&t.store, Access::Tokens).await;
     let token = t
         .store
         .token_create(Role::Admin, "client", None)

@@ -306,3 +306,19 @@ pub async fn wait_until(pool: &PgPool, sql: &'static str, secs: u64) {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
+
+/// The HTTP API (and the admin page) served on a loopback port of its own, in this process;
+/// its base URL.
+pub async fn serve_api(store: &Store, access: workdo::api::Access) -> String {
+    workdo::install_crypto();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let state = workdo::api::AppState {
+        store: store.clone(),
+        access,
+    };
+    tokio::spawn(async move { axum::serve(listener, workdo::api::app(state)).await });
+    base
+}

@@ -52,13 +52,14 @@ pub async fn idempotent(State(s): State<AppState>, req: Request, next: Next) -> 
         )
         .into_response();
     };
-    // Keys are kept per caller: a hash of the credentials, never the token itself.
-    let auth = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .map(HeaderValue::as_bytes)
-        .unwrap_or_default();
-    let scope = hex_sha256(&[b"api", auth]);
+    // Keys are kept per token (however it is sent: Bearer, Basic), as a hash, never the token
+    // itself. A request without one is refused by the route; no key is kept for it.
+    let token = match super::request_token(req.headers()) {
+        Ok(Some(t)) => t,
+        _ if s.access == super::Access::Open => "open".to_string(),
+        _ => return next.run(req).await,
+    };
+    let scope = hex_sha256(&[b"api", token.as_bytes()]);
     let (parts, body) = req.into_parts();
     let Ok(body) = axum::body::to_bytes(body, DEFAULT_BODY_LIMIT).await else {
         return ApiError::new(
@@ -96,15 +97,29 @@ pub async fn idempotent(State(s): State<AppState>, req: Request, next: Next) -> 
         }) => return replay(status, content_type, body),
         Ok(Claim::New) => {}
     }
-    let res = next.run(Request::from_parts(parts, Body::from(body))).await;
+    // The request and the keeping of its answer run on a task of their own: a client that
+    // times out and goes away does not cancel them half-way (which would leave the key claimed
+    // with no answer), and its retry gets the answer.
+    let store = s.store.clone();
+    let work = tokio::spawn(async move {
+        let res = next.run(Request::from_parts(parts, Body::from(body))).await;
+        keep(&store, &scope, &key, res).await
+    });
+    work.await
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// Keep `res` as the answer to the request that claimed `key`, or give the key back when the
+/// request was refused before anything ran or failed (a repeat may then run).
+async fn keep(store: &crate::store::Store, scope: &str, key: &str, res: Response) -> Response {
     let status = res.status();
-    // Refused before anything ran (no credentials, not allowed, no database connection): the
-    // key is given back so that a repeat may run.
-    if matches!(
-        status,
-        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::SERVICE_UNAVAILABLE
-    ) {
-        if let Err(e) = s.store.idempotency_release(&scope, &key).await {
+    // Refused (no credentials, not allowed, no database connection) or failed inside (every
+    // changing route applies in one transaction, rolled back on the error): nothing was
+    // applied, the key is given back so that a repeat may run.
+    if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN)
+        || status.is_server_error()
+    {
+        if let Err(e) = store.idempotency_release(scope, key).await {
             tracing::warn!(error = %e, "could not give an idempotency key back");
         }
         return res;
@@ -117,15 +132,8 @@ pub async fn idempotent(State(s): State<AppState>, req: Request, next: Next) -> 
         .headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
-    if let Err(e) = s
-        .store
-        .idempotency_finish(
-            &scope,
-            &key,
-            i32::from(status.as_u16()),
-            content_type,
-            &bytes,
-        )
+    if let Err(e) = store
+        .idempotency_finish(scope, key, i32::from(status.as_u16()), content_type, &bytes)
         .await
     {
         // The change is applied; only its answer could not be kept. A repeat gets a 409

@@ -77,10 +77,14 @@ pub(super) async fn template_load(
             ));
         }
     };
-    let source = std::str::from_utf8(&body)
+    let source = String::from_utf8(body.to_vec())
         .map_err(|e| ApiError::bad_request(format!("the body is not UTF-8: {e}")))?;
     let origin = param(&pairs, "origin").unwrap_or("api").to_string();
-    let loaded = template::parse(&origin, format, source)
+    // Parsing a large template takes a while: on a blocking thread, so that the server's other
+    // requests (`/health` included) do not wait for it.
+    let loaded = tokio::task::spawn_blocking(move || template::parse(&origin, format, &source))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let (id, saved) = s.store.template_save(&loaded).await?;
     let created = saved == Saved::New;
@@ -190,7 +194,7 @@ pub(super) async fn object_lifecycle(
 pub(super) fn page(pairs: &[(String, String)]) -> ApiResult<(i64, i64)> {
     Ok((
         int_param(pairs, "after")?.unwrap_or(0),
-        int_param(pairs, "limit")?.unwrap_or(100),
+        super::limit_param(pairs, 100)?,
     ))
 }
 

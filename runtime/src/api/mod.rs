@@ -63,6 +63,7 @@ pub fn app(state: AppState) -> Router {
             state.clone(),
             idempotency::idempotent,
         ))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
         .layer(DefaultBodyLimit::max(DEFAULT_BODY_LIMIT))
         .layer(axum::middleware::from_fn(input::refuse_nul))
         .layer(axum::middleware::from_fn(input::json_errors))
@@ -72,6 +73,83 @@ pub fn app(state: AppState) -> Router {
             ),
         )
         .with_state(state)
+}
+
+/// Every request that changes something must come from this server's own pages or from a
+/// client that is not a browser: a POST, PUT, PATCH or DELETE whose `Origin` (else `Referer`)
+/// names another site is refused before anything runs (a page elsewhere cannot drive the API,
+/// even with bodies a browser sends without asking). Under `--open` (no tokens, loopback only)
+/// the `Host` must be a loopback name too, so a DNS name rebound to 127.0.0.1 cannot reach it.
+async fn guard(
+    axum::extract::State(s): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let changes = !matches!(
+        *req.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
+    );
+    if changes && !admin::same_origin(req.headers()) {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "this request was sent from another site (Origin or Referer is not this server)",
+        )
+        .into_response();
+    }
+    if s.access == Access::Open {
+        let host = req
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("");
+        let name = host
+            .rsplit_once(':')
+            .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+            .map_or(host, |(n, _)| n);
+        let loopback = name.eq_ignore_ascii_case("localhost")
+            || name
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        if !loopback {
+            return ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!("--open answers loopback hosts only, not {host:?}"),
+            )
+            .into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// The token a request carries: `Bearer TOKEN` (any case), or `Basic` with the token as the
+/// password. `Err` says what is wrong with the header; `Ok(None)` means there is none.
+pub(crate) fn request_token(
+    headers: &axum::http::HeaderMap,
+) -> Result<Option<String>, &'static str> {
+    let Some(header) = headers.get(header::AUTHORIZATION) else {
+        return Ok(None);
+    };
+    let text = header
+        .to_str()
+        .map_err(|_| "the Authorization header is not text")?
+        .trim();
+    let (scheme, rest) = text.split_once(' ').unwrap_or((text, ""));
+    if scheme.eq_ignore_ascii_case("bearer") {
+        return Ok(Some(rest.trim().to_string()));
+    }
+    if scheme.eq_ignore_ascii_case("basic") {
+        use base64::Engine as _;
+        return base64::engine::general_purpose::STANDARD
+            .decode(rest.trim())
+            .ok()
+            .and_then(|d| String::from_utf8(d).ok())
+            .and_then(|up| up.split_once(':').map(|(_, p)| p.to_string()))
+            .map(Some)
+            .ok_or("the Basic credentials are not base64 of user:token");
+    }
+    Err("the Authorization header is not `Bearer <token>` (or Basic with the token as password)")
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -252,35 +330,17 @@ impl FromRequestParts<AppState> for Caller {
             return Ok(Caller(Role::Admin, None));
         }
         let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, m);
-        let header = parts
-            .headers
-            .get(header::AUTHORIZATION)
+        let token = request_token(&parts.headers)
+            .map_err(unauthorized)?
             .ok_or_else(|| unauthorized("missing bearer token (Authorization: Bearer …)"))?;
-        // `Bearer TOKEN`, or `Basic` with the token as the password: what a client sends for a
-        // URL with the token in it (`https://robot:TOKEN@host/`), so the workflow service's
-        // own client works unchanged.
-        let text = header.to_str().ok().map(str::trim).unwrap_or_default();
-        let token = if let Some(t) = text.strip_prefix("Bearer ") {
-            t.trim().to_string()
-        } else if let Some(b) = text.strip_prefix("Basic ") {
-            use base64::Engine as _;
-            base64::engine::general_purpose::STANDARD
-                .decode(b.trim())
-                .ok()
-                .and_then(|d| String::from_utf8(d).ok())
-                .and_then(|up| up.split_once(':').map(|(_, p)| p.to_string()))
-                .ok_or_else(|| unauthorized("the Basic credentials are not base64 of user:token"))?
-        } else {
-            return Err(unauthorized(
-                "the Authorization header is not `Bearer <token>` (or Basic with the token as password)",
-            ));
-        };
         let token = token.as_str();
         match state.store.token_auth(token).await? {
             Some((role, None)) => Ok(Caller(role, None)),
             // A scoped token signals its job and does nothing else, reads included.
             Some((role, Some((workflow, signals)))) => {
-                if !parts.uri.path().ends_with("/signals") {
+                if parts.method != axum::http::Method::POST
+                    || !parts.uri.path().ends_with("/signals")
+                {
                     return Err(ApiError::new(
                         StatusCode::FORBIDDEN,
                         format!(
@@ -325,6 +385,17 @@ pub fn int_param<T: std::str::FromStr>(
         Some((_, v)) => v.parse().map(Some).map_err(|_| {
             ApiError::bad_request(format!("query parameter {key}={v:?} is not a number"))
         }),
+    }
+}
+
+/// The `limit` query parameter: a whole number of rows, 0 or more (`default` when absent).
+pub fn limit_param(pairs: &[(String, String)], default: i64) -> ApiResult<i64> {
+    match int_param::<i64>(pairs, "limit")? {
+        None => Ok(default),
+        Some(n) if n >= 0 => Ok(n),
+        Some(n) => Err(ApiError::bad_request(format!(
+            "query parameter limit={n} is negative; give 0 or more"
+        ))),
     }
 }
 

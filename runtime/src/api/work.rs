@@ -14,8 +14,7 @@ use serde_json::{Value, json};
 use super::bodies::{EventsPage, Prioritized, Retried};
 use super::json::{oid, page};
 use super::{
-    ApiError, ApiResult, AppState, Caller, ErrorBody, int_param, json_body, param, query_pairs,
-    split_step,
+    ApiError, ApiResult, AppState, Caller, ErrorBody, json_body, param, query_pairs, split_step,
 };
 use crate::store::{
     Facet, QueueEntry, Role, SetOutcome, SetRequest, StartRequest, Started, StepFilter, StepRow,
@@ -215,7 +214,7 @@ pub(super) async fn queue(
         .filter(|(k, _)| k == "completed")
         .map(|(_, v)| split_step(v))
         .collect::<ApiResult<Vec<_>>>()?;
-    let limit = int_param(&pairs, "limit")?.unwrap_or(100);
+    let limit = super::limit_param(&pairs, 100)?;
     let rows = s
         .store
         .queue_waiting(&template, &step, &completed, param(&pairs, "lane"), limit)
@@ -232,7 +231,7 @@ pub(super) async fn queue_errors(
 ) -> ApiResult<Json<Vec<StepRow>>> {
     let pairs = query_pairs(q.as_deref())?;
     s.store.step_known(&template, &step).await?;
-    let limit = int_param(&pairs, "limit")?.unwrap_or(100);
+    let limit = super::limit_param(&pairs, 100)?;
     Ok(Json(s.store.queue_errors(&template, &step, limit).await?))
 }
 

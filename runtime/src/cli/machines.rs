@@ -18,8 +18,6 @@ pub(super) async fn signal(
     template: &str,
     signal: &str,
     data: Option<&str>,
-    json: bool,
-    out: &mut impl Write,
 ) -> Result<crate::store::Signalled> {
     let data: Value = match data {
         None => Value::Object(Default::default()),
@@ -28,8 +26,16 @@ pub(super) async fn signal(
         }
     };
     let job = store.machine_job(object, template).await?;
-    let done = store.machine_signal(job, signal, &data, &actor()).await?;
-    emit(out, json, &done, |o| {
+    Ok(store.machine_signal(job, signal, &data, &actor()).await?)
+}
+
+/// What a signal did, as `workdo signal` prints it.
+pub(super) fn print_signalled(
+    done: &crate::store::Signalled,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    emit(out, json, done, |o| {
         writeln!(o, "{} --{}--> {}", done.from, done.signal, done.to)?;
         for (s, to) in &done.followed {
             writeln!(o, "  then {s} --> {to}")?;
@@ -39,7 +45,7 @@ pub(super) async fn signal(
         }
         Ok(())
     })?;
-    Ok(done)
+    Ok(())
 }
 
 /// `workdo machines migrate TEMPLATE --to SHA256 [--map OLD=NEW …] [--workflow ID]`.

@@ -436,18 +436,12 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
         } => {
             let request = serde_json::json!({"signal": [&object, &template, &signal, &data]});
             if !once_begin(&store, idempotency_key.as_deref(), &request, json, out).await? {
-                let done = machines::signal(
-                    &store,
-                    &object,
-                    &template,
-                    &signal,
-                    data.as_deref(),
-                    json,
-                    out,
-                )
-                .await;
+                // The answer is kept before it is printed: a print that fails (a closed pipe, a
+                // full disk) must not give the key back for a signal that was sent.
+                let done =
+                    machines::signal(&store, &object, &template, &signal, data.as_deref()).await;
                 once_end(&store, idempotency_key.as_deref(), &done).await?;
-                done?;
+                machines::print_signalled(&done?, json, out)?;
             }
         }
         Command::Machines(MachinesCmd::Migrate {

@@ -56,10 +56,18 @@ pub(super) async fn maintain(store: Store, every: Duration, stop: CancellationTo
 /// API-only deployment (robots updating steps, no runtime's maintenance loop) keeps the deltas
 /// table small whether or not anyone reads the overview.
 pub async fn fold_step_counts(store: Store, every: Duration, stop: CancellationToken) {
+    let mut tick: u64 = 0;
     loop {
         if let Err(e) = store.step_counts_rollup().await {
             warn!(error = %e, "folding step counts failed");
         }
+        // `workdo serve` alone keeps idempotency keys too: they expire here as well.
+        if tick.is_multiple_of(60)
+            && let Err(e) = store.idempotency_expire().await
+        {
+            warn!(error = %e, "expiring idempotency keys failed");
+        }
+        tick = tick.wrapping_add(1);
         tokio::select! {
             () = tokio::time::sleep(every) => {}
             () = stop.cancelled() => return,

@@ -297,6 +297,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), WorkerError> {
     crate::install_crypto();
+    hide_environment();
     let (results, completers) = completer::start(
         &store,
         config.completers,
@@ -415,6 +416,17 @@ pub async fn run(
     }
     info!("runtime stopped");
     Ok(())
+}
+
+/// Functions run as this process's user could read its environment — its secrets — from
+/// `/proc/PID/environ`; a process that is not dumpable has its `/proc` files owned by root.
+/// (A function running as root reads them anyway: run workdo, or its functions, as another
+/// user.)
+fn hide_environment() {
+    // SAFETY: prctl(PR_SET_DUMPABLE) changes a flag of this process; it touches no memory.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
 }
 
 /// How often a runtime looks for changed templates when no notification came.

@@ -186,14 +186,7 @@ impl Store {
                 .bind(template)
                 .fetch_one(&self.pool)
                 .await?;
-        let mut setup = self
-            .pool
-            .connect_options()
-            .as_ref()
-            .clone()
-            .disable_statement_logging()
-            .connect()
-            .await?;
+        let mut setup = self.bench_setup_connection().await?;
         sqlx::query(
             "with o as (insert into workdo.objects (id) select 'scale:' || g from generate_series(1, $1 + $2) g returning id),
                   w as (insert into workdo.workflows (object_id, template, template_id, version, unfinished)
@@ -223,14 +216,7 @@ impl Store {
                 .bind(template)
                 .fetch_one(&self.pool)
                 .await?;
-        let mut setup = self
-            .pool
-            .connect_options()
-            .as_ref()
-            .clone()
-            .disable_statement_logging()
-            .connect()
-            .await?;
+        let mut setup = self.bench_setup_connection().await?;
         sqlx::query(
             "with o as (insert into workdo.objects (id) select 'hist:' || g from generate_series(1, $1) g returning id),
                   w as (insert into workdo.workflows (object_id, template, template_id, version, status, unfinished, completed_at, created_at)
@@ -272,5 +258,18 @@ impl Store {
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+
+    /// A connection of its own for filling fixtures, its statements not logged (they are slow
+    /// by design).
+    async fn bench_setup_connection(&self) -> Result<sqlx::PgConnection> {
+        Ok(self
+            .pool
+            .connect_options()
+            .as_ref()
+            .clone()
+            .disable_statement_logging()
+            .connect()
+            .await?)
     }
 }

@@ -59,6 +59,9 @@ pub struct Started {
     pub machine: bool,
 }
 
+/// The largest a workflow's context may be when it starts, as JSON (64 KiB).
+pub const MAX_CONTEXT_BYTES: usize = 64 * 1024;
+
 #[derive(sqlx::FromRow)]
 struct ObjectRow {
     version: i32,
@@ -92,6 +95,16 @@ impl Store {
                 field: "context",
                 value: req.context.to_string().chars().take(80).collect(),
                 reason: "must be a JSON object",
+            });
+        }
+        // Every step of the workflow carries its context to its function, and the workflow
+        // service's XML repeats it on every process: kept small.
+        let size = req.context.to_string().len();
+        if size > MAX_CONTEXT_BYTES {
+            return Err(StoreError::Invalid {
+                field: "context",
+                value: format!("{size} bytes"),
+                reason: "is over 64 KiB",
             });
         }
         if let Some(v) = req.version

@@ -101,7 +101,7 @@ async fn guard(req: axum::extract::Request, next: axum::middleware::Next) -> Res
 }
 
 /// Whether `Origin` (else `Referer`) names the host the request was sent to.
-fn same_origin(headers: &HeaderMap) -> bool {
+pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
     let from = headers
         .get(header::ORIGIN)

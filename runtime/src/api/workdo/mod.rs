@@ -410,7 +410,7 @@ pub(super) async fn workflow_queue(
     RawQuery(q): RawQuery,
 ) -> ApiResult<Response> {
     let pairs = query_pairs(q.as_deref())?;
-    let limit = int_param(&pairs, "limit")?.unwrap_or(1000);
+    let limit = super::limit_param(&pairs, 1000)?;
     let ids: Vec<String> = if let Some(e) = param(&pairs, "error") {
         let (t, st) = split_step(e)?;
         s.store
@@ -470,7 +470,7 @@ pub(super) async fn all_queued(
     let pairs = query_pairs(q.as_deref())?;
     let rows = s
         .store
-        .queue_all_ready(int_param(&pairs, "limit")?.unwrap_or(1000))
+        .queue_all_ready(super::limit_param(&pairs, 1000)?)
         .await?;
     let mut out = format!(r#"<workflows count="{}">"#, rows.len());
     for r in &rows {

@@ -372,18 +372,21 @@ fn too_deep(source: &str) -> Option<usize> {
             dashes += 1;
             r = t.trim_start();
         }
+        // An opening bracket counts wherever it is, even in what looks like a quoted string: a
+        // quote cannot hide nesting. A closing one counts only outside quotes (either kind), so
+        // a `]` inside a string cannot cancel an opening.
         let mut quote: Option<char> = None;
         for c in rest.chars() {
             match (quote, c) {
-                (Some(q), c) if c == q => quote = None,
-                (Some(_), _) => {}
-                (None, '"') => quote = Some('"'),
-                (None, '[' | '{') => {
+                (_, '[' | '{') => {
                     flow += 1;
                     if flow > MAX_NESTING {
                         return Some(n + 1);
                     }
                 }
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), _) => {}
+                (None, '"' | '\'') => quote = Some(c),
                 (None, ']' | '}') => flow = flow.saturating_sub(1),
                 _ => {}
             }
@@ -452,6 +455,9 @@ mod tests {
             too_deep("name: a\nsteps:\n  - { name: b, prereqs: [a, \"[c\"] }\n"),
             None
         );
+        // A closing bracket inside a single-quoted string does not cancel an opening one.
+        let hidden = format!("name: x\nsteps: {}\n", "[']'".repeat(200));
+        assert!(too_deep(&hidden).is_some());
     }
 
     #[test]
