@@ -1,0 +1,180 @@
+//! Inputs refused when they are loaded instead of breaking something later: an unknown
+//! builtin, a `<workflow>` root, a schedule for an unknown template, a bad alert address, an
+//! endless token expiry; a BOM accepted; a stored template this binary cannot run.
+
+mod support;
+
+use support::{db, load};
+use workdo::api::Access;
+use workdo::store::StartRequest;
+
+async fn serve(store: workdo::store::Store, access: Access) -> String {
+    support::serve_api(&store, access).await
+}
+
+/// Inputs that once loaded and broke something later are refused when loaded, naming what is
+/// wrong: an unknown builtin (it stopped every runtime), a `<workflow>` root; a BOM is accepted.
+#[test]
+fn templates_are_refused_or_accepted_as_they_should_be() {
+    use workdo::model::template::{Format, parse};
+    let e = parse(
+        "rm.yaml",
+        Format::Yaml,
+        "name: rmWF\nsteps:\n  - name: a\n    function: { builtin: rm-rf }\n",
+    )
+    .expect_err("an unknown builtin");
+    let said = e.to_string();
+    assert!(
+        said.contains("rm.yaml:3: builtin: no builtin function \"rm-rf\""),
+        "{said}"
+    );
+    let e = parse(
+        "rm.xml",
+        Format::Xml,
+        r#"<workflow-def id="rmWF"><process name="a"><function builtin="rm-rf"/></process></workflow-def>"#,
+    )
+    .expect_err("an unknown builtin in XML");
+    assert!(e.to_string().contains("no builtin function"), "{e}");
+    let e = parse(
+        "w.xml",
+        Format::Xml,
+        r#"<workflow id="accessionWF" objectId="druid:bb123cd4567"><process name="a"/></workflow>"#,
+    )
+    .expect_err("a <workflow> document is not a template");
+    assert!(e.to_string().contains("expected <workflow-def>"), "{e}");
+    let bom = parse(
+        "bom.yaml",
+        Format::Yaml,
+        "\u{feff}name: bomWF\nsteps:\n  - name: a\n",
+    )
+    .expect("a BOM is not part of the text");
+    assert_eq!(bom.template.name, "bomWF");
+    let e = parse(
+        "mail.yaml",
+        Format::Yaml,
+        "name: mailWF\nalerts: { to: [not an address] }\nsteps:\n  - name: a\n",
+    )
+    .expect_err("a bad alert address");
+    assert!(e.to_string().contains("not a mail address"), "{e}");
+}
+
+/// A stored template this binary cannot run (a builtin it lacks, as a newer binary might have
+/// stored) does not stop the runtime: its step waits, every other step runs.
+#[tokio::test]
+async fn a_template_this_binary_cannot_run_does_not_stop_the_others() {
+    let t = db().await;
+    load(
+        &t.store,
+        "ok.yaml",
+        "name: okWF\nsteps:\n  - name: a\n    function: { builtin: noop }\n",
+    )
+    .await;
+    load(
+        &t.store,
+        "later.yaml",
+        "name: laterWF\nsteps:\n  - name: a\n    function: { builtin: noop }\n",
+    )
+    .await;
+    // As a newer binary would have stored it.
+    sqlx::query(
+        "update workdo.templates set spec = jsonb_set(spec, '{steps,0,function,runner,name}', '\"from-the-future\"') where name = 'laterWF'",
+    )
+    .execute(t.pool())
+    .await
+    .expect("a builtin this binary lacks");
+    t.store
+        .workflow_start(&StartRequest::new("okWF", &["obj:ok"]))
+        .await
+        .expect("start");
+    t.store
+        .workflow_start(&StartRequest::new("laterWF", &["obj:later"]))
+        .await
+        .expect("start");
+    let mut up = support::spawn_up(&t.url, &[]);
+    support::wait_until(
+        t.pool(),
+        "select status = 'completed' from workdo.steps where object_id = 'obj:ok'",
+        60,
+    )
+    .await;
+    assert!(up.try_wait().expect("wait").is_none(), "workdo up exited");
+    let later: String =
+        sqlx::query_scalar("select status from workdo.steps where object_id = 'obj:later'")
+            .fetch_one(t.pool())
+            .await
+            .expect("status");
+    assert_eq!(later, "ready");
+    let _ = up.kill();
+    let _ = up.wait();
+    // The page says which step this binary cannot run, and why.
+    let base = serve(t.store.clone(), Access::Open).await;
+    let page = reqwest::get(format!("{base}/ui/templates"))
+        .await
+        .expect("page")
+        .text()
+        .await
+        .expect("html");
+    assert!(
+        page.contains("cannot run step a: no builtin function &quot;from-the-future&quot;"),
+        "{page}"
+    );
+}
+
+/// A schedule naming a template that is not loaded is refused, and nothing of its file saved.
+#[tokio::test]
+async fn a_schedule_for_an_unknown_template_is_refused() {
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("s.yaml");
+    std::fs::write(
+        &file,
+        "schedules:\n  - name: nightly\n    cron: '0 0 3 * * *'\n    start: nopeWF\n    objects: { ids: [druid:bb123cd4567] }\n",
+    )
+    .expect("file");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_workdo"))
+        .args(["schedules", "load"])
+        .arg(&file)
+        .env("DATABASE_URL", &t.url)
+        .output()
+        .expect("workdo");
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("nopeWF") && said.contains("not a loaded template"),
+        "{said}"
+    );
+    let n: i64 = sqlx::query_scalar("select count(*) from workdo.schedules")
+        .fetch_one(t.pool())
+        .await
+        .expect("count");
+    assert_eq!(n, 0);
+}
+
+/// `tokens create --expires 99999999d` is an error, not a panic.
+#[tokio::test]
+async fn an_endless_token_expiry_is_an_error() {
+    let t = db().await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_workdo"))
+        .args([
+            "tokens",
+            "create",
+            "--role",
+            "viewer",
+            "--expires",
+            "99999999d",
+        ])
+        .env("DATABASE_URL", &t.url)
+        .output()
+        .expect("workdo");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("at most 36500d") && !said.contains("panicked"),
+        "{said}"
+    );
+}
