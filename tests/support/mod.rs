@@ -322,3 +322,24 @@ pub async fn serve_api(store: &Store, access: workdo::api::Access) -> String {
     tokio::spawn(async move { axum::serve(listener, workdo::api::app(state)).await });
     base
 }
+
+/// Wait until `f` answers true, at most `secs` seconds, naming `what` when it does not.
+pub async fn wait_for<F, Fut>(what: &str, secs: u64, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The number one query counts.
+pub async fn count(pool: &sqlx::PgPool, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql)
+        .fetch_one(pool)
+        .await
+        .expect("count")
+}
