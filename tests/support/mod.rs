@@ -343,3 +343,24 @@ pub async fn count(pool: &sqlx::PgPool, sql: &'static str) -> i64 {
         .await
         .expect("count")
 }
+
+/// Put document `name` (`xml`) on `object`, registering it when new.
+pub async fn put_document(t: &TestDb, object: &str, name: &str, xml: &str) {
+    let mut docs = std::collections::BTreeMap::new();
+    docs.insert(name.to_string(), xml.to_string());
+    t.store
+        .object_put(object, &Default::default(), &docs, "test")
+        .await
+        .expect("object");
+}
+
+/// The names of an object's generated steps (dynamic dispatch), sorted.
+pub async fn generated_names(t: &TestDb, object: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "select name from workdo.steps where object_id = $1 and generated is not null order by name",
+    )
+    .bind(object)
+    .fetch_all(t.pool())
+    .await
+    .expect("names")
+}
