@@ -364,3 +364,22 @@ pub async fn generated_names(t: &TestDb, object: &str) -> Vec<String> {
     .await
     .expect("names")
 }
+
+/// An exec function (a script in `dir`) that completes every step.
+pub fn completing_function(dir: &Path) -> String {
+    function_script(
+        dir,
+        "ok.sh",
+        "#!/bin/sh\ncat >/dev/null\necho '{\"status\":\"completed\"}'\n",
+    )
+}
+
+/// The active step `name` of `object`, as a row.
+pub async fn step(pool: &PgPool, object: &str, name: &str) -> workdo::store::StepRow {
+    sqlx::query_as("select * from workdo.steps where object_id = $1 and name = $2 and active")
+        .bind(object)
+        .bind(name)
+        .fetch_one(pool)
+        .await
+        .expect("step row")
+}
