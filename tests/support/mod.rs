@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod machines;
 pub mod smtp;
 
 use std::path::{Path, PathBuf};
