@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod api;
 pub mod browser;
 pub mod machines;
 pub mod smtp;
