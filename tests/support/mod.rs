@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod browser;
+pub mod engine;
 pub mod machines;
 pub mod smtp;
 
