@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use sqlx::PgPool;
-use workdo::store::{Change, StepResult, Store, StoreError};
+use workdo::store::{Change, SetRequest, StepResult, Store, StoreError};
 
 use super::load;
 
@@ -67,4 +67,33 @@ pub async fn recorded(pool: &sqlx::PgPool, object: &str) -> Vec<String> {
     .fetch_all(pool)
     .await
     .expect("recorded rows")
+}
+
+/// (name, status) of the object's active steps of `template`, in order.
+pub async fn statuses(pool: &PgPool, object: &str, template: &str) -> Vec<(String, String)> {
+    sqlx::query_as(
+        "select name, status from workdo.steps where object_id = $1 and template = $2 and active order by id",
+    )
+    .bind(object)
+    .bind(template)
+    .fetch_all(pool)
+    .await
+    .expect("read statuses")
+}
+
+/// Complete `step` of the object's googleScannedBookWF as a robot would: the steps made ready.
+pub async fn complete(store: &Store, object: &str, step: &str) -> Vec<String> {
+    store
+        .step_set(&SetRequest::new(object, WF, step, "completed"))
+        .await
+        .expect("complete step")
+        .next_steps
+}
+
+/// The status of `step` among `all` (name, status).
+pub fn status_of<'a>(all: &'a [(String, String)], step: &str) -> &'a str {
+    all.iter()
+        .find(|(n, _)| n == step)
+        .map(|(_, s)| s.as_str())
+        .unwrap_or_else(|| panic!("no step {step}"))
 }
