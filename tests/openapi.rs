@@ -9,124 +9,13 @@ use std::collections::BTreeSet;
 
 use reqwest::Method;
 use serde_json::{Value, json};
+use support::openapi::Check;
 use support::{GOOGLE_XML, db};
 use workdo::api::{Access, AppState, app};
 use workdo::store::Role;
 
 const WF: &str = "googleScannedBookWF";
 const DOOR: &str = "name: doorWF\nkind: machine\ninitial: Closed\nstates:\n  Closed:\n    on: { open: Open }\n  Open:\n    on: { close: Closed }\n";
-
-/// The operation of `doc` that serves `path` (most literal segments win: `skip-all` over
-/// `{process}`), as (template, operation).
-fn operation<'a>(doc: &'a Value, method: &Method, path: &str) -> Option<(String, &'a Value)> {
-    let path = path.split('?').next().unwrap_or(path);
-    let segs: Vec<&str> = path.split('/').collect();
-    let mut best: Option<(usize, &String)> = None;
-    for template in doc["paths"].as_object()?.keys() {
-        let t: Vec<&str> = template.split('/').collect();
-        if t.len() != segs.len() {
-            continue;
-        }
-        let mut literal = 0;
-        let fits = t.iter().zip(&segs).all(|(a, b)| {
-            if a.starts_with('{') {
-                true
-            } else {
-                literal += 1;
-                a == b
-            }
-        });
-        if fits && best.is_none_or(|(n, _)| literal > n) {
-            best = Some((literal, template));
-        }
-    }
-    let (_, template) = best?;
-    let op = &doc["paths"][template][method.as_str().to_lowercase()];
-    (!op.is_null()).then(|| (template.clone(), op))
-}
-
-struct Check {
-    base: String,
-    http: reqwest::Client,
-    doc: Value,
-    seen: BTreeSet<(String, String)>,
-}
-
-impl Check {
-    /// Call, and hold the answer to the document; the answer's status and body.
-    async fn call(
-        &mut self,
-        method: Method,
-        path: &str,
-        token: &str,
-        body: Option<(&str, String)>,
-    ) -> (u16, Value) {
-        let mut r = self
-            .http
-            .request(method.clone(), format!("{}{path}", self.base));
-        if !token.is_empty() {
-            r = r.bearer_auth(token);
-        }
-        if let Some((ct, b)) = body {
-            r = r.header("content-type", ct).body(b);
-        }
-        let resp = r.send().await.expect("request");
-        let status = resp.status().as_u16();
-        let ct = resp
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .map(|v| v.split(';').next().unwrap_or(v).trim().to_string());
-        let text = resp.text().await.expect("body");
-        let what = format!("{method} {path} answered {status}");
-        let (template, op) = operation(&self.doc, &method, path)
-            .unwrap_or_else(|| panic!("{what}: no operation in the document"));
-        self.seen.insert((method.to_string(), template));
-        let response = &op["responses"][status.to_string()];
-        assert!(
-            !response.is_null(),
-            "{what}, which the document does not list (it lists {:?}): {text}",
-            op["responses"]
-                .as_object()
-                .map(|o| o.keys().collect::<Vec<_>>())
-        );
-        let response = match response["$ref"].as_str() {
-            Some(r) => &self.doc["components"]["responses"][r.rsplit('/').next().unwrap_or(r)],
-            None => response,
-        };
-        let Some(content) = response["content"].as_object() else {
-            assert!(
-                text.is_empty(),
-                "{what} with a body the document does not describe: {text}"
-            );
-            return (status, Value::Null);
-        };
-        let ct = ct.unwrap_or_else(|| panic!("{what} without a content type"));
-        let media = content
-            .get(&ct)
-            .unwrap_or_else(|| panic!("{what} as {ct}; the document says {:?}", content.keys()));
-        if ct != "application/json" {
-            return (status, Value::String(text));
-        }
-        let body: Value =
-            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{what}: {e}: {text}"));
-        let mut schema = media["schema"].clone();
-        if let Some(o) = schema.as_object_mut() {
-            o.insert("components".into(), self.doc["components"].clone());
-        }
-        let validator = jsonschema::draft202012::new(&schema)
-            .unwrap_or_else(|e| panic!("{what}: the document's schema does not compile: {e}"));
-        let errors: Vec<String> = validator
-            .iter_errors(&body)
-            .map(|e| format!("{} at {}", e, e.instance_path()))
-            .collect();
-        assert!(
-            errors.is_empty(),
-            "{what}: the body does not fit the document: {errors:?}\n{body}"
-        );
-        (status, body)
-    }
-}
 
 #[tokio::test]
 async fn every_answer_matches_the_document() {

@@ -11,6 +11,7 @@ pub mod api;
 pub mod browser;
 pub mod engine;
 pub mod machines;
+pub mod openapi;
 pub mod smtp;
 
 use std::path::{Path, PathBuf};
