@@ -1,7 +1,7 @@
 //! Dynamic dispatch against a real Postgres and a real runtime: the paper's example composed
-//! exactly as its Fig. 3(d), re-observation after a document change, delete and undo, an error
-//! inside a subnet, bad documents, concurrent observers, and kill -9 while generators compose.
-
+//! exactly as its Fig. 3(d), re-observation after a document change, concurrent observers, both
+//! shipped examples under `workdo up`, an observer's own function, and kill -9 while generators
+//! compose. (When things go wrong: tests/dispatch_failures.rs.)
 mod support;
 
 use std::collections::BTreeSet;
