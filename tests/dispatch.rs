@@ -2,6 +2,7 @@
 //! exactly as its Fig. 3(d), re-observation after a document change, concurrent observers, both
 //! shipped examples under `workdo up`, an observer's own function, and kill -9 while generators
 //! compose. (When things go wrong: tests/dispatch_failures.rs.)
+
 mod support;
 
 use std::collections::BTreeSet;
