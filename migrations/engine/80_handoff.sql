@@ -1,6 +1,5 @@
--- The hand-off outbox's trigger: a step of a handed-off template step that becomes ready gets
--- one outbox row, in the same transaction. The WHEN clauses keep every other update of `steps`
--- out of the function; `handoff_steps` is small and usually empty.
+-- The hand-off outbox's trigger function: a step of a handed-off template step that becomes
+-- ready gets one outbox row, in the same transaction.
 create or replace function workdo.handoff_enqueue() returns trigger
 language plpgsql as $$
 begin
@@ -14,12 +13,6 @@ begin
 end;
 $$;
 
-create or replace trigger steps_handoff_update
-    after update of status on workdo.steps
-    for each row when (new.status = 'ready' and old.status is distinct from 'ready')
-    execute function workdo.handoff_enqueue();
-
-create or replace trigger steps_handoff_insert
-    after insert on workdo.steps
-    for each row when (new.status = 'ready')
-    execute function workdo.handoff_enqueue();
+-- The triggers that call it are created by the runtime that hands off (`handoff_steps_set`, in
+-- the transaction that names the steps), not here: where no runtime hands off, steps becoming
+-- ready pay for no trigger on the completion path.

@@ -58,7 +58,7 @@ const ENGINE: &[(&str, &str)] = &[
 pub const ENGINE_VERSION: i32 = 16;
 
 /// The SHA-256 of the engine files of [`ENGINE_VERSION`] ([`engine_sha256`]).
-pub const ENGINE_SHA256: &str = "441f40292961d08a53b0d3a4e0bfa118b395e02e9b7cece3430bbe9fda8a2731";
+pub const ENGINE_SHA256: &str = "1574e73ac7c25ab7d5a21db7b0683237bfa8b2202bfdc04a2da7e22e0ce8067f";
 
 /// The oldest engine version whose binaries still work on this engine (its functions keep the
 /// signatures and meaning those binaries call them with). A binary older than this refuses to

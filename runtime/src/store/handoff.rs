@@ -65,6 +65,31 @@ impl Store {
         .bind(&s)
         .execute(&mut *tx)
         .await?;
+        // The triggers exist only while something is handed off: elsewhere, steps becoming
+        // ready pay for no trigger call on the completion path. Their WHEN clauses keep every
+        // other update of `steps` out of the function.
+        let ddl: &[&str] = if steps.is_empty() {
+            &[
+                "drop trigger if exists steps_handoff_update on workdo.steps",
+                "drop trigger if exists steps_handoff_insert on workdo.steps",
+            ]
+        } else {
+            &[
+                "create or replace trigger steps_handoff_update
+                    after update of status on workdo.steps
+                    for each row when (new.status = 'ready' and old.status is distinct from 'ready')
+                    execute function workdo.handoff_enqueue()",
+                "create or replace trigger steps_handoff_insert
+                    after insert on workdo.steps
+                    for each row when (new.status = 'ready')
+                    execute function workdo.handoff_enqueue()",
+            ]
+        };
+        for sql in ddl {
+            sqlx::query(sqlx::AssertSqlSafe(*sql))
+                .execute(&mut *tx)
+                .await?;
+        }
         let n = sqlx::query(
             "insert into workdo.handoff_outbox (step_id, ready_at, object_id, template, step, lane)
              select s.id, s.updated_at, s.object_id, s.template, s.name, s.lane
