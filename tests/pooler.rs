@@ -30,14 +30,19 @@ fn parts(url: &str) -> (String, String, String) {
     (host.to_string(), port.to_string(), db.to_string())
 }
 
-#[tokio::test]
-async fn workdo_runs_through_pgbouncer_in_session_mode() {
+/// A PgBouncer started for the test in front of `url`'s server, in `mode`.
+struct Bouncer {
+    url: String,
+    dir: tempfile::TempDir,
+    _process: Killed,
+}
+
+async fn pgbouncer(url: &str, mode: &str) -> Bouncer {
     let exe = ["pgbouncer", "/usr/sbin/pgbouncer"]
         .into_iter()
         .find(|c| Command::new(c).arg("--version").output().is_ok())
         .expect("pgbouncer is not installed: apt-get install -y pgbouncer (.ci/run does)");
-    let t = db().await;
-    let (host, port, dbname) = parts(&t.url);
+    let (host, port, dbname) = parts(url);
     let dir = tempfile::tempdir().expect("tempdir");
     // PgBouncer refuses to run as root: as root it runs as `postgres`, which must write here.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
@@ -45,7 +50,7 @@ async fn workdo_runs_through_pgbouncer_in_session_mode() {
     std::fs::write(
         &ini,
         format!(
-            "[databases]\n* = host={host} port={port} user=postgres\n\n[pgbouncer]\nlisten_addr =\nlisten_port = 6432\nunix_socket_dir = {d}\nauth_type = any\npool_mode = session\nignore_startup_parameters = extra_float_digits\nlogfile = {d}/pgbouncer.log\npidfile = {d}/pgbouncer.pid\n",
+            "[databases]\n* = host={host} port={port} user=postgres\n\n[pgbouncer]\nlisten_addr =\nlisten_port = 6432\nunix_socket_dir = {d}\nauth_type = any\npool_mode = {mode}\nignore_startup_parameters = extra_float_digits\nlogfile = {d}/pgbouncer.log\npidfile = {d}/pgbouncer.pid\n",
             d = dir.path().display()
         ),
     )
@@ -58,7 +63,7 @@ async fn workdo_runs_through_pgbouncer_in_session_mode() {
     if root {
         cmd.args(["-u", "postgres"]);
     }
-    let _bouncer = Killed(
+    let process = Killed(
         cmd.arg(&ini)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -75,9 +80,21 @@ async fn workdo_runs_through_pgbouncer_in_session_mode() {
         "postgres://postgres@localhost/{dbname}?host={}&port=6432",
         dir.path().display()
     );
+    Bouncer {
+        url,
+        dir,
+        _process: process,
+    }
+}
+
+#[tokio::test]
+async fn workdo_runs_through_pgbouncer_in_session_mode() {
+    let t = db().await;
+    let bouncer = pgbouncer(&t.url, "session").await;
+    let (url, dir) = (&bouncer.url, &bouncer.dir);
 
     // Connecting, migrating and jit off, through the pooler.
-    let pool = workdo::store::db::connect(&url, 2)
+    let pool = workdo::store::db::connect(url, 2)
         .await
         .unwrap_or_else(|e| panic!("through pgbouncer: {e}"));
     workdo::store::db::migrate(&pool).await.expect("migrate");
@@ -99,7 +116,7 @@ async fn workdo_runs_through_pgbouncer_in_session_mode() {
     let workdo = |args: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_workdo"))
             .args(args)
-            .env("DATABASE_URL", &url)
+            .env("DATABASE_URL", url)
             .env("RUST_LOG", "error")
             .output()
             .expect("workdo");
@@ -117,7 +134,7 @@ async fn workdo_runs_through_pgbouncer_in_session_mode() {
     let _up = Killed(
         Command::new(env!("CARGO_BIN_EXE_workdo"))
             .args(["up", "--no-api", "--max-connections", "6"])
-            .env("DATABASE_URL", &url)
+            .env("DATABASE_URL", url)
             .env("RUST_LOG", "error")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -137,6 +154,49 @@ async fn workdo_runs_through_pgbouncer_in_session_mode() {
     .await
     .expect("events");
     assert_eq!((events, distinct), (30, 30), "each step completed once");
+}
+
+/// In transaction mode two client sessions take turns on one server connection, which would
+/// lose LISTEN and leak advisory locks and `SET`s between processes: workdo refuses it at once,
+/// saying what to configure, and takes nothing.
+#[tokio::test]
+async fn a_transaction_pooler_is_refused_with_what_to_configure() {
+    let t = db().await;
+    support::load(
+        &t.store,
+        "chain.yaml",
+        "name: txWF\nsteps:\n  - { name: a, function: { builtin: noop } }\n",
+    )
+    .await;
+    t.store
+        .workflow_start(&workdo::store::StartRequest::new("txWF", &["obj:tx1"]))
+        .await
+        .expect("start");
+    let bouncer = pgbouncer(&t.url, "transaction").await;
+
+    let err = workdo::store::db::connect(&bouncer.url, 2)
+        .await
+        .expect_err("a transaction pooler is refused")
+        .to_string();
+    assert!(
+        err.contains("transaction") && err.contains("pool_mode = session"),
+        "{err}"
+    );
+    for args in [&["status"][..], &["up", "--no-api"][..]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_workdo"))
+            .args(args)
+            .env("DATABASE_URL", &bouncer.url)
+            .env("RUST_LOG", "error")
+            .output()
+            .expect("workdo");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains("pool_mode = session"),
+            "{args:?} through a transaction pooler: {stderr}"
+        );
+    }
+    let s = support::step(t.pool(), "obj:tx1", "a").await;
+    assert_eq!(s.status, "ready", "nothing was claimed through the pooler");
 }
 
 /// `workdo up` says at start when the server cannot hold the connections it may open.

@@ -126,9 +126,14 @@ pub struct RuntimeArgs {
     /// Longest a worker waits without a notification before looking for work.
     #[arg(long, default_value = "1s", value_parser = duration)]
     pub poll_interval: std::time::Duration,
-    /// A lease lasts the function's timeout plus this.
+    /// A lease lasts the function's timeout plus this (or --lease, when shorter).
     #[arg(long, default_value = "30s", value_parser = duration)]
     pub lease_margin: std::time::Duration,
+    /// Longest a claim lasts without being renewed. The runtime renews the leases of the steps
+    /// it runs every third of this, so a runtime that dies gives its steps back within it
+    /// however long its functions run.
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    pub lease: std::time::Duration,
     /// On SIGTERM, how long calls in flight may take to finish before their steps are released.
     #[arg(long, default_value = "30s", value_parser = duration)]
     pub grace: std::time::Duration,

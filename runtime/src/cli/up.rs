@@ -13,9 +13,16 @@ use crate::store::Store;
 use crate::{api, demo};
 
 fn runtime_config(args: &RuntimeArgs, demo: bool) -> Result<runtime::Config> {
+    if args.lease < std::time::Duration::from_secs(3) {
+        bail!(
+            "--lease {:?} is too short: leases are renewed every third of it, and one that lapses while its call runs lets another runtime run the step again; give at least 3s",
+            args.lease
+        );
+    }
     let mut config = runtime::Config {
         poll_interval: args.poll_interval,
         lease_margin: args.lease_margin,
+        lease: args.lease,
         grace: args.grace,
         env: runtime::parse_env(&args.env)?,
         pass_env: args.pass_env.clone(),

@@ -5,6 +5,7 @@
 //! parallel without contending for rows. Every result goes through
 //! [`Store::results_commit`], the one commit path (`workdo run` and the bench use it too).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -12,6 +13,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, warn};
 
+use super::leases::Held;
 use crate::model::status::Status;
 use crate::store::{Change, Effects, StepResult, Store};
 
@@ -38,6 +40,7 @@ pub(super) fn start(
     n: usize,
     max: usize,
     actor: &str,
+    held: &Arc<Held>,
     stop: &CancellationToken,
 ) -> (Results, Vec<JoinHandle<()>>) {
     let mut senders = Vec::new();
@@ -50,6 +53,7 @@ pub(super) fn start(
             rx,
             max,
             actor.to_string(),
+            Arc::clone(held),
             stop.clone(),
         )));
     }
@@ -74,6 +78,7 @@ async fn complete(
     mut rx: mpsc::Receiver<StepResult>,
     max: usize,
     actor: String,
+    held: Arc<Held>,
     stop: CancellationToken,
 ) {
     let mut batch: Vec<StepResult> = Vec::with_capacity(max);
@@ -86,6 +91,8 @@ async fn complete(
             }
         }
         commit(&store, &batch, &actor, &stop).await;
+        // Committed, refused and recorded, or given up at shutdown: no lease to renew.
+        held.let_go(batch.iter().map(|r| r.change.id));
         batch.clear();
     }
 }

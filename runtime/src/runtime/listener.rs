@@ -24,8 +24,10 @@ pub(super) async fn listen(
     notifies: Notifies,
     signals: [Arc<Notify>; 2],
     templates: Arc<Notify>,
+    held: Arc<super::leases::Held>,
     stop: CancellationToken,
 ) {
+    let mut first = true;
     loop {
         let mut listener = match store.ready_listener().await {
             Ok(l) => l,
@@ -37,6 +39,10 @@ pub(super) async fn listen(
                 }
             }
         };
+        // Back after losing the connection: a claim in flight then may have committed unseen.
+        if !std::mem::take(&mut first) {
+            held.doubt();
+        }
         // Anything notified while we were not listening is picked up by one claim round.
         for n in notifies
             .read()

@@ -30,6 +30,7 @@ mod completer;
 mod execute;
 pub mod handoff;
 pub mod inject;
+mod leases;
 mod listener;
 mod machines;
 mod maintenance;
@@ -52,8 +53,11 @@ pub struct Config {
     pub owner: String,
     /// Longest a worker sleeps without a notification before claiming again.
     pub poll_interval: Duration,
-    /// A lease lasts the function's timeout plus this.
+    /// A lease lasts the function's timeout plus this, or [`Config::lease`] when shorter.
     pub lease_margin: Duration,
+    /// Longest a claim lasts without being renewed: the runtime renews the leases of the steps
+    /// it runs every third of this, so a runtime that dies gives its steps back within it.
+    pub lease: Duration,
     /// On shutdown, how long calls in flight may take to finish.
     pub grace: Duration,
     pub backoff: Backoff,
@@ -91,6 +95,7 @@ impl Default for Config {
             owner: default_owner(),
             poll_interval: Duration::from_secs(1),
             lease_margin: Duration::from_secs(30),
+            lease: Duration::from_secs(60),
             grace: Duration::from_secs(30),
             backoff: Backoff::default(),
             env: BTreeMap::new(),
@@ -298,11 +303,13 @@ pub async fn run(
 ) -> Result<(), WorkerError> {
     crate::install_crypto();
     hide_environment();
+    let held: Arc<leases::Held> = Arc::default();
     let (results, completers) = completer::start(
         &store,
         config.completers,
         config.commit_batch,
         &config.owner,
+        &held,
         &shutdown,
     );
     let notifies: listener::Notifies = Arc::default();
@@ -314,6 +321,13 @@ pub async fn run(
         notifies.clone(),
         [Arc::clone(&signals), Arc::clone(&alarms)],
         Arc::clone(&templates_changed),
+        Arc::clone(&held),
+        background.clone(),
+    ));
+    let leases = tokio::spawn(leases::keep(
+        store.clone(),
+        Arc::clone(&held),
+        config.owner.clone(),
         background.clone(),
     ));
     let machines = tokio::spawn(machines::run(
@@ -365,6 +379,7 @@ pub async fn run(
         store,
         config,
         results,
+        held,
     });
     // The workers follow the templates: started now for `bindings`, and again whenever a
     // template's current version changes (NOTIFY, or the poll when a notification is lost).
@@ -405,6 +420,7 @@ pub async fn run(
     let _ = listener.await;
     let _ = machines.await;
     let _ = maintenance.await;
+    let _ = leases.await;
     if let Some(s) = scheduler {
         let _ = s.await;
     }

@@ -27,6 +27,7 @@ pub(super) struct Shared {
     pub(super) store: Store,
     pub(super) config: Config,
     pub(super) results: Results,
+    pub(super) held: Arc<super::leases::Held>,
 }
 
 /// One worker loop for one template step.
@@ -39,7 +40,8 @@ pub(super) async fn work(
 ) {
     let cfg = &shared.config;
     let timeout = Duration::from_secs_f64(binding.function.timeout_secs);
-    let lease = timeout + cfg.lease_margin;
+    // Renewed while the call runs (`leases::keep`), so it need not cover the whole timeout.
+    let lease = (timeout + cfg.lease_margin).min(cfg.lease);
     let batch = binding.batch_limit.unwrap_or(cfg.default_batch).max(1) as usize;
     let slots = Arc::new(Semaphore::new(binding.function.concurrency.max(1) as usize));
     let inflight: Arc<Mutex<HashMap<i64, Claimed>>> = Arc::default();
@@ -58,11 +60,21 @@ pub(super) async fn work(
                 Err(_) => break,
             }
         }
+        let gate = shared.held.claiming().await;
         let claim = claim(&shared, &binding, permits.len(), lease).await;
+        if let Ok(c) = &claim {
+            shared.held.hold(c, lease);
+        }
+        drop(gate);
         let mut claimed = match claim {
             Ok(c) => c,
             Err(e) => {
                 warn!(step = %binding.key(), error = %e, "claim failed; retrying");
+                if !e.is_refusal() {
+                    // It may have committed all the same: steps leased to us that we do not
+                    // hold are given back once the server answers again.
+                    shared.held.doubt();
+                }
                 drop(permits);
                 tokio::select! {
                     () = tokio::time::sleep(cfg.poll_interval) => continue,

@@ -1,12 +1,12 @@
 //! Connecting: `DATABASE_URL` when given, else the private embedded cluster; migrations.
 
 use std::path::Path;
-use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool};
 
+use super::hosts::{self, Hosts};
 use crate::pg::{Cluster, ClusterOptions, PgError};
 
 /// The migrations in `migrations/`, embedded in the binary.
@@ -98,6 +98,14 @@ pub enum DbError {
     Url(sqlx::Error),
     #[error("cannot connect to {url}: {}", reason(cause))]
     Connect { url: String, cause: sqlx::Error },
+    #[error("invalid database URL: {0}")]
+    BadUrl(String),
+    #[error("cannot connect to {url}: {why}")]
+    NoServer { url: String, why: String },
+    #[error(
+        "{url} is a transaction (or statement) pooler: two of workdo's sessions were given the same server connection (backend {pid}). workdo needs a session of its own (LISTEN, advisory locks, prepared statements); point DATABASE_URL at Postgres itself or at a pool in session mode (PgBouncer: pool_mode = session)"
+    )]
+    TransactionPooler { url: String, pid: i32 },
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("applying the engine file migrations/engine/{file} failed")]
@@ -168,11 +176,7 @@ pub async fn resolve(url: Option<&str>, data_dir: &Path) -> Result<Target, DbErr
 /// # Errors
 /// When the server cannot be reached or refuses.
 pub async fn create_database(admin_url: &str, name: &str) -> Result<(), DbError> {
-    let opts = PgConnectOptions::from_str(admin_url).map_err(DbError::Url)?;
-    let mut conn = opts.connect().await.map_err(|source| DbError::Connect {
-        url: redact(admin_url),
-        cause: source,
-    })?;
+    let (_, mut conn) = Hosts::parse(admin_url)?.pick(admin_url).await?;
     let exists: bool =
         sqlx::query_scalar("select exists (select 1 from pg_database where datname = $1)")
             .bind(name)
@@ -202,10 +206,21 @@ pub async fn create_database(admin_url: &str, name: &str) -> Result<(), DbError>
 /// passes `jit_above_cost` would JIT-compile on every call) with a `SET` after connecting, not
 /// with the `options` startup parameter, which poolers such as PgBouncer refuse.
 pub fn pool_options(max_connections: u32) -> PgPoolOptions {
+    session_options(max_connections, false)
+}
+
+/// [`pool_options`], and when `writable`, a new connection to a server in recovery is refused
+/// (the pool tries again, by then perhaps at the server [`hosts::follow`] found).
+fn session_options(max_connections: u32, writable: bool) -> PgPoolOptions {
     PgPoolOptions::new()
         .max_connections(max_connections)
-        .after_connect(|conn, _meta| {
+        .after_connect(move |conn, _meta| {
             Box::pin(async move {
+                if writable && hosts::read_only(&mut *conn).await? {
+                    return Err(sqlx::Error::Configuration(
+                        "the server is read-only (in recovery); waiting for a writable one".into(),
+                    ));
+                }
                 sqlx::query("set jit = off").execute(&mut *conn).await?;
                 Ok(())
             })
@@ -214,41 +229,78 @@ pub fn pool_options(max_connections: u32) -> PgPoolOptions {
 
 /// A pool for runtime sessions (see [`pool_options`]), with a recognisable application name.
 ///
+/// `url` may name several hosts (`postgres://u@db1,db2/workdo?target_session_attrs=read-write`):
+/// the first writable one is used, and followed when it goes ([`hosts`]). A transaction pooler
+/// is refused with a message saying what to configure ([`DbError::TransactionPooler`]).
+///
 /// # Errors
-/// When the URL is malformed or the server cannot be reached.
+/// When the URL is malformed or no server can be reached.
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, DbError> {
-    let opts = PgConnectOptions::from_str(url)
-        .map_err(DbError::Url)?
-        .application_name("workdo");
+    let hosts = Hosts::parse(url)?;
     // One connection first, to report why the server cannot be reached ("connection refused
     // at …") at once: the pool retries until its acquire timeout and then says only that it
     // timed out.
-    let probe = tokio::time::timeout(Duration::from_secs(10), opts.connect()).await;
-    match probe {
-        Ok(Ok(conn)) => {
-            let _ = conn.close().await;
-        }
-        Ok(Err(source)) => {
-            return Err(DbError::Connect {
-                url: redact(url),
-                cause: source,
-            });
-        }
-        Err(_) => {
-            return Err(DbError::Connect {
-                url: redact(url),
-                cause: sqlx::Error::PoolTimedOut,
-            });
-        }
-    }
-    pool_options(max_connections)
+    let (i, mut probe) = hosts.pick(url).await?;
+    refuse_transaction_pooler(url, &hosts.options[i], &mut probe).await?;
+    let opts = hosts.options[i].clone().application_name("workdo");
+    let pool = session_options(max_connections, hosts.followed())
         .acquire_timeout(Duration::from_secs(30))
         .connect_with(opts)
         .await
         .map_err(|source| DbError::Connect {
             url: redact(url),
             cause: source,
-        })
+        })?;
+    if hosts.followed() {
+        tokio::spawn(hosts::follow(
+            pool.clone(),
+            hosts,
+            url.to_string(),
+            i,
+            probe,
+        ));
+    } else {
+        let _ = probe.close().await;
+    }
+    Ok(pool)
+}
+
+/// Refuse a transaction or statement pooler (PgBouncer's `pool_mode = transaction`): there,
+/// two client sessions take turns on one server connection, which loses LISTEN, leaks advisory
+/// locks and `SET`s between clients, and breaks prepared statements. Seen from here: with
+/// `first` idle, a second session is handed the same backend. Simple-protocol queries only, so
+/// the check itself works through any pooler.
+async fn refuse_transaction_pooler(
+    url: &str,
+    opts: &PgConnectOptions,
+    first: &mut sqlx::PgConnection,
+) -> Result<(), DbError> {
+    async fn backend(conn: &mut sqlx::PgConnection) -> Result<i32, sqlx::Error> {
+        use sqlx::Row;
+        sqlx::raw_sql("select pg_backend_pid()")
+            .fetch_one(conn)
+            .await?
+            .try_get::<i32, _>(0)
+    }
+    let mut second = match tokio::time::timeout(Duration::from_secs(10), opts.connect()).await {
+        Ok(Ok(c)) => c,
+        // The server has no room for a second session now: nothing to learn from it here, and
+        // the pool says so soon enough if it stays that way.
+        _ => return Ok(()),
+    };
+    for _ in 0..2 {
+        let a = backend(first).await?;
+        let b = backend(&mut second).await?;
+        if a == b {
+            let _ = second.close().await;
+            return Err(DbError::TransactionPooler {
+                url: redact(url),
+                pid: a,
+            });
+        }
+    }
+    let _ = second.close().await;
+    Ok(())
 }
 
 /// Drop `name` on the server behind `admin_url` if it exists, disconnecting its sessions.

@@ -16,6 +16,7 @@ mod demo;
 mod dispatch;
 mod events;
 mod handoff;
+pub mod hosts;
 mod housekeeping;
 mod idempotency;
 mod machine;
@@ -178,6 +179,22 @@ impl Store {
         let pool = db::pool_options(max)
             .acquire_timeout(std::time::Duration::from_secs(3))
             .connect_lazy_with((*self.pool.connect_options()).clone());
+        // After a failover the main pool is pointed at the new primary (`hosts::follow`); this
+        // one follows it within a second.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (main, requests) = (self.pool.clone(), pool.clone());
+            rt.spawn(async move {
+                let mut seen = main.connect_options();
+                while !main.is_closed() && !requests.is_closed() {
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    let now = main.connect_options();
+                    if !std::sync::Arc::ptr_eq(&now, &seen) {
+                        requests.set_connect_options((*now).clone());
+                        seen = now;
+                    }
+                }
+            });
+        }
         Store {
             pool,
             trace_start: self.trace_start,
