@@ -161,9 +161,11 @@ pub struct RuntimeArgs {
     /// the defaults are the workflow service's).
     #[arg(long, env = "WORKDO_SIDEKIQ_RULES", value_name = "FILE")]
     pub sidekiq_rules: Option<PathBuf>,
-    /// Database connections this process may use.
-    #[arg(long, default_value_t = 16)]
-    pub max_connections: u32,
+    /// Database connections this process's runtime may use (besides the API's pool and the
+    /// listener). Default: 16 for `up`; for `worker`, what its steps need — one per step, one
+    /// per completer and three for the maintenance, machine and alert loops — at most 16.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: Option<u32>,
     /// Transactions committing results in parallel (each holds a connection while it commits).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub completers: u32,

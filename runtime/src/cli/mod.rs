@@ -358,8 +358,10 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
         return Ok(());
     }
     let connections = match &cli.command {
-        Command::Up(a) => a.runtime.max_connections,
-        Command::Worker { runtime, .. } => runtime.max_connections,
+        Command::Up(a) => a.runtime.max_connections.unwrap_or(16),
+        Command::Worker { runtime, steps } => runtime
+            .max_connections
+            .unwrap_or_else(|| up::worker_connections(steps.len(), runtime.completers)),
         _ => 4,
     };
     let pool = db::connect(&target.url, connections).await?;

@@ -135,6 +135,16 @@ async fn spawn_api(
     Ok(Some((task, bound, access)))
 }
 
+/// The pool a `workdo worker` for `steps` steps needs: a connection per step (each claims on
+/// its own), one per completer, and three for the maintenance, machine and alert loops; at most
+/// `up`'s 16.
+pub fn worker_connections(steps: usize, completers: u32) -> u32 {
+    (u32::try_from(steps).unwrap_or(u32::MAX))
+        .saturating_add(completers)
+        .saturating_add(3)
+        .min(16)
+}
+
 /// The connections one `workdo up` may hold: its pool (`--max-connections`), the API's own pool
 /// (half that, at least two) when it serves the API, and the listener's one connection.
 pub fn connection_budget(max_connections: u32, api: bool) -> u32 {
@@ -148,7 +158,7 @@ pub fn budget_warning(budget: u32, max: i64, reserved: i64, open: i64) -> Option
     let room = max - reserved - open;
     (i64::from(budget) > room).then(|| {
         format!(
-            "workdo: this process may open up to {budget} database connections, but the server has room for {} more (max_connections {max}, {reserved} reserved for superusers, {open} open): raise max_connections or give each process a smaller --max-connections (README: Connections)",
+            "workdo: this process may open up to {budget} database connections, but the server has room for {} more (max_connections {max}, {reserved} reserved for superusers, {open} open): raise max_connections or give each process a smaller --max-connections (README: Running in production, Connections)",
             room.max(0)
         )
     })
@@ -169,7 +179,7 @@ pub(super) async fn up(
         let templates = store.template_list().await?.len();
         if let Ok((max, reserved, open)) = store.connection_room().await
             && let Some(w) = budget_warning(
-                connection_budget(args.runtime.max_connections, server.is_some()),
+                connection_budget(args.runtime.max_connections.unwrap_or(16), server.is_some()),
                 max,
                 reserved,
                 open,
@@ -336,6 +346,13 @@ pub(super) async fn worker(store: Store, steps: &[String], args: &RuntimeArgs) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_worker_pool_is_sized_from_its_steps() {
+        assert_eq!(worker_connections(1, 2), 6);
+        assert_eq!(worker_connections(3, 4), 10);
+        assert_eq!(worker_connections(40, 2), 16, "never more than up's default");
+    }
 
     #[test]
     fn the_connection_budget_and_its_warning() {

@@ -86,14 +86,22 @@ impl Held {
     }
 }
 
-/// Renew the leases held, and give back what lost connections left, until `stop`.
-pub(super) async fn keep(store: Store, held: Arc<Held>, owner: String, stop: CancellationToken) {
+/// Renew the leases held, and give back what lost connections left, until `stop`. `lease` is
+/// the longest lease a claim gets: a step claimed while this sleeps is renewed within a third
+/// of it.
+pub(super) async fn keep(
+    store: Store,
+    held: Arc<Held>,
+    owner: String,
+    lease: Duration,
+    stop: CancellationToken,
+) {
     loop {
         // A give-back that failed (the server is still away) is tried again soon.
         let wait = if held.in_doubt.load(Ordering::SeqCst) {
             Duration::from_millis(500)
         } else {
-            held.beat()
+            held.beat().min(lease / 3)
         };
         tokio::select! {
             () = tokio::time::sleep(wait) => {}

@@ -57,20 +57,26 @@ pub(super) async fn listen(
         }
         loop {
             tokio::select! {
-                msg = listener.recv() => match msg {
-                    Ok(m) if m.channel() == crate::store::SIGNAL_CHANNEL => {
+                msg = listener.try_recv() => match msg {
+                    Ok(Some(m)) if m.channel() == crate::store::SIGNAL_CHANNEL => {
                         for s in &signals {
                             s.notify_one();
                         }
                     }
-                    Ok(m) if m.channel() == crate::store::TEMPLATES_CHANNEL => {
+                    Ok(Some(m)) if m.channel() == crate::store::TEMPLATES_CHANNEL => {
                         templates.notify_one();
                     }
-                    Ok(m) => {
+                    Ok(Some(m)) => {
                         let n = notifies.read().ok().and_then(|map| map.get(m.payload()).cloned());
                         if let Some(n) = n {
                             n.notify_one();
                         }
+                    }
+                    // The connection was lost; the next call reconnects. Claims in flight then
+                    // may have committed unseen, and notifications may have been missed.
+                    Ok(None) => {
+                        warn!("LISTEN connection lost; reconnecting");
+                        break;
                     }
                     Err(e) => {
                         warn!(error = %e, "LISTEN connection lost; reconnecting");

@@ -328,6 +328,7 @@ pub async fn run(
         store.clone(),
         Arc::clone(&held),
         config.owner.clone(),
+        config.lease,
         background.clone(),
     ));
     let machines = tokio::spawn(machines::run(

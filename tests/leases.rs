@@ -1,0 +1,172 @@
+//! Leases kept honest: renewed while a long call runs, so they can be short; and a claim whose
+//! answer was lost with the connection is given back when the server answers again, instead of
+//! sitting `started` until its lease expires.
+
+mod support;
+
+use std::time::Duration;
+
+use support::db;
+use workdo::store::StartRequest;
+
+/// A function that runs three times longer than `--lease`: its lease is renewed while it runs,
+/// so no other runtime's sweep takes the step, and it completes on its first attempt.
+#[tokio::test]
+async fn a_lease_is_renewed_while_a_long_call_runs() {
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let slow = support::function_script(
+        dir.path(),
+        "slow.sh",
+        "#!/bin/sh\ncat >/dev/null\nsleep 9\necho '{\"status\":\"completed\"}'\n",
+    );
+    support::load(
+        &t.store,
+        "long.yaml",
+        &format!("name: longWF\nsteps:\n  - {{ name: a, function: {{ exec: ['{slow}'], timeout: 60s }} }}\n"),
+    )
+    .await;
+    t.store
+        .workflow_start(&StartRequest::new("longWF", &["obj:long"]))
+        .await
+        .expect("start");
+    let mut config = support::config();
+    config.lease = Duration::from_secs(3);
+    let running = support::start(&t.store, config).await;
+    support::wait_until(
+        t.pool(),
+        "select count(*) = 1 from workdo.steps where template = 'longWF' and status = 'completed'",
+        60,
+    )
+    .await;
+    running.stop().await;
+    let kinds = support::event_kinds(t.pool(), "obj:long", "a").await;
+    assert!(
+        !kinds.iter().any(|k| k == "lease_expired"),
+        "the lease lapsed while the call ran: {kinds:?}"
+    );
+    let s = support::step(t.pool(), "obj:long", "a").await;
+    assert_eq!(s.attempts, 1, "{kinds:?}");
+}
+
+/// Steps leased to a runtime that it does not hold (a claim that committed while its answer was
+/// lost) go back to the queue with their attempts; steps it holds, and other runtimes' steps,
+/// stay as they are.
+#[tokio::test]
+async fn steps_leased_but_not_held_are_given_back() {
+    let t = db().await;
+    support::load(
+        &t.store,
+        "held.yaml",
+        "name: heldWF\nsteps:\n  - { name: a, function: { builtin: noop } }\n",
+    )
+    .await;
+    t.store
+        .workflow_start(&StartRequest::new(
+            "heldWF",
+            &["obj:h1", "obj:h2", "obj:h3", "obj:h4"],
+        ))
+        .await
+        .expect("start");
+    let hour = Duration::from_secs(3600);
+    let mine = t
+        .store
+        .step_claim("heldWF", "a", None, 3, "me", hour)
+        .await
+        .expect("claim");
+    let theirs = t
+        .store
+        .step_claim("heldWF", "a", None, 1, "other", hour)
+        .await
+        .expect("claim");
+    assert_eq!((mine.len(), theirs.len()), (3, 1));
+    let returned = t
+        .store
+        .steps_return_leases("me", &[mine[0].id])
+        .await
+        .expect("return");
+    assert_eq!(returned, 2);
+    let ids = [mine[0].id, mine[1].id, mine[2].id, theirs[0].id];
+    let rows: Vec<(String, i32)> = sqlx::query_as(
+        "select s.status, s.attempts from unnest($1::bigint[]) with ordinality as i(id, n)
+           join workdo.steps s on s.id = i.id order by i.n",
+    )
+    .bind(&ids[..])
+    .fetch_all(t.pool())
+    .await
+    .expect("steps");
+    let started = ("started".to_string(), 1);
+    let ready = ("ready".to_string(), 0);
+    assert_eq!(rows, [started.clone(), ready.clone(), ready, started]);
+    let kinds = support::event_kinds(t.pool(), &mine[1].object_id, "a").await;
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("released"),
+        "{kinds:?}"
+    );
+}
+
+/// End to end: a step claimed under the runtime's name whose answer it never saw (claimed here,
+/// with a lease of an hour) is given back and run as soon as the runtime's connection to the
+/// server is cut and comes back — not an hour later.
+#[tokio::test]
+async fn a_runtime_that_reconnects_gives_back_what_it_does_not_hold() {
+    let t = db().await;
+    support::load(
+        &t.store,
+        "lost.yaml",
+        "name: lostWF\nsteps:\n  - { name: a, function: { builtin: noop } }\n",
+    )
+    .await;
+    t.store
+        .workflow_start(&StartRequest::new("lostWF", &["obj:lost"]))
+        .await
+        .expect("start");
+    let mut config = support::config();
+    config.owner = "runtime-that-lost-an-answer".into();
+    let claimed = t
+        .store
+        .step_claim(
+            "lostWF",
+            "a",
+            None,
+            1,
+            &config.owner,
+            Duration::from_secs(3600),
+        )
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), 1);
+    let running = support::start(&t.store, config).await;
+    // The runtime is listening; cut its LISTEN connection as a failover or network fault would.
+    support::wait_for("the runtime to listen", 30, || async {
+        sqlx::query_scalar::<_, i64>(
+            "select count(*) from pg_stat_activity where datname = current_database() and query ilike 'listen%'",
+        )
+        .fetch_one(t.pool())
+        .await
+        .is_ok_and(|n| n > 0)
+    })
+    .await;
+    let s = support::step(t.pool(), "obj:lost", "a").await;
+    assert_eq!(
+        s.status, "started",
+        "nothing gives it back before the connection is lost"
+    );
+    sqlx::query(
+        "select pg_terminate_backend(pid) from pg_stat_activity
+          where datname = current_database() and query ilike 'listen%'",
+    )
+    .execute(t.pool())
+    .await
+    .expect("terminate");
+    support::wait_until(
+        t.pool(),
+        "select count(*) = 1 from workdo.steps where template = 'lostWF' and status = 'completed'",
+        30,
+    )
+    .await;
+    running.stop().await;
+    let kinds = support::event_kinds(t.pool(), "obj:lost", "a").await;
+    assert!(kinds.iter().any(|k| k == "released"), "{kinds:?}");
+}
