@@ -125,11 +125,17 @@ pub(super) async fn archive(
     );
     bar.set_message(if purge { "purging" } else { "archiving" });
     let mut done = crate::store::Archived::default();
+    let mut cursor = None;
     loop {
-        let b = store.archive_batch(before, batch, purge).await?;
+        let b = store.archive_batch(before, batch, purge, cursor).await?;
         if b.workflows == 0 {
+            // Once more from the start: a workflow another transaction held is behind the cursor.
+            if cursor.take().is_some() {
+                continue;
+            }
             break;
         }
+        cursor = b.cursor;
         done.workflows += b.workflows;
         done.steps += b.steps;
         done.events += b.events;

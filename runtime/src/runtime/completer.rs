@@ -114,7 +114,7 @@ async fn commit(store: &Store, batch: &[StepResult], actor: &str, stop: &Cancell
         match committed {
             Ok(applied) => {
                 if !applied.lost.is_empty() {
-                    warn!(steps = ?applied.lost, "results dropped: their leases were lost");
+                    warn!(steps = ?applied.lost, "results dropped: their steps no longer hold these leases (they expired, or these results were committed by an earlier try whose answer was lost)");
                 }
                 return;
             }

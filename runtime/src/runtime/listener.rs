@@ -41,6 +41,7 @@ pub(super) async fn listen(
         };
         // Back after losing the connection: a claim in flight then may have committed unseen.
         if !std::mem::take(&mut first) {
+            tracing::info!("LISTEN connection back");
             held.doubt();
         }
         // Anything notified while we were not listening is picked up by one claim round.

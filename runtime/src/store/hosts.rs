@@ -202,6 +202,8 @@ pub(crate) async fn follow(
         }
         let lost = Instant::now();
         warn!(server = %hosts.labels[current], "the writable server is gone or read-only; looking for another");
+        // Said at once and then every ten seconds, not at every round (four a second).
+        let mut said = None::<Instant>;
         loop {
             if pool.is_closed() {
                 return;
@@ -224,7 +226,14 @@ pub(crate) async fn follow(
                     break;
                 }
                 Err(e) => {
-                    warn!(error = %e, "no writable server yet; trying again");
+                    if said.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                        warn!(
+                            error = %e,
+                            waited_s = lost.elapsed().as_secs(),
+                            "no writable server yet; trying again every 250 ms"
+                        );
+                        said = Some(Instant::now());
+                    }
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }
             }

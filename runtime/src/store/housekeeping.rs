@@ -84,6 +84,9 @@ pub struct Archived {
     pub steps: u64,
     pub events: u64,
     pub batches: u64,
+    /// Where the next batch starts: the last workflow moved (`completed_at`, `id`).
+    #[serde(skip)]
+    pub cursor: Option<(DateTime<Utc>, i64)>,
 }
 
 impl Store {
@@ -287,11 +290,18 @@ impl Store {
         purge: bool,
     ) -> Result<Archived> {
         let mut total = Archived::default();
+        let mut cursor = None;
         loop {
-            let done = self.archive_batch(before, batch, purge).await?;
+            let done = self.archive_batch(before, batch, purge, cursor).await?;
             if done.workflows == 0 {
+                // From the start once more: a workflow skipped while another transaction held
+                // it lies behind the cursor.
+                if cursor.take().is_some() {
+                    continue;
+                }
                 return Ok(total);
             }
+            cursor = done.cursor;
             total.workflows += done.workflows;
             total.steps += done.steps;
             total.events += done.events;
@@ -302,28 +312,51 @@ impl Store {
     /// One batch of [`Store::archive`]: the oldest `batch` finished workflows (the partial index
     /// `workflows_finished`), each with its steps and events as one JSON record in
     /// `workdo.archive` unless `purge`, then deleted. Events are found by object and workflow
-    /// through `events_object`. Nothing moved means nothing was left.
+    /// through `events_object`. Nothing moved means nothing was left (after `cursor`, the
+    /// previous batch's [`Archived::cursor`]: without it each batch would step again over the
+    /// index entries of every workflow moved before it, dead until a vacuum).
     pub async fn archive_batch(
         &self,
         before: DateTime<Utc>,
         batch: i64,
         purge: bool,
+        cursor: Option<(DateTime<Utc>, i64)>,
     ) -> Result<Archived> {
         let mut tx = self.pool.begin().await?;
-        let picked: Vec<(i64, String)> = sqlx::query_as(
-            "select id, object_id from workdo.workflows
-              where status = 'completed' and completed_at < $1
-              order by completed_at, id limit $2 for update skip locked",
-        )
-        .bind(before)
-        .bind(batch.clamp(1, 100_000))
-        .fetch_all(&mut *tx)
-        .await?;
-        if picked.is_empty() {
+        let limit = batch.clamp(1, 100_000);
+        let picked: Vec<(i64, String, DateTime<Utc>)> = match cursor {
+            None => {
+                sqlx::query_as(
+                    "select id, object_id, completed_at from workdo.workflows
+                      where status = 'completed' and completed_at < $1
+                      order by completed_at, id limit $2 for update skip locked",
+                )
+                .bind(before)
+                .bind(limit)
+                .fetch_all(&mut *tx)
+                .await?
+            }
+            Some((at, id)) => {
+                sqlx::query_as(
+                    "select id, object_id, completed_at from workdo.workflows
+                      where status = 'completed' and completed_at < $1
+                        and (completed_at, id) > ($3, $4)
+                      order by completed_at, id limit $2 for update skip locked",
+                )
+                .bind(before)
+                .bind(limit)
+                .bind(at)
+                .bind(id)
+                .fetch_all(&mut *tx)
+                .await?
+            }
+        };
+        let Some(last) = picked.last().map(|(id, _, at)| (*at, *id)) else {
             tx.commit().await?;
             return Ok(Archived::default());
-        }
-        let (ids, objects): (Vec<i64>, Vec<String>) = picked.into_iter().unzip();
+        };
+        let (ids, objects): (Vec<i64>, Vec<String>) =
+            picked.into_iter().map(|(id, o, _)| (id, o)).unzip();
         if !purge {
             sqlx::query(
                 "insert into workdo.archive (workflow_id, object_id, template, completed_at, record)
@@ -368,6 +401,7 @@ impl Store {
             steps,
             events,
             batches: 1,
+            cursor: Some(last),
         })
     }
 
