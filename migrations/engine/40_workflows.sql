@@ -6,13 +6,16 @@
 -- are in ARCHITECTURE.md ("Decisions") and in the migration that first measured them.
 
 -- A deleted workflow's steps go with it (statement-level trigger): there is no foreign key
--- from steps to workflows, whose per-row check was 30% of starting workflows in bulk.
+-- from steps to workflows, whose per-row check was 30% of starting workflows in bulk. The ids
+-- as an array, so the steps are found through their (workflow_id, name) index: a join with
+-- the transition table was planned as a hash join over every step (458 ms per 1,000
+-- workflows deleted with 5 M steps, 4 ms this way; engine version 17).
 CREATE OR REPLACE FUNCTION workdo.delete_steps_of_deleted_workflows()
  RETURNS trigger
  LANGUAGE plpgsql
 AS $function$
 begin
-    delete from workdo.steps s using deleted d where s.workflow_id = d.id;
+    delete from workdo.steps where workflow_id = any(array(select id from deleted));
     return null;
 end
 $function$;
