@@ -45,6 +45,24 @@ async fn signals_move_a_job_and_refusals_change_nothing() {
             .contains("accepts add, arm, boom, bump, chain, stop"),
         "{err}"
     );
+    // ... and leaves a trace: a `signal_refused` event with the signal, actor, state and why.
+    let refused: serde_json::Value = sqlx::query_scalar(
+        "select detail from workdo.events where workflow_id = $1 and kind = 'signal_refused'",
+    )
+    .bind(id)
+    .fetch_one(t.pool())
+    .await
+    .expect("a signal_refused event");
+    assert_eq!(
+        (&refused["signal"], &refused["actor"], &refused["state"]),
+        (&json!("nope"), &json!("ann"), &json!("Idle"))
+    );
+    assert!(
+        refused["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("not accepted in Idle")),
+        "{refused}"
+    );
     let err = t
         .store
         .machine_signal(id, "add", &json!({"n": "a\u{0}b"}), "ann")

@@ -351,7 +351,11 @@ mod tests {
     fn a_worker_pool_is_sized_from_its_steps() {
         assert_eq!(worker_connections(1, 2), 6);
         assert_eq!(worker_connections(3, 4), 10);
-        assert_eq!(worker_connections(40, 2), 16, "never more than up's default");
+        assert_eq!(
+            worker_connections(40, 2),
+            16,
+            "never more than up's default"
+        );
     }
 
     #[test]

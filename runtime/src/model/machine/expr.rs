@@ -5,8 +5,12 @@
 //! Expressions: numbers, `'strings'` or `"strings"`, `true`, `false`, `null`; names — a state
 //! variable, else a config constant, `now` (RFC 3339, UTC), `signal.actor`, `signal.name`,
 //! `signal.data.KEY…`, `state`; `+` (numbers add, otherwise text joins), `-`, `*`, `/`, `%`;
-//! `==`, `!=`, `<`, `<=`, `>`, `>=`; `&&`, `||`, `!`; parentheses. A name that is not defined
-//! is an error (a typo must not read as null).
+//! `==`, `!=`, `<`, `<=`, `>`, `>=`; `&&`, `||` (short-circuit: the right side is not evaluated
+//! when the left decides), `!`; parentheses; `has(name)` (true when the name is defined and not
+//! null: `has(signal.data.reason) && signal.data.reason != ''` guards an optional key); `x ?? y`
+//! (`y` when `x` is undefined or null; the loosest operator). A name that is not defined is an
+//! error anywhere else (a typo must not read as null). A `}` inside a quoted string does not end
+//! the `${…}`.
 
 use serde_json::{Number, Value};
 
@@ -43,12 +47,10 @@ pub fn eval_value(v: &Value, scope: &dyn Scope) -> Result<Value, String> {
 /// As [`eval_value`].
 pub fn eval_text(s: &str, scope: &dyn Scope) -> Result<Value, String> {
     let t = s.trim();
-    if t.starts_with("${")
-        && t.ends_with('}')
-        && t[2..].find("${").is_none()
-        && t.matches('}').count() == 1
+    if let Some(inner) = t.strip_prefix("${")
+        && closing(inner) == Some(inner.len() - 1)
     {
-        return eval(&t[2..t.len() - 1], scope);
+        return eval(&inner[..inner.len() - 1], scope);
     }
     if !s.contains("${") {
         return Ok(Value::String(s.to_string()));
@@ -58,14 +60,27 @@ pub fn eval_text(s: &str, scope: &dyn Scope) -> Result<Value, String> {
     while let Some(at) = rest.find("${") {
         out.push_str(&rest[..at]);
         let after = &rest[at + 2..];
-        let end = after
-            .find('}')
-            .ok_or_else(|| format!("{s:?}: an unclosed ${{"))?;
+        let end = closing(after).ok_or_else(|| format!("{s:?}: an unclosed ${{"))?;
         out.push_str(&text_of(&eval(&after[..end], scope)?));
         rest = &after[end + 1..];
     }
     out.push_str(rest);
     Ok(Value::String(out))
+}
+
+/// Where the `}` that closes a `${` is in `after` (the text after the `${`): the first one that is
+/// not inside a quoted string.
+fn closing(after: &str) -> Option<usize> {
+    let mut quote = None;
+    for (i, c) in after.char_indices() {
+        match (quote, c) {
+            (None, '\'' | '"') => quote = Some(c),
+            (Some(q), c) if c == q => quote = None,
+            (None, '}') => return Some(i),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// A value as text: strings as they are, the rest as JSON.
@@ -99,8 +114,10 @@ pub fn eval(expr: &str, scope: &dyn Scope) -> Result<Value, String> {
         depth: 0,
         scope,
         expr,
+        skip: false,
+        missing_is_null: false,
     };
-    let v = p.or()?;
+    let v = p.coalesce()?;
     if p.at != tokens.len() {
         return Err(format!("{expr:?}: unexpected {:?}", tokens[p.at]));
     }
@@ -118,9 +135,7 @@ pub fn check(expr_text: &str) -> Result<(), String> {
     let mut rest = expr_text;
     while let Some(at) = rest.find("${") {
         let after = &rest[at + 2..];
-        let end = after
-            .find('}')
-            .ok_or_else(|| format!("{expr_text:?}: an unclosed ${{"))?;
+        let end = closing(after).ok_or_else(|| format!("{expr_text:?}: an unclosed ${{"))?;
         let tokens = lex(&after[..end])?;
         let mut p = Parser {
             tokens: &tokens,
@@ -128,6 +143,8 @@ pub fn check(expr_text: &str) -> Result<(), String> {
             depth: 0,
             scope: &Any,
             expr: &after[..end],
+            skip: true,
+            missing_is_null: false,
         };
         // Parse only: evaluation errors on nulls are not syntax errors.
         p.syntax_only()?;
@@ -151,8 +168,9 @@ fn lex(s: &str) -> Result<Vec<Tok>, String> {
     let b: Vec<char> = s.chars().collect();
     let mut i = 0;
     let mut out = Vec::new();
-    const OPS: [&str; 17] = [
-        "&&", "||", "==", "!=", "<=", ">=", "<", ">", "+", "-", "*", "/", "%", "!", "(", ")", ",",
+    const OPS: [&str; 18] = [
+        "??", "&&", "||", "==", "!=", "<=", ">=", "<", ">", "+", "-", "*", "/", "%", "!", "(", ")",
+        ",",
     ];
     while i < b.len() {
         let c = b[i];
@@ -206,6 +224,11 @@ struct Parser<'a> {
     depth: usize,
     scope: &'a dyn Scope,
     expr: &'a str,
+    /// Parsing a side that is not evaluated (the right of a decided `&&`/`||`/`??`, or a
+    /// syntax check): names are not looked up and nothing fails on values; the result is null.
+    skip: bool,
+    /// The left of `??`: an undefined name reads as null.
+    missing_is_null: bool,
 }
 
 fn num(v: &Value, expr: &str) -> Result<f64, String> {
@@ -233,7 +256,7 @@ impl Parser<'_> {
     }
 
     fn syntax_only(&mut self) -> Result<(), String> {
-        self.or().map(|_| ())?;
+        self.coalesce().map(|_| ())?;
         if self.at != self.tokens.len() {
             return Err(format!(
                 "{:?}: unexpected {:?}",
@@ -243,22 +266,68 @@ impl Parser<'_> {
         Ok(())
     }
 
+    /// Parse with `skip` set (when `skip_it`), restoring it after.
+    fn maybe_skipping<T>(
+        &mut self,
+        skip_it: bool,
+        f: impl FnOnce(&mut Self) -> Result<T, String>,
+    ) -> Result<T, String> {
+        let was = self.skip;
+        self.skip = was || skip_it;
+        let out = f(self);
+        self.skip = was;
+        out
+    }
+
+    /// Whether a `??` follows at this level of parentheses, before it closes.
+    fn coalescing_ahead(&self) -> bool {
+        let mut depth = 0usize;
+        for t in &self.tokens[self.at.min(self.tokens.len())..] {
+            match t {
+                Tok::Op("(") => depth += 1,
+                Tok::Op(")") if depth == 0 => return false,
+                Tok::Op(")") => depth -= 1,
+                Tok::Op("??") if depth == 0 => return true,
+                _ => {}
+            }
+        }
+        false
+    }
+
+    fn coalesce(&mut self) -> Result<Value, String> {
+        let was = self.missing_is_null;
+        self.missing_is_null = was || self.coalescing_ahead();
+        let v = self.or();
+        self.missing_is_null = was;
+        let mut v = v?;
+        while self.eat("??") {
+            let decided = !v.is_null();
+            let r = self.maybe_skipping(decided, Self::or)?;
+            if !decided {
+                v = r;
+            }
+        }
+        Ok(v)
+    }
+
     fn or(&mut self) -> Result<Value, String> {
         let mut v = self.and()?;
         while self.eat("||") {
-            let r = self.and()?;
-            v = Value::Bool(truthy(&v) || truthy(&r));
+            let decided = truthy(&v);
+            let r = self.maybe_skipping(decided, Self::and)?;
+            v = Value::Bool(decided || truthy(&r));
         }
-        Ok(v)
+        Ok(if self.skip { Value::Null } else { v })
     }
 
     fn and(&mut self) -> Result<Value, String> {
         let mut v = self.cmp()?;
         while self.eat("&&") {
-            let r = self.cmp()?;
-            v = Value::Bool(truthy(&v) && truthy(&r));
+            let decided = !truthy(&v);
+            let r = self.maybe_skipping(decided, Self::cmp)?;
+            v = Value::Bool(!decided && truthy(&r));
         }
-        Ok(v)
+        Ok(if self.skip { Value::Null } else { v })
     }
 
     fn cmp(&mut self) -> Result<Value, String> {
@@ -266,6 +335,9 @@ impl Parser<'_> {
         for op in ["==", "!=", "<=", ">=", "<", ">"] {
             if self.eat(op) {
                 let r = self.sum()?;
+                if self.skip {
+                    return Ok(Value::Null);
+                }
                 let ord = match (v.as_f64(), r.as_f64()) {
                     (Some(a), Some(b)) => a.partial_cmp(&b),
                     _ => Some(text_of(&v).cmp(&text_of(&r))),
@@ -293,12 +365,18 @@ impl Parser<'_> {
         loop {
             if self.eat("+") {
                 let r = self.product()?;
+                if self.skip {
+                    continue;
+                }
                 v = match (v.as_f64(), r.as_f64()) {
                     (Some(a), Some(b)) => number(a + b),
                     _ => Value::String(text_of(&v) + &text_of(&r)),
                 };
             } else if self.eat("-") {
                 let r = self.product()?;
+                if self.skip {
+                    continue;
+                }
                 v = number(num(&v, self.expr)? - num(&r, self.expr)?);
             } else {
                 return Ok(v);
@@ -319,6 +397,9 @@ impl Parser<'_> {
                 return Ok(v);
             };
             let r = self.unary()?;
+            if self.skip {
+                continue;
+            }
             let (a, b) = (num(&v, self.expr)?, num(&r, self.expr)?);
             if op != '*' && b == 0.0 {
                 return Err(format!("{:?}: division by zero", self.expr));
@@ -350,6 +431,9 @@ impl Parser<'_> {
         }
         if self.eat("-") {
             let v = self.unary()?;
+            if self.skip {
+                return Ok(Value::Null);
+            }
             return Ok(number(-num(&v, self.expr)?));
         }
         self.atom()
@@ -369,13 +453,27 @@ impl Parser<'_> {
                 "true" => Ok(Value::Bool(true)),
                 "false" => Ok(Value::Bool(false)),
                 "null" => Ok(Value::Null),
-                _ => self
-                    .scope
-                    .lookup(&n)
-                    .ok_or_else(|| format!("{:?}: {n:?} is not defined", self.expr)),
+                "has" if self.eat("(") => {
+                    let Some(Tok::Name(path)) = self.tokens.get(self.at).cloned() else {
+                        return Err(format!("{:?}: has( takes a name", self.expr));
+                    };
+                    self.at += 1;
+                    if !self.eat(")") {
+                        return Err(format!("{:?}: has({path} without its )", self.expr));
+                    }
+                    Ok(Value::Bool(
+                        !self.skip && self.scope.lookup(&path).is_some_and(|v| !v.is_null()),
+                    ))
+                }
+                _ if self.skip => Ok(Value::Null),
+                _ => match self.scope.lookup(&n) {
+                    Some(v) => Ok(v),
+                    None if self.missing_is_null => Ok(Value::Null),
+                    None => Err(format!("{:?}: {n:?} is not defined", self.expr)),
+                },
             },
             Tok::Op("(") => {
-                let v = self.or()?;
+                let v = self.coalesce()?;
                 if !self.eat(")") {
                     return Err(format!("{:?}: a ( without its )", self.expr));
                 }
@@ -431,5 +529,55 @@ mod tests {
                 .contains("nested more than 64 deep")
         );
         assert!(check(&format!("${{{}true}}", "!".repeat(100_000))).is_err());
+    }
+
+    #[test]
+    fn and_or_short_circuit_and_optional_keys_can_be_guarded() {
+        let s = Vars(json!({"n": 0, "signal": {"data": {"reason": "spam", "empty": null}}}));
+        // The right side is not evaluated when the left decides: no "not defined", no division
+        // by zero.
+        assert_eq!(eval_text("${false && nope > 1}", &s), Ok(json!(false)));
+        assert_eq!(eval_text("${true || nope > 1}", &s), Ok(json!(true)));
+        assert_eq!(eval_text("${n != 0 && 10 / n > 1}", &s), Ok(json!(false)));
+        assert!(
+            eval_text("${true && nope}", &s)
+                .unwrap_err()
+                .contains("not defined")
+        );
+        assert_eq!(eval_text("${has(signal.data.reason)}", &s), Ok(json!(true)));
+        assert_eq!(
+            eval_text("${has(signal.data.missing)}", &s),
+            Ok(json!(false))
+        );
+        assert_eq!(eval_text("${has(signal.data.empty)}", &s), Ok(json!(false)));
+        assert_eq!(
+            eval_text("${has(signal.data.missing) && signal.data.missing > 3}", &s),
+            Ok(json!(false))
+        );
+        assert_eq!(
+            eval_text("${signal.data.missing ?? 'none'}", &s),
+            Ok(json!("none"))
+        );
+        assert_eq!(
+            eval_text("${signal.data.reason ?? nope}", &s),
+            Ok(json!("spam"))
+        );
+        assert_eq!(eval_text("${(signal.data.empty) ?? 7}", &s), Ok(json!(7)));
+        // Undefined still fails where no `??` guards it.
+        assert!(eval_text("${signal.data.missing + 1}", &s).is_err());
+        assert!(check("${has(a.b) && a.b ?? 1}").is_ok());
+        assert!(check("${has(1)}").is_err());
+    }
+
+    #[test]
+    fn a_brace_inside_a_string_does_not_end_the_expression() {
+        let s = Vars(json!({"who": "ann"}));
+        assert_eq!(eval_text("${'{' + who + '}'}", &s), Ok(json!("{ann}")));
+        assert_eq!(
+            eval_text("to ${who + \"}\"} and ${'}'}", &s),
+            Ok(json!("to ann} and }"))
+        );
+        assert!(check("${'}' + who}").is_ok());
+        assert!(eval_text("${'}'", &s).is_err());
     }
 }

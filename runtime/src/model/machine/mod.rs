@@ -7,6 +7,7 @@
 //! runs transitions (`store/machine.rs`); this module parses, validates and plans them.
 
 pub mod expr;
+pub mod plan;
 
 use std::collections::BTreeMap;
 
@@ -44,8 +45,11 @@ pub struct State {
     pub is_final: bool,
 }
 
-/// Where a signal leads, and the actions on the way: `Target` or `{to, actions}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Where a signal leads, and the actions on the way: `Target` or `{to, actions, internal}`.
+/// `internal: true` (a transition to the state it is in) runs its actions without leaving the
+/// state: no exit (its alarms stay), no enter actions — SCXML's internal transition. Without it
+/// a transition back to the same state leaves and re-enters it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Transition {
     To(String),
@@ -53,7 +57,49 @@ pub enum Transition {
         to: String,
         #[serde(default)]
         actions: Vec<Action>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        internal: bool,
     },
+}
+
+/// A transition written as a map: only these keys (a typo such as `actoins` is refused, naming
+/// the key, instead of its actions being dropped).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TransitionBody {
+    to: String,
+    #[serde(default)]
+    actions: Vec<Action>,
+    #[serde(default)]
+    internal: bool,
+}
+
+impl<'de> Deserialize<'de> for Transition {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Shape;
+        impl<'de> serde::de::Visitor<'de> for Shape {
+            type Value = Transition;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a target state, or a map with `to`, `actions` and `internal`")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Transition, E> {
+                Ok(Transition::To(v.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Transition, A::Error> {
+                let b =
+                    TransitionBody::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(Transition::With {
+                    to: b.to,
+                    actions: b.actions,
+                    internal: b.internal,
+                })
+            }
+        }
+        d.deserialize_any(Shape)
+    }
 }
 
 impl Transition {
@@ -68,6 +114,11 @@ impl Transition {
             Transition::To(_) => &[],
             Transition::With { actions, .. } => actions,
         }
+    }
+
+    /// An internal transition: its actions run without leaving the state.
+    pub fn internal(&self) -> bool {
+        matches!(self, Transition::With { internal: true, .. })
     }
 }
 
@@ -433,10 +484,27 @@ pub fn validate(
                     format!("{sname} --{signal}--> {:?}: no such state", t.target()),
                 );
             }
+            if t.internal() && t.target() != sname {
+                problem(
+                    sname,
+                    "on",
+                    format!(
+                        "{sname} --{signal}--> {}: internal: true is for a transition to the state it is in",
+                        t.target()
+                    ),
+                );
+            }
             check_actions(sname, "on", t.actions(), &mut problem);
         }
     }
     for (signal, t) in &m.global {
+        if t.internal() {
+            problem(
+                "global",
+                "global",
+                format!("global {signal}: internal: true belongs on a state's own transition"),
+            );
+        }
         if !m.states.contains_key(t.target()) {
             problem(
                 "global",

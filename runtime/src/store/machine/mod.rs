@@ -21,7 +21,7 @@ use super::events::{EventBuf, NewEvent, ReadyKeys};
 use super::{Result, Store, StoreError};
 use crate::model::machine;
 use crate::model::template::Template;
-use actions::{Effects, write_record};
+use actions::Effects;
 
 /// The channel `workdo.signal` and every inbox insert notify, with the job's id.
 pub const SIGNAL_CHANNEL: &str = "workdo_signal";
@@ -321,6 +321,20 @@ impl Store {
             }
         };
         attempt.rollback().await?;
+        // Every signal received leaves a trace: one not accepted writes `signal_refused`.
+        if let StoreError::SignalRefused(why) = &error {
+            let state = job.machine.as_ref().and_then(|m| m["state"].as_str());
+            let mut events = EventBuf::default();
+            events.push(
+                NewEvent::new(&job.object_id, "signal_refused", &actor)
+                    .workflow(job.id)
+                    .template(&job.template)
+                    .version(job.version)
+                    .detail(json!({"state": state, "signal": signal, "actor": actor,
+                                   "reason": why})),
+            );
+            events.flush(&mut tx).await?;
+        }
         if let StoreError::TransitionRolledBack(_) = &error {
             let state = job.machine.as_ref().and_then(|m| m["state"].as_str());
             let mut events = EventBuf::default();
@@ -360,104 +374,34 @@ impl Store {
         let Some(record) = job.machine.clone() else {
             return refuse(format!("workflow {} is not a machine job", job.id));
         };
-        if job.status == "completed" {
-            return refuse(format!(
-                "the job is finished (in {})",
-                record["state"].as_str().unwrap_or("?")
-            ));
-        }
         let size = serde_json::to_vec(data).map_or(0, |v| v.len());
         if size > MAX_SIGNAL_DATA_BYTES {
             return refuse(format!(
                 "the signal's data has {size} bytes, over the limit of {MAX_SIGNAL_DATA_BYTES}"
             ));
         }
-        let state = record["state"].as_str().unwrap_or_default().to_string();
-        let Some(t) = machine::transition(m, &state, signal) else {
-            return refuse(format!(
-                "{signal:?} is not accepted in {state}; it accepts {}",
-                machine::accepted(m, &state).join(", ")
-            ));
+        let view = machine::plan::Job {
+            id: job.id,
+            object: &job.object_id,
+            template: &job.template,
+            parent: job.parent_id,
+            context: &job.context,
+            state: record["state"].as_str().unwrap_or_default(),
+            variables: record["variables"].as_object().cloned().unwrap_or_default(),
+            finished: job.status == "completed",
         };
-        let mut vars = record["variables"].as_object().cloned().unwrap_or_default();
-        fx.events.push(
-            NewEvent::new(&job.object_id, "signal_received", actor)
-                .workflow(job.id)
-                .template(&job.template)
-                .version(job.version)
-                .detail(json!({"state": state, "signal": signal, "data": data,
-                               "variables": vars})),
-        );
-        let signal_value = json!({"name": signal, "actor": actor, "data": data});
-        let target = t.target().to_string();
-        self.fire(
-            tx,
-            job,
-            m,
-            &spec.name,
-            &mut vars,
-            &state,
-            &target,
-            &signal_value,
-            t.actions(),
-            "transition",
-            fx,
-        )
-        .await?;
-        // Leaving the state cancels its alarms; entering the target runs its enter actions.
-        sqlx::query(
-            "update workdo.alarms set cancelled_at = now()
-              where workflow_id = $1 and state = $2 and fired_at is null and cancelled_at is null",
-        )
-        .bind(job.id)
-        .bind(&state)
-        .execute(&mut **tx)
-        .await?;
-        fx.events.push(
-            NewEvent::new(&job.object_id, "state_entered", actor)
-                .workflow(job.id)
-                .template(&job.template)
-                .version(job.version)
-                .detail(json!({"state": target, "from": state, "signal": signal})),
-        );
-        let enter = m
-            .states
-            .get(&target)
-            .map(|s| s.enter.clone())
-            .unwrap_or_default();
-        self.fire(
-            tx,
-            job,
-            m,
-            &spec.name,
-            &mut vars,
-            &target,
-            &target,
-            &signal_value,
-            &enter,
-            "enter",
-            fx,
-        )
-        .await?;
-        let size = serde_json::to_vec(&vars).map_or(0, |v| v.len());
-        if size > MAX_VARIABLES_BYTES {
-            return Err(Stop::Failed(format!(
-                "the state variables would take {size} bytes, over the limit of {MAX_VARIABLES_BYTES}"
-            )));
-        }
-        let finished = m.states.get(&target).is_some_and(|s| s.is_final);
-        write_record(tx, job.id, &target, &vars, finished).await?;
-        if finished {
-            fx.events.push(
-                NewEvent::new(&job.object_id, "workflow_completed", actor)
-                    .workflow(job.id)
-                    .template(&job.template)
-                    .version(job.version)
-                    .status("completed")
-                    .detail(json!({"state": target})),
-            );
-        }
-        Ok((state, target, finished))
+        let sig = machine::plan::Signal {
+            name: signal,
+            actor,
+            data,
+        };
+        let plan = match machine::plan::transition(m, &view, sig, chrono::Utc::now()) {
+            Ok(p) => p,
+            Err(machine::plan::Refusal::NotAccepted(why)) => return Err(Stop::NotAccepted(why)),
+            Err(machine::plan::Refusal::Rollback(why)) => return Err(Stop::Failed(why)),
+        };
+        self.apply_plan(tx, job, &spec.name, &plan, fx).await?;
+        Ok((plan.from, plan.to, plan.finished))
     }
 }
 

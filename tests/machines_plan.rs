@@ -1,0 +1,123 @@
+//! Machine transitions as plans, applied by the store: an internal transition keeps its
+//! state's alarms and does not re-enter it; a final state skips the job's pending steps through
+//! the one status path, each with its `skipped` event; a `}` inside a string and a guarded
+//! optional key in a real template.
+
+mod support;
+
+use serde_json::json;
+use support::db;
+use support::machines::{count, job, send, state};
+
+const DESK: &str = r#"
+name: deskWF
+kind: machine
+initial: Idle
+states:
+  Idle:
+    on:
+      open: Open
+  Open:
+    enter:
+      - alarm: { signal: close, in: 1h }
+      - call: scan
+    on:
+      pay: { to: Open, internal: true, actions: [ { set: { paid: "${(paid ?? 0) + 1}" } } ] }
+      reopen: Open
+      note: { to: Open, internal: true, actions: [ { set: { note: "{${signal.data.text ?? '}'}}" } } ] }
+      close: Closed
+  Closed: { final: true }
+functions:
+  scan: { builtin: noop }
+"#;
+
+#[tokio::test]
+async fn an_internal_transition_keeps_the_states_alarms_and_enters_nothing() {
+    let t = db().await;
+    support::load(&t.store, "desk.yaml", DESK).await;
+    let id = job(&t, "deskWF", "obj:desk1").await;
+    send(&t, id, "open").await.expect("open");
+    let armed = "select count(*) from workdo.alarms where workflow_id = $1 and fired_at is null and cancelled_at is null";
+    let calls =
+        "select count(*) from workdo.steps where workflow_id = $1 and name like 'call/scan#%'";
+    assert_eq!(
+        (count(&t, armed, id).await, count(&t, calls, id).await),
+        (1, 1)
+    );
+
+    for _ in 0..2 {
+        send(&t, id, "pay").await.expect("pay");
+    }
+    let (s, vars) = state(&t, id).await;
+    assert_eq!((s.as_str(), &vars["paid"]), ("Open", &json!(2)));
+    assert_eq!(
+        (count(&t, armed, id).await, count(&t, calls, id).await),
+        (1, 1),
+        "the alarm stays, the enter actions do not run again"
+    );
+    assert_eq!(
+        count(
+            &t,
+            "select count(*) from workdo.events where workflow_id = $1 and kind = 'state_entered'",
+            id
+        )
+        .await,
+        1
+    );
+
+    // A transition back to the same state without `internal` leaves and enters it again.
+    send(&t, id, "reopen").await.expect("reopen");
+    assert_eq!(
+        (count(&t, armed, id).await, count(&t, calls, id).await),
+        (1, 2)
+    );
+    assert_eq!(
+        count(
+            &t,
+            "select count(*) from workdo.alarms where workflow_id = $1 and cancelled_at is not null",
+            id
+        )
+        .await,
+        1
+    );
+
+    // Braces inside strings, and an optional key guarded.
+    t.store
+        .machine_signal(id, "note", &json!({"text": "a}b"}), "t")
+        .await
+        .expect("note");
+    assert_eq!(state(&t, id).await.1["note"], json!("{a}b}"));
+    send(&t, id, "note").await.expect("note without text");
+    assert_eq!(state(&t, id).await.1["note"], json!("{}}"));
+}
+
+#[tokio::test]
+async fn a_final_state_skips_pending_steps_through_the_status_path() {
+    let t = db().await;
+    support::load(&t.store, "desk.yaml", DESK).await;
+    let id = job(&t, "deskWF", "obj:desk2").await;
+    send(&t, id, "open").await.expect("open");
+    send(&t, id, "reopen").await.expect("reopen");
+    let done = send(&t, id, "close").await.expect("close");
+    assert!(done.finished);
+    let (skipped, events): (i64, i64) = sqlx::query_as(
+        "select (select count(*) from workdo.steps where workflow_id = $1 and status = 'skipped'),
+                (select count(*) from workdo.events where workflow_id = $1 and kind = 'skipped')",
+    )
+    .bind(id)
+    .fetch_one(t.pool())
+    .await
+    .expect("counts");
+    assert_eq!(
+        (skipped, events),
+        (2, 2),
+        "each pending call step skipped with its event"
+    );
+    let (status, unfinished): (String, i32) =
+        sqlx::query_as("select status, unfinished from workdo.workflows where id = $1")
+            .bind(id)
+            .fetch_one(t.pool())
+            .await
+            .expect("workflow");
+    assert_eq!((status.as_str(), unfinished), ("completed", 0));
+}
