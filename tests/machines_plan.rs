@@ -121,3 +121,41 @@ async fn a_final_state_skips_pending_steps_through_the_status_path() {
             .expect("workflow");
     assert_eq!((status.as_str(), unfinished), ("completed", 0));
 }
+
+/// The shipped loanReviewWF: a notified review still expires, and reminders from either state
+/// are limited to three and keep the expiry running; README shows the file as shipped.
+#[tokio::test]
+async fn the_shipped_loan_review_expires_once_notified_and_limits_reminders() {
+    let t = db().await;
+    let path = support::workflows_dir().join("loanReviewWF.yaml");
+    let shipped = std::fs::read_to_string(&path).expect("loanReviewWF.yaml");
+    support::load(&t.store, "loanReviewWF.yaml", &shipped).await;
+    let id = job(&t, "loanReviewWF", "obj:loan1").await;
+    assert_eq!(state(&t, id).await.0, "Review");
+    let armed = "select count(*) from workdo.alarms where workflow_id = $1 and signal = 'expire' and fired_at is null and cancelled_at is null";
+    assert_eq!(count(&t, armed, id).await, 1);
+    send(&t, id, "remind").await.expect("a reminder in Review");
+    assert_eq!(count(&t, armed, id).await, 1, "a reminder keeps the expiry");
+    send(&t, id, "notified").await.expect("notified");
+    assert_eq!(state(&t, id).await.0, "Notified");
+    assert_eq!(count(&t, armed, id).await, 1, "Notified expires too");
+    send(&t, id, "remind").await.expect("second reminder");
+    send(&t, id, "notified").await.expect("its notice comes back");
+    send(&t, id, "remind").await.expect("third reminder");
+    let err = send(&t, id, "remind").await.expect_err("a fourth");
+    assert!(err.to_string().contains("already reminded three times"), "{err}");
+    let (s, vars) = state(&t, id).await;
+    assert_eq!((s.as_str(), &vars["reminders"]), ("Notified", &json!(3)));
+    assert_eq!(count(&t, armed, id).await, 1);
+    let calls = "select count(*) from workdo.steps where workflow_id = $1 and name like 'call/notify-reviewer#%'";
+    assert_eq!(count(&t, calls, id).await, 4, "the first notice and three reminders");
+
+    let readme = std::fs::read_to_string(support::workflows_dir().join("../README.md"))
+        .expect("README");
+    let body: String = shipped
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("name:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(readme.contains(&body), "README's loanReviewWF differs from the shipped file");
+}
