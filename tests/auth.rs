@@ -150,6 +150,12 @@ const RULES: &[(&str, &str, &str, Need)] = &[
         Need::Robot,
     ),
     (
+        "PUT",
+        "/objects/{druid}/workflows/{workflow}",
+        "/objects/druid:bb123cd4567/workflows/googleScannedBookWF",
+        Need::Robot,
+    ),
+    (
         "DELETE",
         "/objects/{druid}/workflows/{workflow}",
         "/objects/druid:bb123cd4567/workflows/googleScannedBookWF",

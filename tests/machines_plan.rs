@@ -140,22 +140,34 @@ async fn the_shipped_loan_review_expires_once_notified_and_limits_reminders() {
     assert_eq!(state(&t, id).await.0, "Notified");
     assert_eq!(count(&t, armed, id).await, 1, "Notified expires too");
     send(&t, id, "remind").await.expect("second reminder");
-    send(&t, id, "notified").await.expect("its notice comes back");
+    send(&t, id, "notified")
+        .await
+        .expect("its notice comes back");
     send(&t, id, "remind").await.expect("third reminder");
     let err = send(&t, id, "remind").await.expect_err("a fourth");
-    assert!(err.to_string().contains("already reminded three times"), "{err}");
+    assert!(
+        err.to_string().contains("already reminded three times"),
+        "{err}"
+    );
     let (s, vars) = state(&t, id).await;
     assert_eq!((s.as_str(), &vars["reminders"]), ("Notified", &json!(3)));
     assert_eq!(count(&t, armed, id).await, 1);
     let calls = "select count(*) from workdo.steps where workflow_id = $1 and name like 'call/notify-reviewer#%'";
-    assert_eq!(count(&t, calls, id).await, 4, "the first notice and three reminders");
+    assert_eq!(
+        count(&t, calls, id).await,
+        4,
+        "the first notice and three reminders"
+    );
 
-    let readme = std::fs::read_to_string(support::workflows_dir().join("../README.md"))
-        .expect("README");
+    let readme =
+        std::fs::read_to_string(support::workflows_dir().join("../README.md")).expect("README");
     let body: String = shipped
         .lines()
         .filter(|l| !l.starts_with('#') && !l.starts_with("name:"))
         .map(|l| format!("{l}\n"))
         .collect();
-    assert!(readme.contains(&body), "README's loanReviewWF differs from the shipped file");
+    assert!(
+        readme.contains(&body),
+        "README's loanReviewWF differs from the shipped file"
+    );
 }

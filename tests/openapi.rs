@@ -475,6 +475,18 @@ async fn every_answer_matches_the_document() {
         None,
     )
     .await;
+    // The initiate call as PUT, the same as POST: re-creates d3's workflow.
+    assert_eq!(
+        c.call(
+            Method::PUT,
+            &format!("/objects/{d3}/workflows/{WF}"),
+            &robot,
+            None
+        )
+        .await
+        .0,
+        201
+    );
     assert_eq!(
         c.call(
             post.clone(),

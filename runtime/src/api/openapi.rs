@@ -49,6 +49,7 @@ use super::{json, machines, work, workdo};
         workdo::delete_all,
         workdo::workflow_of_object,
         workdo::create,
+        workdo::initiate,
         workdo::delete_one,
         workdo::skip_all,
         workdo::update_process,

@@ -60,7 +60,8 @@ impl Status {
             "started" => Status::Started,
             "completed" => Status::Completed,
             "skipped" => Status::Skipped,
-            "error" => Status::Error,
+            // The seed's own word for it ("status=exception") is the same status.
+            "error" | "exception" => Status::Error,
             "retrying" => Status::Retrying,
             other if Status::valid_custom(other) => Status::Custom(other.to_string()),
             _ => return None,

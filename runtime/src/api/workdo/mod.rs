@@ -33,7 +33,10 @@ pub fn router() -> Router<AppState> {
         )
         .route(
             "/objects/{druid}/workflows/{workflow}",
-            get(workflow_of_object).post(create).delete(delete_one),
+            get(workflow_of_object)
+                .post(create)
+                .put(initiate)
+                .delete(delete_one),
         )
         .route(
             "/objects/{druid}/workflows/{workflow}/skip-all",
@@ -132,6 +135,18 @@ pub(super) async fn workflow_of_object(
         &specs,
     );
     Ok(xml(out))
+}
+
+/// The initiate call as WorkDo's paper has it: `PUT` on the workflow, the same as `POST`.
+#[utoipa::path(put, path = "/objects/{druid}/workflows/{workflow}", tag = "workflow service", params(("druid" = String, Path), ("workflow" = String, Path), ("version" = Option<i32>, Query, description = "object version"), ("lane-id" = Option<String>, Query, description = "lane")), responses((status = 201, description = "Created (a re-PUT replaces the steps)")))]
+pub(super) async fn initiate(
+    s: State<AppState>,
+    c: Caller,
+    p: Path<(String, String)>,
+    q: RawQuery,
+    body: Bytes,
+) -> ApiResult<Response> {
+    create(s, c, p, q, body).await
 }
 
 /// Create (or re-create) the workflow's steps. `?version=N&lane-id=L`, optional JSON body

@@ -32,6 +32,8 @@ pub(super) fn wire_status(status: &str, skip_queue: bool) -> String {
 pub(super) fn from_wire(status: &str) -> &str {
     match status {
         "queued" => "ready",
+        // WorkDo's paper calls a step in error an exception.
+        "exception" => "error",
         other => other,
     }
 }
@@ -74,7 +76,8 @@ fn context_text(context: &serde_json::Value) -> String {
 }
 
 /// `<process …/>` with the service's attributes in its order: version, note, lifecycle, laneId,
-/// elapsed, attempts, datetime, context, status, name, then errorMessage when there is one.
+/// elapsed, attempts, datetime, context, status, name, then errorMessage and errorText when
+/// there are.
 fn process_xml(out: &mut String, s: &StepRow, context: &str, skip_queue: bool) {
     let _ = write!(
         out,
@@ -93,6 +96,9 @@ fn process_xml(out: &mut String, s: &StepRow, context: &str, skip_queue: bool) {
     );
     if let Some(m) = &s.error_message {
         let _ = write!(out, r#" errorMessage="{}""#, esc(m));
+    }
+    if let Some(t) = &s.error_text {
+        let _ = write!(out, r#" errorText="{}""#, esc(t));
     }
     out.push_str("/>");
 }

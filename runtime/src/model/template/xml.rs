@@ -113,7 +113,7 @@ pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateErro
         unknown_parts(
             node,
             PROCESS_ATTRS,
-            &["label", "prereq", "function"],
+            &["label", "prereq", "function", "status"],
             &line_of,
             &mut problem,
         );
@@ -182,11 +182,23 @@ pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateErro
             .map(String::from);
         let mut label = node.attribute("label").map(String::from);
         let mut prereqs = Vec::new();
+        let mut statuses = Vec::new();
         let mut function = None;
         for child in node.children().filter(|n| n.is_element()) {
             let child_line = line_of(child.range().start);
             match child.tag_name().name() {
                 "label" => label = Some(text_of(child)),
+                // An intermediate status the step may report (`<status>IN PROCESS</status>`),
+                // as YAML's `statuses:`.
+                "status" => {
+                    let s = text_of(child).trim().to_string();
+                    if s.is_empty() {
+                        problem(child_line, "status", "an empty <status>".into());
+                    } else {
+                        at.entry("statuses".into()).or_insert(child_line);
+                        statuses.push(s);
+                    }
+                }
                 "prereq" => {
                     let raw = text_of(child);
                     at.entry("prereq".into()).or_insert(child_line);
@@ -218,7 +230,7 @@ pub(super) fn parse(origin: &str, source: &str) -> Result<Template, TemplateErro
             batch_limit,
             skip_queue,
             initial_status,
-            statuses: Vec::new(),
+            statuses,
             function,
             observe: None,
             generate: None,

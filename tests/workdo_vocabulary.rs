@@ -1,0 +1,91 @@
+//! WorkDo's own vocabulary on the wire: the initiate call as `PUT`, `exception` for a step in
+//! error, intermediate statuses declared in an XML template, and `errorText` shown in the
+//! workflow datastream it was stored from.
+
+mod support;
+
+use reqwest::{Method, StatusCode};
+use support::api::{DRUID, WF, api, with_google};
+
+#[tokio::test]
+async fn initiate_by_put_exception_and_error_text() {
+    let a = api().await;
+    with_google(&a).await;
+    // PUT on the workflow initiates it, as POST does (a robot may; a viewer may not).
+    let path = format!("/objects/{DRUID}/workflows/{WF}");
+    let (s, _) = a.call(Method::PUT, &path, &a.viewer, None).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, body) = a.call(Method::PUT, &path, &a.robot, None).await;
+    assert_eq!(s, StatusCode::CREATED, "{body}");
+    let (_, shown) = a.get(&path).await;
+    assert_eq!(shown.matches("<process ").count(), 9, "{shown}");
+
+    // `exception` is the seed's word for error; errorText is stored and shown again.
+    let (s, body) = a
+        .put_xml(
+            &format!("{path}/google-download"),
+            r#"<process name="google-download" status="exception" errorMessage="scanner jam" errorText="at tray 2&#10;retry later"/>"#,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    let row = support::step(a.t.pool(), DRUID, "google-download").await;
+    assert_eq!(row.status, "error");
+    let (_, shown) = a.get(&path).await;
+    assert!(
+        shown.contains(r#"status="error" name="google-download" errorMessage="scanner jam" errorText="at tray 2"#),
+        "{shown}"
+    );
+    // A precondition may name it so too.
+    let (s, body) = a
+        .put_xml(
+            &format!("{path}/google-download?current-status=exception"),
+            r#"<process name="google-download" status="waiting"/>"#,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+}
+
+#[tokio::test]
+async fn an_xml_template_declares_intermediate_statuses() {
+    let a = api().await;
+    support::load(
+        &a.t.store,
+        "digitize.xml",
+        r#"<workflow-def id="digitizeWF" repository="dor">
+  <process name="scan"><status>IN PROCESS</status><status>awaiting-qa</status></process>
+  <process name="publish"><prereq>scan</prereq></process>
+</workflow-def>"#,
+    )
+    .await;
+    let path = "/objects/druid:bc123df4567/workflows/digitizeWF";
+    let (s, _) = a.call(Method::POST, path, &a.robot, None).await;
+    assert_eq!(s, StatusCode::CREATED);
+    let (s, body) = a
+        .put_xml(
+            &format!("{path}/scan"),
+            r#"<process name="scan" status="IN PROCESS"/>"#,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    let (s, body) = a
+        .put_xml(
+            &format!("{path}/scan"),
+            r#"<process name="scan" status="not-declared"/>"#,
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(
+        support::step(a.t.pool(), "druid:bc123df4567", "scan")
+            .await
+            .status,
+        "IN PROCESS"
+    );
+    let e = workdo::model::template::parse(
+        "bad.xml",
+        workdo::model::template::Format::Xml,
+        "<workflow-def id=\"badWF\" repository=\"dor\">\n  <process name=\"scan\"><status> </status></process>\n</workflow-def>",
+    )
+    .expect_err("an empty status")
+    .to_string();
+    assert!(e.contains("bad.xml") && e.contains("empty <status>"), "{e}");
+}
