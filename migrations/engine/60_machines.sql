@@ -21,3 +21,27 @@ begin
     return new_id;
 end
 $function$;
+-- workdo.child_done: a child workflow that ends (a step workflow completed, a machine job in a
+-- final state or cancelled) tells its parent with the signal `child_done` (data: child,
+-- template, object, status, state, cancelled), unless the parent has ended too. A trigger, so
+-- that every way a workflow ends — a worker's completion, the update call, skip-all, a machine's
+-- transition — is covered in the transaction that ends it.
+CREATE OR REPLACE FUNCTION workdo.child_done()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+begin
+    insert into workdo.signals (workflow_id, signal, data, actor)
+    select p.id, 'child_done',
+           jsonb_build_object('child', new.id, 'template', new.template, 'object', new.object_id,
+                              'status', new.status, 'state', new.machine ->> 'state',
+                              'cancelled', coalesce((new.machine ->> 'cancelled')::boolean, false)),
+           'child:' || new.id
+      from workdo.workflows p
+     where p.id = new.parent_id and p.status <> 'completed' and p.machine is not null;
+    if found then
+        perform pg_notify('workdo_signal', new.parent_id::text);
+    end if;
+    return null;
+end
+$function$;

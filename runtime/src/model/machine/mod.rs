@@ -31,6 +31,13 @@ pub struct Machine {
     pub functions: BTreeMap<String, FunctionSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access: Option<Access>,
+    /// A job that reaches a final state cancels its children still running, unless this is set.
+    #[serde(
+        default,
+        rename = "keep-children",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub keep_children: bool,
 }
 
 /// One state: actions on entering it, its transitions, whether it ends the job.
@@ -177,6 +184,10 @@ pub enum Action {
     Call(String),
     /// Fail the transition (when `when` is true, or always): nothing of it happens.
     Fail(Fail),
+    /// Signal every child of this job still running.
+    SignalChildren(String),
+    /// Cancel every child of this job still running (and theirs).
+    CancelChildren,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -240,6 +251,10 @@ struct ActionMap {
     call: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     fail: Option<Fail>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    signal_children: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cancel_children: Option<bool>,
 }
 
 impl TryFrom<ActionMap> for Action {
@@ -270,9 +285,17 @@ impl TryFrom<ActionMap> for Action {
         if let Some(v) = m.fail {
             found.push(Action::Fail(v));
         }
+        if let Some(v) = m.signal_children {
+            found.push(Action::SignalChildren(v));
+        }
+        match m.cancel_children {
+            Some(true) => found.push(Action::CancelChildren),
+            Some(false) => return Err("cancel-children: write `cancel-children: true`".into()),
+            None => {}
+        }
         match found.len() {
             1 => Ok(found.remove(0)),
-            _ => Err("an action is exactly one of set, signal, alarm, fork, signal-parent, mail, call, fail".into()),
+            _ => Err("an action is exactly one of set, signal, alarm, fork, signal-parent, signal-children, cancel-children, mail, call, fail".into()),
         }
     }
 }
@@ -289,6 +312,8 @@ impl From<Action> for ActionMap {
             Action::Mail(v) => m.mail = Some(v),
             Action::Call(v) => m.call = Some(v),
             Action::Fail(v) => m.fail = Some(v),
+            Action::SignalChildren(v) => m.signal_children = Some(v),
+            Action::CancelChildren => m.cancel_children = Some(true),
         }
         m
     }
@@ -306,6 +331,8 @@ impl Action {
             Action::Mail(_) => "mail",
             Action::Call(_) => "call",
             Action::Fail(_) => "fail",
+            Action::SignalChildren(_) => "signal-children",
+            Action::CancelChildren => "cancel-children",
         }
     }
 }
@@ -399,7 +426,10 @@ pub fn validate(
                             .filter_map(|v| v.as_str().map(String::from))
                             .collect()
                     }
-                    Action::Signal(s) | Action::SignalParent(s) => vec![s.clone()],
+                    Action::Signal(s) | Action::SignalParent(s) | Action::SignalChildren(s) => {
+                        vec![s.clone()]
+                    }
+                    Action::CancelChildren => Vec::new(),
                     Action::Alarm(al) => {
                         if al.after.is_some() == al.at.is_some() {
                             problem(

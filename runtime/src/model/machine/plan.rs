@@ -26,6 +26,8 @@ pub struct Job<'a> {
     pub variables: Map<String, Value>,
     /// The job already reached a final state.
     pub finished: bool,
+    /// Its children still running (`${children.running}`).
+    pub children_running: i64,
 }
 
 /// The signal being taken.
@@ -87,6 +89,11 @@ pub enum Effect {
     /// One of the machine's functions to run as a step (the store names the step and records
     /// the action's `action_fired`).
     Call { function: String, fired: Fired },
+    /// A signal to every child of this job still running.
+    SignalChildren { signal: String },
+    /// Cancel every child still running, and theirs: their pending steps skipped, machines
+    /// ended (`job_cancelled`).
+    CancelChildren,
 }
 
 /// What a signal does to a job.
@@ -165,6 +172,10 @@ pub fn transition(
     run.actions(&target, &target, &enter, "enter")?;
     let finished = m.states.get(&target).is_some_and(|s| s.is_final);
     if finished {
+        // A job that ends takes its children with it, unless its template keeps them.
+        if !m.keep_children && job.children_running > 0 {
+            run.effects.push(Effect::CancelChildren);
+        }
         run.effects.push(Effect::Event {
             kind: "workflow_completed",
             actor: signal.actor.to_string(),
@@ -286,6 +297,7 @@ impl<'a> Run<'a> {
             state,
             signal: &self.signal,
             now: self.now.to_rfc3339(),
+            children: self.job.children_running,
         };
         let bad = |e: String| Refusal::Rollback(format!("{}: {e}", a.name()));
         let text = |e: &str| {
@@ -388,6 +400,17 @@ impl<'a> Run<'a> {
                 });
                 return Ok(None);
             }
+            Action::SignalChildren(s) => {
+                let name = text(s)?;
+                self.effects.push(Effect::SignalChildren {
+                    signal: name.clone(),
+                });
+                json!({"signal": name})
+            }
+            Action::CancelChildren => {
+                self.effects.push(Effect::CancelChildren);
+                json!({})
+            }
             Action::Fail(Fail::Always(msg)) => return Err(Refusal::Rollback(text(msg)?)),
             Action::Fail(Fail::When { when, message }) => {
                 if expr::truthy(&expr::eval(when, &ctx).map_err(bad)?) {
@@ -400,7 +423,7 @@ impl<'a> Run<'a> {
 }
 
 /// Names while a transition runs: state variables, then the job's context, then config; `now`,
-/// `state`, `signal.name`, `signal.actor`, `signal.data…`.
+/// `state`, `signal.name`, `signal.actor`, `signal.data…`, `children.running`.
 struct Ctx<'c> {
     vars: &'c Map<String, Value>,
     context: &'c Value,
@@ -408,6 +431,7 @@ struct Ctx<'c> {
     state: &'c str,
     signal: &'c Value,
     now: String,
+    children: i64,
 }
 
 impl Scope for Ctx<'_> {
@@ -420,6 +444,7 @@ impl Scope for Ctx<'_> {
             "now" => Value::String(self.now.clone()),
             "state" => Value::String(self.state.to_string()),
             "signal" => self.signal.clone(),
+            "children" => json!({"running": self.children}),
             _ => self
                 .vars
                 .get(head)

@@ -156,6 +156,8 @@ struct RawMachine {
     access: Option<crate::model::machine::Access>,
     #[serde(default)]
     alerts: Option<RawAlerts>,
+    #[serde(default, rename = "keep-children")]
+    keep_children: bool,
 }
 
 /// Just the `kind` key, to choose the parser.
@@ -203,6 +205,7 @@ fn parse_machine(origin: &str, source: &str) -> Result<(Template, Kind), Templat
         states: raw.states,
         functions,
         access: raw.access,
+        keep_children: raw.keep_children,
     };
     if let Err(e) =
         crate::model::machine::validate(origin, &raw.name, &machine, &|k| line_of_key(source, k))

@@ -207,6 +207,33 @@ impl Store {
                     .execute(&mut **tx)
                     .await?;
                 }
+                Effect::SignalChildren { signal } => {
+                    let children: Vec<i64> = sqlx::query_scalar(
+                        "insert into workdo.signals (workflow_id, signal, data, actor)
+                         select id, $2, jsonb_build_object('parent', $1::bigint), 'parent:' || $1
+                           from workdo.workflows
+                          where parent_id = $1 and status <> 'completed' and machine is not null
+                          order by id
+                         returning workflow_id",
+                    )
+                    .bind(job.id)
+                    .bind(signal)
+                    .fetch_all(&mut **tx)
+                    .await?;
+                    fx.signalled.extend(children);
+                }
+                Effect::CancelChildren => {
+                    let actor = format!("parent:{}", job.id);
+                    let cancelled = self.cancel_children(tx, job.id, &actor, 0, fx).await?;
+                    if !cancelled.is_empty() {
+                        fx.events.push(event(
+                            job,
+                            "children_cancelled",
+                            "machine",
+                            json!({"children": cancelled}),
+                        ));
+                    }
+                }
                 Effect::Call {
                     function,
                     fired: at,
@@ -241,6 +268,81 @@ impl Store {
             .unwrap_or("machine");
         write_record(tx, job.id, &plan.to, &plan.variables, plan.finished, actor).await?;
         Ok(())
+    }
+
+    /// Cancel the children of job `parent` still running, and theirs (at most
+    /// [`MAX_FORK_DEPTH`] deep): each one's pending steps skipped through the status path, each
+    /// machine ended as cancelled (`job_cancelled`, its alarms cancelled). Returns the ids of
+    /// `parent`'s own children cancelled.
+    fn cancel_children<'a>(
+        &'a self,
+        tx: &'a mut Transaction<'_, Postgres>,
+        parent: i64,
+        actor: &'a str,
+        depth: i32,
+        fx: &'a mut Effects<'_>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<i64>>> + Send + 'a>> {
+        Box::pin(async move {
+            let kids: Vec<(i64, bool, String, String, i32)> = sqlx::query_as(
+                "select id, machine is not null, object_id, template, version
+                   from workdo.workflows where parent_id = $1 and status <> 'completed'
+                  order by id for update",
+            )
+            .bind(parent)
+            .fetch_all(&mut **tx)
+            .await?;
+            let mut out = Vec::new();
+            for (id, machine, object, template, version) in kids {
+                if depth + 1 < MAX_FORK_DEPTH {
+                    self.cancel_children(tx, id, actor, depth + 1, fx).await?;
+                }
+                let pending: Vec<i64> = sqlx::query_scalar(
+                    "select id from workdo.steps
+                      where workflow_id = $1 and status not in ('completed', 'skipped')
+                      order by id for update",
+                )
+                .bind(id)
+                .fetch_all(&mut **tx)
+                .await?;
+                let changes: Vec<Change> = pending
+                    .into_iter()
+                    .map(|step| {
+                        let mut c = Change::new(step, Status::Skipped, "skipped");
+                        c.note = Some(format!("cancelled with its parent {parent}"));
+                        c
+                    })
+                    .collect();
+                Store::steps_apply(tx, &changes, actor).await?;
+                if machine {
+                    sqlx::query(
+                        "update workdo.workflows
+                            set status = 'completed', completed_at = now(), unfinished = 0,
+                                machine = machine || jsonb_build_object('cancelled', true)
+                          where id = $1 and status <> 'completed'",
+                    )
+                    .bind(id)
+                    .execute(&mut **tx)
+                    .await?;
+                    sqlx::query(
+                        "update workdo.alarms set cancelled_at = now()
+                          where workflow_id = $1 and fired_at is null and cancelled_at is null",
+                    )
+                    .bind(id)
+                    .execute(&mut **tx)
+                    .await?;
+                    fx.events.push(
+                        NewEvent::new(&object, "job_cancelled", actor)
+                            .workflow(id)
+                            .template(&template)
+                            .version(version)
+                            .status("completed")
+                            .detail(json!({"parent": parent})),
+                    );
+                }
+                out.push(id);
+            }
+            Ok(out)
+        })
     }
 
     /// Start a child of `job`: within the limits on forks per transaction and on depth.
@@ -335,6 +437,7 @@ impl Store {
             state: &m.initial,
             variables: vars,
             finished: false,
+            children_running: 0,
         };
         let rolled_back = |reason: String| {
             StoreError::TransitionRolledBack(format!(

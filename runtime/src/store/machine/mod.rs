@@ -321,8 +321,13 @@ impl Store {
             }
         };
         attempt.rollback().await?;
-        // Every signal received leaves a trace: one not accepted writes `signal_refused`.
-        if let StoreError::SignalRefused(why) = &error {
+        // Every signal received leaves a trace: one not accepted writes `signal_refused`. (A
+        // `child_done` from a child is the engine's, sent to every parent: a machine that does
+        // not take it, or that has ended, lets it pass unremarked; its inbox row says so.)
+        let unasked = signal == "child_done" && actor.starts_with("child:");
+        if let StoreError::SignalRefused(why) = &error
+            && !unasked
+        {
             let state = job.machine.as_ref().and_then(|m| m["state"].as_str());
             let mut events = EventBuf::default();
             events.push(
@@ -380,6 +385,12 @@ impl Store {
                 "the signal's data has {size} bytes, over the limit of {MAX_SIGNAL_DATA_BYTES}"
             ));
         }
+        let children_running: i64 = sqlx::query_scalar(
+            "select count(*) from workdo.workflows where parent_id = $1 and status <> 'completed'",
+        )
+        .bind(job.id)
+        .fetch_one(&mut **tx)
+        .await?;
         let view = machine::plan::Job {
             id: job.id,
             object: &job.object_id,
@@ -389,6 +400,7 @@ impl Store {
             state: record["state"].as_str().unwrap_or_default(),
             variables: record["variables"].as_object().cloned().unwrap_or_default(),
             finished: job.status == "completed",
+            children_running,
         };
         let sig = machine::plan::Signal {
             name: signal,

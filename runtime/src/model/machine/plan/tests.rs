@@ -43,6 +43,7 @@ fn job<'a>(state: &'a str, variables: Value, context: &'a Value) -> Job<'a> {
         state,
         variables: variables.as_object().cloned().unwrap_or_else(Map::new),
         finished: false,
+        children_running: 0,
     }
 }
 
@@ -78,6 +79,8 @@ fn shape(p: &Plan) -> Vec<String> {
             Effect::Fork { template, .. } => format!("fork:{template}"),
             Effect::Mail { subject, .. } => format!("mail:{subject}"),
             Effect::Call { function, .. } => format!("call:{function}"),
+            Effect::SignalChildren { signal } => format!("signal-children:{signal}"),
+            Effect::CancelChildren => "cancel-children".into(),
         })
         .collect()
 }
