@@ -94,6 +94,18 @@ const RULES: &[(&str, &str, &str, Need)] = &[
     ),
     (
         "POST",
+        "/api/workflows/{id}/suspend",
+        "/api/workflows/{job}/suspend",
+        Need::Admin,
+    ),
+    (
+        "POST",
+        "/api/workflows/{id}/resume",
+        "/api/workflows/{job}/resume",
+        Need::Admin,
+    ),
+    (
+        "POST",
         "/api/objects/{object}/workflows/{template}/signals",
         "/api/objects/druid:cc111dd2222/workflows/authM/signals",
         Need::Signal,

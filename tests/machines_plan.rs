@@ -171,3 +171,67 @@ async fn the_shipped_loan_review_expires_once_notified_and_limits_reminders() {
         "README's loanReviewWF differs from the shipped file"
     );
 }
+
+/// A suspended job takes nothing: a given signal is queued (answered as such), an alarm that
+/// falls due waits in the inbox, the runtime's inbox loop passes it by; resuming takes what
+/// waited, in order. Both are events.
+#[tokio::test]
+async fn a_suspended_job_takes_nothing_until_it_is_resumed() {
+    let t = db().await;
+    support::load(&t.store, "desk.yaml", &DESK.replace("in: 1h", "in: 1s")).await;
+    let id = job(&t, "deskWF", "obj:desk3").await;
+    send(&t, id, "open").await.expect("open");
+    let s = t
+        .store
+        .machine_suspend(id, true, "t")
+        .await
+        .expect("suspend");
+    assert!(s.changed && s.suspended);
+    let again = t.store.machine_suspend(id, true, "t").await.expect("again");
+    assert!(!again.changed, "suspending twice changes nothing");
+
+    let queued = send(&t, id, "pay").await.expect("queued");
+    assert!(queued.queued, "{queued:?}");
+    // The alarm falls due and fires into the inbox; nothing takes it while suspended.
+    support::wait_until(
+        t.pool(),
+        "select now() > due_at from workdo.alarms where signal = 'close'",
+        10,
+    )
+    .await;
+    t.store.machine_alarms_fire(100).await.expect("alarms");
+    assert_eq!(t.store.machine_inbox_run(100).await.expect("inbox"), 0);
+    let (s, vars) = state(&t, id).await;
+    assert_eq!(
+        (s.as_str(), &vars["paid"]),
+        ("Open", &serde_json::Value::Null)
+    );
+
+    let resumed = t
+        .store
+        .machine_suspend(id, false, "t")
+        .await
+        .expect("resume");
+    let taken: Vec<String> = resumed.taken.iter().map(|(s, _)| s.clone()).collect();
+    assert_eq!(taken, ["pay", "close"], "what waited, in order");
+    let (s, vars) = state(&t, id).await;
+    assert_eq!((s.as_str(), &vars["paid"]), ("Closed", &json!(1)));
+    let kinds = sqlx::query_scalar::<_, String>(
+        "select kind from workdo.events where workflow_id = $1 and kind like 'job_%' order by id",
+    )
+    .bind(id)
+    .fetch_all(t.pool())
+    .await
+    .expect("events");
+    assert_eq!(kinds, ["job_started", "job_suspended", "job_resumed"]);
+    let err = t
+        .store
+        .machine_suspend(id, true, "t")
+        .await
+        .expect_err("finished");
+    assert!(
+        err.to_string()
+            .contains("not a machine job that is still running"),
+        "{err}"
+    );
+}

@@ -354,6 +354,44 @@ async fn every_answer_matches_the_document() {
         .0,
         200
     );
+    // Suspended, a signal waits (answered with `queued`); resumed, it is taken.
+    let (s, body) = c
+        .call(
+            post.clone(),
+            &format!("/api/workflows/{job}/suspend"),
+            &admin,
+            None,
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(
+        c.call(
+            post.clone(),
+            &signals,
+            &robot,
+            js(json!({"signal": "open"}))
+        )
+        .await
+        .0,
+        200
+    );
+    assert_eq!(
+        c.call(
+            post.clone(),
+            &format!("/api/workflows/{job}/resume"),
+            &admin,
+            None,
+        )
+        .await
+        .0,
+        200
+    );
+    assert_eq!(
+        c.call(post.clone(), "/api/workflows/999999/resume", &admin, None,)
+            .await
+            .0,
+        409
+    );
     assert_eq!(
         c.call(
             post.clone(),

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, ApiResult, AppState, Caller, ErrorBody, json_body};
-use crate::store::Signalled;
+use crate::store::{Signalled, Suspension};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -23,6 +23,42 @@ pub fn router() -> Router<AppState> {
             "/api/objects/{object}/workflows/{template}/signals",
             post(by_object),
         )
+        .route("/api/workflows/{id}/suspend", post(suspend))
+        .route("/api/workflows/{id}/resume", post(resume))
+}
+
+/// Suspend a machine job: it takes no signals (they wait in its inbox) until resumed. Admins.
+#[utoipa::path(post, path = "/api/workflows/{id}/suspend", tag = "machines", params(("id" = i64, Path)), responses((status = 200, description = "Suspended (or already was: `changed` false)", body = Suspension), (status = 409, description = "Not a machine job that is still running", body = ErrorBody)))]
+pub(super) async fn suspend(
+    State(s): State<AppState>,
+    c: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Suspension>> {
+    suspension(&s, &c, &id, true).await
+}
+
+/// Resume a suspended machine job: what waited in its inbox is taken now, in order. Admins.
+#[utoipa::path(post, path = "/api/workflows/{id}/resume", tag = "machines", params(("id" = i64, Path)), responses((status = 200, description = "Resumed, with the signals taken", body = Suspension), (status = 409, description = "Not a machine job that is still running", body = ErrorBody)))]
+pub(super) async fn resume(
+    State(s): State<AppState>,
+    c: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Suspension>> {
+    suspension(&s, &c, &id, false).await
+}
+
+async fn suspension(
+    s: &AppState,
+    c: &Caller,
+    id: &str,
+    suspend: bool,
+) -> ApiResult<Json<Suspension>> {
+    super::access::decide(s, c, super::access::Act::Change(crate::store::Role::Admin)).await?;
+    let id: i64 = id
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("workflow id {id:?} is not a number")))?;
+    let actor = format!("api:{}", c.0.as_str());
+    Ok(Json(s.store.machine_suspend(id, suspend, &actor).await?))
 }
 
 /// A signal and its data (the transition's `${data.…}`).

@@ -44,6 +44,8 @@ use super::{json, machines, work, workdo};
         work::retry,
         machines::by_id,
         machines::by_object,
+        machines::suspend,
+        machines::resume,
         workdo::workflows_of_object,
         workdo::workflows_of_object_slash,
         workdo::delete_all,

@@ -442,6 +442,19 @@ pub enum MachinesCmd {
         #[arg(long)]
         workflow: Option<i64>,
     },
+    /// Suspend a job: it takes no signals (they, and its alarms as they fall due, wait in its
+    /// inbox) until it is resumed.
+    #[command(after_help = "Example: workdo machines suspend 4711")]
+    Suspend {
+        /// The job's workflow id (`workdo show OBJECT` lists it).
+        workflow: i64,
+    },
+    /// Resume a suspended job: what waited in its inbox is taken now, in order.
+    #[command(after_help = "Example: workdo machines resume 4711")]
+    Resume {
+        /// The job's workflow id.
+        workflow: i64,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -36,12 +36,44 @@ pub(super) fn print_signalled(
     out: &mut impl Write,
 ) -> Result<()> {
     emit(out, json, done, |o| {
+        if done.queued {
+            writeln!(
+                o,
+                "{}: the job is suspended; {} waits in its inbox until it is resumed",
+                done.from, done.signal
+            )?;
+            return Ok(());
+        }
         writeln!(o, "{} --{}--> {}", done.from, done.signal, done.to)?;
         for (s, to) in &done.followed {
             writeln!(o, "  then {s} --> {to}")?;
         }
         if done.finished {
             writeln!(o, "finished in {}", done.to)?;
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+/// `workdo machines suspend|resume JOB`.
+pub(super) async fn suspend(
+    store: &Store,
+    workflow: i64,
+    suspend: bool,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let done = store.machine_suspend(workflow, suspend, &actor()).await?;
+    emit(out, json, &done, |o| {
+        let word = if suspend { "suspended" } else { "resumed" };
+        if done.changed {
+            writeln!(o, "job {workflow} {word}")?;
+        } else {
+            writeln!(o, "job {workflow} was already {word}; nothing changed")?;
+        }
+        for (s, to) in &done.taken {
+            writeln!(o, "  took {s} --> {to}")?;
         }
         Ok(())
     })?;

@@ -452,6 +452,12 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
             map,
             workflow,
         }) => machines::migrate(&store, &template, &to, &map, workflow, json, out).await?,
+        Command::Machines(MachinesCmd::Suspend { workflow }) => {
+            machines::suspend(&store, workflow, true, json, out).await?
+        }
+        Command::Machines(MachinesCmd::Resume { workflow }) => {
+            machines::suspend(&store, workflow, false, json, out).await?
+        }
         Command::Graph {
             object,
             template,

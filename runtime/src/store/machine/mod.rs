@@ -45,6 +45,21 @@ pub struct Signalled {
     /// Signals the job sent itself, taken after this one: (signal, the state it led to, or why not).
     #[schema(value_type = Vec<Vec<String>>)]
     pub followed: Vec<(String, String)>,
+    /// The job is suspended: the signal waits in its inbox until it is resumed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub queued: bool,
+}
+
+/// What suspending or resuming a job did.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Suspension {
+    pub workflow_id: i64,
+    pub suspended: bool,
+    /// False when the job already was as asked (nothing changed).
+    pub changed: bool,
+    /// On resuming: the signals that had waited, taken now (signal, where it led or why not).
+    #[schema(value_type = Vec<Vec<String>>)]
+    pub taken: Vec<(String, String)>,
 }
 
 /// A machine job, locked.
@@ -153,6 +168,35 @@ impl Store {
                 "the signal or its data contains a NUL character (U+0000)".into(),
             ));
         }
+        // A suspended job takes no signal now: it waits in the inbox until the job is resumed.
+        let suspended: Option<(String, bool)> = sqlx::query_as(
+            "select coalesce(machine ->> 'state', ''),
+                    coalesce((machine ->> 'suspended')::boolean, false)
+               from workdo.workflows where id = $1 and machine is not null and status <> 'completed'",
+        )
+        .bind(workflow_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        if let Some((state, true)) = suspended {
+            let size = serde_json::to_vec(data).map_or(0, |v| v.len());
+            if size > MAX_SIGNAL_DATA_BYTES {
+                return Err(StoreError::SignalRefused(format!(
+                    "the signal's data has {size} bytes, over the limit of {MAX_SIGNAL_DATA_BYTES}"
+                )));
+            }
+            let mut tx = self.pool.begin().await?;
+            signal_in(&mut tx, workflow_id, signal, data, actor).await?;
+            tx.commit().await?;
+            return Ok(Signalled {
+                workflow_id,
+                signal: signal.to_string(),
+                from: state.clone(),
+                to: state,
+                finished: false,
+                followed: Vec::new(),
+                queued: true,
+            });
+        }
         let given = Take::Given {
             signal,
             data,
@@ -183,6 +227,80 @@ impl Store {
             to,
             finished,
             followed,
+            queued: false,
+        })
+    }
+
+    /// Suspend (`suspend`) or resume job `id`. A suspended job takes no signals — given ones,
+    /// its own, its alarms' and its children's wait in its inbox — until it is resumed; resuming
+    /// takes what waited, in order. Each writes an event (`job_suspended`, `job_resumed`).
+    ///
+    /// # Errors
+    /// [`StoreError::SignalRefused`] when `id` is not a machine job that is still running.
+    pub async fn machine_suspend(&self, id: i64, suspend: bool, actor: &str) -> Result<Suspension> {
+        let mut tx = self.pool.begin().await?;
+        let job = load_job(&mut tx, id, " for update").await?;
+        let Some(job) = job.filter(|j| j.machine.is_some() && j.status != "completed") else {
+            return Err(StoreError::SignalRefused(format!(
+                "workflow {id} is not a machine job that is still running"
+            )));
+        };
+        let record = job.machine.clone().unwrap_or_default();
+        let was = record["suspended"].as_bool().unwrap_or(false);
+        if was == suspend {
+            tx.commit().await?;
+            return Ok(Suspension {
+                workflow_id: id,
+                suspended: suspend,
+                changed: false,
+                taken: Vec::new(),
+            });
+        }
+        sqlx::query(
+            "update workdo.workflows set machine = machine || jsonb_build_object('suspended', $2::boolean)
+              where id = $1",
+        )
+        .bind(id)
+        .bind(suspend)
+        .execute(&mut *tx)
+        .await?;
+        let waiting: i64 = sqlx::query_scalar(
+            "select count(*) from workdo.signals where workflow_id = $1 and processed_at is null",
+        )
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await?;
+        let mut events = EventBuf::default();
+        events.push(
+            NewEvent::new(
+                &job.object_id,
+                if suspend {
+                    "job_suspended"
+                } else {
+                    "job_resumed"
+                },
+                actor,
+            )
+            .workflow(job.id)
+            .template(&job.template)
+            .version(job.version)
+            .detail(json!({"state": record["state"], "waiting": waiting})),
+        );
+        events.flush(&mut tx).await?;
+        if !suspend {
+            notify_signals(&mut tx, &[id]).await?;
+        }
+        tx.commit().await?;
+        let taken = if suspend {
+            Vec::new()
+        } else {
+            self.inbox_run_job(id, 1000).await?
+        };
+        Ok(Suspension {
+            workflow_id: id,
+            suspended: suspend,
+            changed: true,
+            taken,
         })
     }
 
@@ -190,8 +308,11 @@ impl Store {
     /// a time per process (a job another process holds is skipped). Returns how many were taken.
     pub async fn machine_inbox_run(&self, jobs: i64) -> Result<usize> {
         let ids: Vec<i64> = sqlx::query_scalar(
-            "select workflow_id from workdo.signals where processed_at is null
-              group by workflow_id order by min(id) limit $1",
+            "select s.workflow_id from workdo.signals s
+               join workdo.workflows w on w.id = s.workflow_id
+              where s.processed_at is null
+                and not coalesce((w.machine ->> 'suspended')::boolean, false)
+              group by s.workflow_id order by min(s.id) limit $1",
         )
         .bind(jobs)
         .fetch_all(&self.pool)
@@ -250,6 +371,16 @@ impl Store {
         let Some(job) = load_job(&mut tx, workflow_id, lock).await? else {
             return Ok(None);
         };
+        // A suspended job's inbox waits.
+        if matches!(take, Take::Inbox)
+            && job
+                .machine
+                .as_ref()
+                .and_then(|m| m["suspended"].as_bool())
+                .unwrap_or(false)
+        {
+            return Ok(None);
+        }
         let (inbox, signal, data, actor) = match take {
             Take::Given {
                 signal,
