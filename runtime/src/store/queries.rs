@@ -43,6 +43,16 @@ pub struct WorkflowRow {
     pub context: Value,
     pub created_at: DateTime<Utc>,
     pub completed_at: Option<DateTime<Utc>>,
+    /// Dynamic dispatch: what each observer matched (`observed`: per rule, its operation,
+    /// generator, bricklets and fragments), each generator's activation set (`actsets`) and what
+    /// it composed (`composed`). Absent when the workflow has none.
+    #[serde(skip_serializing_if = "no_dispatch")]
+    #[schema(value_type = Object)]
+    pub dispatch: Value,
+}
+
+fn no_dispatch(v: &Value) -> bool {
+    v.as_object().is_none_or(serde_json::Map::is_empty)
 }
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -99,6 +109,17 @@ pub struct Why {
     pub reasons: Vec<String>,
 }
 
+/// Which steps a queue's `step` names: a template step by name; a name with a `/` — a generated
+/// step (`GENERATOR/BRICKLET#N/STEP`) or a machine's call step — by name, or every instance
+/// of a bricklet's step (`BRICKLET/STEP`, or `call/FUNCTION`) by its claim key.
+fn step_predicate(step: &str) -> &'static str {
+    if step.contains('/') {
+        "(s.name = $2 or s.queue = $1 || ':' || $2)"
+    } else {
+        "s.name = $2"
+    }
+}
+
 impl Store {
     /// Objects whose step `template:step` waits (in the queue or for its prerequisites) and whose
     /// steps in `completed` (pairs of template and step) are all completed or skipped; active
@@ -114,12 +135,12 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<QueueEntry>> {
         let (ct, cs): (Vec<String>, Vec<String>) = completed.iter().cloned().unzip();
-        let rows = sqlx::query_as(
+        let sql = format!(
             "select s.object_id, s.version, s.lane,
                     case when s.status in ('scheduled', 'retrying') then 'ready' else s.status end as status,
                     s.priority, s.run_at
                from workdo.steps s
-              where s.template = $1 and s.name = $2 and s.active
+              where s.template = $1 and {} and s.active
                 and (s.status in ('waiting', 'ready')
                      or (s.status in ('scheduled', 'retrying') and s.run_at <= now()))
                 and ($3::text is null or s.lane = $3)
@@ -132,15 +153,17 @@ impl Store {
                     = (select count(distinct (t, n)) from unnest($4::text[], $5::text[]) as q(t, n))
               order by s.priority desc, s.run_at, s.id
               limit $6",
-        )
-        .bind(template)
-        .bind(step)
-        .bind(lane)
-        .bind(&ct)
-        .bind(&cs)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
+            step_predicate(step)
+        );
+        let rows = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(template)
+            .bind(step)
+            .bind(lane)
+            .bind(&ct)
+            .bind(&cs)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
         Ok(rows)
     }
 
@@ -151,30 +174,34 @@ impl Store {
         step: &str,
         limit: i64,
     ) -> Result<Vec<StepRow>> {
-        let rows = sqlx::query_as(
-            "select * from workdo.steps
-              where template = $1 and name = $2 and active and status = 'error'
-              order by updated_at desc limit $3",
-        )
-        .bind(template)
-        .bind(step)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
+        let sql = format!(
+            "select s.* from workdo.steps s
+              where s.template = $1 and {} and s.active and s.status = 'error'
+              order by s.updated_at desc limit $3",
+            step_predicate(step)
+        );
+        let rows = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(template)
+            .bind(step)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
         Ok(rows)
     }
 
     /// Lanes that have queued work for `template:step`.
     pub async fn queue_lanes(&self, template: &str, step: &str) -> Result<Vec<String>> {
-        let rows = sqlx::query_scalar(
-            "select distinct lane from workdo.steps
-              where template = $1 and name = $2 and active and (status = 'waiting' or status = 'ready')
-              order by lane",
-        )
-        .bind(template)
-        .bind(step)
-        .fetch_all(&self.pool)
-        .await?;
+        let sql = format!(
+            "select distinct s.lane from workdo.steps s
+              where s.template = $1 and {} and s.active and (s.status = 'waiting' or s.status = 'ready')
+              order by s.lane",
+            step_predicate(step)
+        );
+        let rows = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+            .bind(template)
+            .bind(step)
+            .fetch_all(&self.pool)
+            .await?;
         Ok(rows)
     }
 
@@ -195,7 +222,7 @@ impl Store {
         let workflows: Vec<WorkflowRow> = sqlx::query_as(
             "select w.id, w.template, w.template_id, t.sha256 as template_sha256, w.version,
                     w.status, w.active, w.priority, w.lane, w.start_at, w.context, w.created_at,
-                    w.completed_at
+                    w.completed_at, w.dispatch
                from workdo.workflows w join workdo.templates t on t.id = w.template_id
               where w.object_id = $1 order by w.version, w.created_at, w.id",
         )
@@ -311,6 +338,22 @@ impl Store {
     /// [`StoreError::UnknownTemplate`] or [`StoreError::UnknownStep`].
     pub async fn step_known(&self, template: &str, step: &str) -> Result<()> {
         let current = self.template_current(template).await?;
+        // Generated steps (`GENERATOR/BRICKLET#N/STEP`, every instance as `BRICKLET/STEP`) and a
+        // machine's call steps (`call/FUNCTION#N`, all as `call/FUNCTION`) have a `/`, which
+        // no template step's name may: known once there is one.
+        if step.contains('/') {
+            let exists: bool = sqlx::query_scalar(
+                "select exists (select 1 from workdo.steps
+                                 where template = $1 and (name = $2 or queue = $1 || ':' || $2))",
+            )
+            .bind(template)
+            .bind(step)
+            .fetch_one(&self.pool)
+            .await?;
+            if exists {
+                return Ok(());
+            }
+        }
         if current.spec.step(step).is_none() {
             return Err(StoreError::UnknownStep {
                 template: template.into(),
@@ -458,7 +501,7 @@ impl Store {
         let workflow: Option<WorkflowRow> = sqlx::query_as(
             "select w.id, w.template, w.template_id, t.sha256 as template_sha256, w.version,
                     w.status, w.active, w.priority, w.lane, w.start_at, w.context, w.created_at,
-                    w.completed_at
+                    w.completed_at, w.dispatch
                from workdo.workflows w join workdo.templates t on t.id = w.template_id
               where w.id = $1",
         )

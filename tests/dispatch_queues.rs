@@ -1,0 +1,111 @@
+//! Generated steps in queues: `workdo queue`, `/api/queues` and the workflow-service queue take
+//! a generated step by its name (`GENERATOR/BRICKLET#N/STEP`) or every instance of a bricklet's
+//! step by `BRICKLET/STEP`, as README says; a name that matches nothing is still refused.
+
+mod support;
+
+use support::{db, put_document};
+use workdo::runtime::{self, inject};
+use workdo::store::StartRequest;
+
+const LECTURE: &str = include_str!("fixtures/documents/lecture.xml");
+
+#[tokio::test]
+async fn generated_steps_have_queues() {
+    let t = db().await;
+    let file = support::workflows_dir().join("lectureWF.yaml");
+    let loaded = workdo::cli::files::parse_file(&file).expect("lectureWF");
+    t.store.template_save(&loaded).await.expect("saved");
+    let druid = "druid:bb123cd4567";
+    put_document(&t, druid, "lecture", LECTURE).await;
+    t.store
+        .workflow_start(&StartRequest::new("lectureWF", &[druid]))
+        .await
+        .expect("start");
+    // Observe and compose now, and nothing else: the subnet waits in its queues.
+    let bindings = runtime::bindings(&t.store, &[]).await.expect("bindings");
+    let config = support::config();
+    for step in ["get-docs", "feature-extraction"] {
+        let b = bindings.iter().find(|b| b.step == step).expect("a binding");
+        let ran = inject::run_now(&t.store, b, &config, &[druid.to_string()])
+            .await
+            .expect("run");
+        assert_eq!(ran.len(), 1, "{step} ran");
+    }
+
+    t.store
+        .step_known("lectureWF", "b6/image-features")
+        .await
+        .expect("a bricklet's step is a queue");
+    t.store
+        .step_known("lectureWF", "feature-extraction/b4#2/keywords")
+        .await
+        .expect("a generated step is a queue");
+    let unknown = t
+        .store
+        .step_known("lectureWF", "b9/nothing")
+        .await
+        .expect_err("no such generated step")
+        .to_string();
+    assert!(unknown.contains("b9/nothing"), "{unknown}");
+
+    let q = |step: &'static str| {
+        let store = t.store.clone();
+        async move {
+            store
+                .queue_waiting("lectureWF", step, &[], None, 100)
+                .await
+                .expect("queue")
+        }
+    };
+    let images = q("b6/image-features").await;
+    assert_eq!(images.len(), 2, "both instances of b6 are queued");
+    assert!(
+        images
+            .iter()
+            .all(|e| e.object_id == druid && e.status == "ready")
+    );
+    let keywords = q("b4/keywords").await;
+    assert_eq!(keywords.len(), 2);
+    assert!(
+        keywords.iter().all(|e| e.status == "waiting"),
+        "b4 waits for b3"
+    );
+    assert_eq!(q("feature-extraction/b6#1/image-features").await.len(), 1);
+    // Template steps are as before.
+    assert_eq!(q("publish").await.len(), 1);
+
+    // Over HTTP, the step in one path segment.
+    let base = support::serve_api(&t.store, workdo::api::Access::Open).await;
+    let r = reqwest::get(format!("{base}/api/queues/lectureWF/b6%2Fimage-features"))
+        .await
+        .expect("GET");
+    assert_eq!(r.status().as_u16(), 200);
+    let body: serde_json::Value = r.json().await.expect("json");
+    assert_eq!(body.as_array().map(Vec::len), Some(2), "{body}");
+    let r = reqwest::get(format!(
+        "{base}/workflow_queue?waiting=lectureWF:b6/image-features"
+    ))
+    .await
+    .expect("GET");
+    let text = r.text().await.expect("xml");
+    assert!(text.starts_with(r#"<objects count="2">"#), "{text}");
+
+    // `show` says why each bricklet was activated: the composed set and the rules that matched.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_workdo"))
+        .args(["show", druid])
+        .env("DATABASE_URL", &t.url)
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("workdo show");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("lectureWF: why its bricklets were activated")
+            && text
+                .contains("feature-extraction composed: b1 ×2, b2 ×2, b3 ×2, b4 ×2, b5 ×2, b6 ×2")
+            && text.contains("get-docs rule 1 add b6: 2 fragment(s)")
+            && text.contains("get-docs rule 2 add b1, b2, b3, b4, b5: 2 fragment(s)")
+            && text.contains("get-docs rule 3 add b4, b5: no match"),
+        "{text}"
+    );
+}
