@@ -21,7 +21,13 @@ begin
 end
 $function$;
 
-create trigger workflows_child_done after update of status on workdo.workflows
-    for each row when (new.status = 'completed' and old.status is distinct from 'completed'
-                       and new.parent_id is not null)
+-- A child ends (its status becomes completed), or is made a child once it has ended (a fork
+-- sets parent_id after starting a workflow that may complete at once), or is inserted ended.
+create trigger workflows_child_done after update of status, parent_id on workdo.workflows
+    for each row when (new.status = 'completed' and new.parent_id is not null
+                       and (old.status is distinct from 'completed'
+                            or old.parent_id is distinct from new.parent_id))
+    execute function workdo.child_done();
+create trigger workflows_child_done_inserted after insert on workdo.workflows
+    for each row when (new.status = 'completed' and new.parent_id is not null)
     execute function workdo.child_done();

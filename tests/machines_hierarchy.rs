@@ -166,3 +166,50 @@ async fn keep_children_leaves_them_running() {
     let (_, _, c1_status) = workflow(&t, "obj:h-c1").await;
     assert_ne!(c1_status, "completed", "a kept child runs on");
 }
+
+/// A child that is complete the moment it starts (every step bootstrapped completed) still
+/// tells its parent; an ordinary transition back to the same state that sets an alarm keeps it.
+#[tokio::test]
+async fn a_child_done_at_once_still_tells_its_parent() {
+    let t = db().await;
+    support::load(
+        &t.store,
+        "done.yaml",
+        "name: doneWF\nsteps:\n  - { name: a, status: completed }\n",
+    )
+    .await;
+    support::load(
+        &t.store,
+        "p.yaml",
+        r#"
+name: pWF
+kind: machine
+initial: Wait
+states:
+  Wait:
+    on:
+      go: { to: Wait, actions: [ { fork: { template: doneWF, object: "obj:done1" } } ] }
+      again: { to: Wait, actions: [ { alarm: { signal: late, in: 1h } } ] }
+      child_done: Done
+  Done: { final: true }
+"#,
+    )
+    .await;
+    let id = job(&t, "pWF", "obj:p1").await;
+    send(&t, id, "again").await.expect("again");
+    let armed: i64 = sqlx::query_scalar(
+        "select count(*) from workdo.alarms where workflow_id = $1 and fired_at is null and cancelled_at is null",
+    )
+    .bind(id)
+    .fetch_one(t.pool())
+    .await
+    .expect("alarms");
+    assert_eq!(armed, 1, "the alarm set on the way back into Wait stands");
+    let done = send(&t, id, "go").await.expect("go");
+    t.store.machine_inbox_run(100).await.expect("inbox");
+    let (s, _) = state(&t, id).await;
+    assert_eq!(
+        s, "Done",
+        "child_done arrived from a child complete at start: {done:?}"
+    );
+}

@@ -192,6 +192,9 @@ async fn a_suspended_job_takes_nothing_until_it_is_resumed() {
 
     let queued = send(&t, id, "pay").await.expect("queued");
     assert!(queued.queued, "{queued:?}");
+    // A signal its state does not accept is refused now, suspended or not.
+    let err = send(&t, id, "nosuch").await.expect_err("not accepted");
+    assert!(err.to_string().contains("not accepted in Open"), "{err}");
     // The alarm falls due and fires into the inbox; nothing takes it while suspended.
     support::wait_until(
         t.pool(),
@@ -201,6 +204,20 @@ async fn a_suspended_job_takes_nothing_until_it_is_resumed() {
     .await;
     t.store.machine_alarms_fire(100).await.expect("alarms");
     assert_eq!(t.store.machine_inbox_run(100).await.expect("inbox"), 0);
+    // `why` (and show) say it is suspended and what waits in its inbox.
+    let view = t
+        .store
+        .machine_view(id)
+        .await
+        .expect("view")
+        .expect("a job");
+    let waiting: Vec<&str> = view
+        .inbox
+        .iter()
+        .filter_map(|s| s["signal"].as_str())
+        .collect();
+    assert!(view.suspended);
+    assert_eq!(waiting, ["pay", "close"]);
     let (s, vars) = state(&t, id).await;
     assert_eq!(
         (s.as_str(), &vars["paid"]),

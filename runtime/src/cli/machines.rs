@@ -154,5 +154,16 @@ pub(super) fn why(m: &MachineView) -> Vec<String> {
             a["due_at"].as_str().unwrap_or_default()
         ));
     }
+    if m.suspended {
+        out.push("suspended: it takes no signals until `workdo machines resume`".into());
+    }
+    for s in &m.inbox {
+        out.push(format!(
+            "in its inbox, not taken yet: {} from {} at {}",
+            s["signal"].as_str().unwrap_or_default(),
+            s["actor"].as_str().unwrap_or_default(),
+            s["at"].as_str().unwrap_or_default()
+        ));
+    }
     out
 }

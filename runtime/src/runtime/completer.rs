@@ -92,7 +92,7 @@ async fn complete(
         }
         commit(&store, &batch, &actor, &stop).await;
         // Committed, refused and recorded, or given up at shutdown: no lease to renew.
-        held.let_go(batch.iter().map(|r| r.change.id));
+        held.let_go(batch.iter().map(|r| (r.change.id, r.change.lease)));
         batch.clear();
     }
 }

@@ -47,11 +47,14 @@ impl Held {
         }
     }
 
-    /// Forget steps whose results are committed (or given up).
-    pub(super) fn let_go(&self, ids: impl IntoIterator<Item = i64>) {
+    /// Forget steps whose results are committed (or given up), each under the lease it was
+    /// held by: a step claimed again meanwhile (a new lease) is still held.
+    pub(super) fn let_go(&self, done: impl IntoIterator<Item = (i64, Option<Uuid>)>) {
         if let Ok(mut s) = self.steps.lock() {
-            for id in ids {
-                s.remove(&id);
+            for (id, token) in done {
+                if s.get(&id).is_some_and(|(held, _)| Some(*held) == token) {
+                    s.remove(&id);
+                }
             }
         }
     }
@@ -129,5 +132,26 @@ pub(super) async fn keep(
         {
             warn!(error = %e, steps = now.len(), "renewing leases failed; trying again");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Held;
+    use std::time::Duration;
+    use uuid::Uuid;
+
+    #[test]
+    fn a_step_is_let_go_only_under_the_lease_it_is_held_by() {
+        let held = Held::default();
+        let (first, second) = (Uuid::new_v4(), Uuid::new_v4());
+        if let Ok(mut s) = held.steps.lock() {
+            s.insert(7, (second, Duration::from_secs(60)));
+        }
+        // A late result of the first claim does not release the second claim's lease.
+        held.let_go([(7, Some(first))]);
+        assert_eq!(held.snapshot().len(), 1);
+        held.let_go([(7, Some(second))]);
+        assert!(held.snapshot().is_empty());
     }
 }

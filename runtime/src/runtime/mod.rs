@@ -135,12 +135,15 @@ impl Config {
     }
 }
 
-/// `host:pid`.
+/// `host:pid:random`: the random part keeps two processes with the same host name and pid
+/// (containers sharing a host name, each its pid 1) from taking each other for themselves when
+/// one gives back the steps leased to it that it does not hold.
 pub fn default_owner() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "localhost".into());
-    format!("{host}:{}", std::process::id())
+    let nonce = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}:{}:{}", std::process::id(), &nonce[..8])
 }
 
 /// A template step bound to the function that performs it.

@@ -121,7 +121,10 @@ pub(super) async fn work(
             calls.spawn(async move {
                 let result = execute(&invoker, &binding, &shared.config, &c, input, timeout).await;
                 shared.results.finish(result).await;
-                if let Ok(mut f) = inflight.lock() {
+                if let Ok(mut f) = inflight.lock()
+                    && f.get(&c.id)
+                        .is_some_and(|held| held.lease_token == c.lease_token)
+                {
                     f.remove(&c.id);
                 }
                 drop(permit);

@@ -101,8 +101,17 @@ impl Hosts {
         let mut labels = Vec::new();
         for host in &hosts {
             let single = format!("{}{userinfo}{host}{path}{query}", &base[..scheme_end]);
-            let opts = PgConnectOptions::from_str(&single)
+            let mut opts = PgConnectOptions::from_str(&single)
                 .map_err(|e| invalid(format!("host \"{host}\": {e}")))?;
+            // An IPv6 address keeps its brackets through sqlx's parser, and no lookup knows it.
+            let bare = opts
+                .get_host()
+                .strip_prefix('[')
+                .and_then(|h| h.strip_suffix(']'))
+                .map(str::to_string);
+            if let Some(ip) = bare {
+                opts = opts.host(&ip);
+            }
             labels.push(format!("{}:{}", opts.get_host(), opts.get_port()));
             options.push(opts);
         }
@@ -266,6 +275,14 @@ mod tests {
             assert_eq!(o.get_database(), Some("w"));
             assert_eq!(o.get_username(), "u");
         }
+    }
+
+    #[test]
+    fn ipv6_hosts_lose_their_brackets() {
+        let h = Hosts::parse("postgres://u@[::1]:15432,[fd00::2]/w").expect("parses");
+        assert_eq!(h.options[0].get_host(), "::1");
+        assert_eq!(h.options[0].get_port(), 15432);
+        assert_eq!(h.options[1].get_host(), "fd00::2");
     }
 
     #[test]

@@ -168,7 +168,7 @@ pub(super) async fn object(
     for e in &view.events {
         let _ = write!(
             body,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             e.at.format("%Y-%m-%d %H:%M:%S%.3f"),
             esc(&e.kind),
             esc(&format!(
@@ -176,7 +176,8 @@ pub(super) async fn object(
                 e.template.as_deref().unwrap_or(""),
                 e.step.as_deref().unwrap_or("")
             )),
-            esc(e.status.as_deref().unwrap_or(""))
+            esc(e.status.as_deref().unwrap_or("")),
+            esc(&summary(&e.kind, e.actor.as_deref(), e.detail.as_ref()))
         );
     }
     body.push_str("</tbody></table>");
@@ -325,5 +326,67 @@ mod tests {
         for other in ["plain text", "<unclosed>", "{\"json\": 1}", ""] {
             assert_eq!(pretty_xml(other), other);
         }
+    }
+}
+
+/// What a history row's event did, in words, from its detail: a machine's signal, states and
+/// reasons, which the kind, step and status columns do not say.
+fn summary(kind: &str, actor: Option<&str>, detail: Option<&serde_json::Value>) -> String {
+    let Some(d) = detail else {
+        return String::new();
+    };
+    let t = |k: &str| match &d[k] {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => String::new(),
+        other => other.to_string(),
+    };
+    let by = actor.map(|a| format!(" by {a}")).unwrap_or_default();
+    match kind {
+        "signal_received" => format!("{} in {}{by}", t("signal"), t("state")),
+        "state_entered" => format!("{} → {} on {}", t("from"), t("state"), t("signal")),
+        "signal_refused" => format!(
+            "{} refused in {}{by}: {}",
+            t("signal"),
+            t("state"),
+            t("reason")
+        ),
+        "transition_rollback" => format!(
+            "{} in {} rolled back: {}",
+            t("transition"),
+            t("state"),
+            t("reason")
+        ),
+        "alarm_set" => format!("{} due {} (in {})", t("signal"), t("due_at"), t("state")),
+        "alarm_fired" => t("signal"),
+        "action_fired" => format!("{} on {} of {}", t("action"), t("association"), t("state")),
+        "child_started" => format!("{} on {}", t("template"), t("object")),
+        "children_cancelled" => format!("cancelled {}", t("children")),
+        "job_cancelled" => format!("with its parent {}", t("parent")),
+        "job_started" => format!("in {}", t("state")),
+        "job_suspended" | "job_resumed" => {
+            format!("in {}, {} signal(s) waiting{by}", t("state"), t("waiting"))
+        }
+        "released" | "lease_expired" => t("reason"),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod summary_tests {
+    use serde_json::json;
+
+    #[test]
+    fn machine_events_say_what_happened() {
+        let d = json!({"signal": "approve", "state": "Notified", "reason": "not now"});
+        assert_eq!(
+            super::summary("signal_refused", Some("ann"), Some(&d)),
+            "approve refused in Notified by ann: not now"
+        );
+        let d = json!({"from": "Review", "state": "Notified", "signal": "notified"});
+        assert_eq!(
+            super::summary("state_entered", None, Some(&d)),
+            "Review → Notified on notified"
+        );
+        assert_eq!(super::summary("completed", None, None), "");
     }
 }

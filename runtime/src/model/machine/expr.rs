@@ -8,7 +8,7 @@
 //! `==`, `!=`, `<`, `<=`, `>`, `>=`; `&&`, `||` (short-circuit: the right side is not evaluated
 //! when the left decides), `!`; parentheses; `has(name)` (true when the name is defined and not
 //! null: `has(signal.data.reason) && signal.data.reason != ''` guards an optional key); `x ?? y`
-//! (`y` when `x` is undefined or null; the loosest operator). A name that is not defined is an
+//! (`y` when `x` is null, or undefined when `x` is a bare name; the loosest operator; chains). A name that is not defined is an
 //! error anywhere else (a typo must not read as null). A `}` inside a quoted string does not end
 //! the `${…}`.
 
@@ -115,7 +115,6 @@ pub fn eval(expr: &str, scope: &dyn Scope) -> Result<Value, String> {
         scope,
         expr,
         skip: false,
-        missing_is_null: false,
     };
     let v = p.coalesce()?;
     if p.at != tokens.len() {
@@ -144,7 +143,6 @@ pub fn check(expr_text: &str) -> Result<(), String> {
             scope: &Any,
             expr: &after[..end],
             skip: true,
-            missing_is_null: false,
         };
         // Parse only: evaluation errors on nulls are not syntax errors.
         p.syntax_only()?;
@@ -227,8 +225,6 @@ struct Parser<'a> {
     /// Parsing a side that is not evaluated (the right of a decided `&&`/`||`/`??`, or a
     /// syntax check): names are not looked up and nothing fails on values; the result is null.
     skip: bool,
-    /// The left of `??`: an undefined name reads as null.
-    missing_is_null: bool,
 }
 
 fn num(v: &Value, expr: &str) -> Result<f64, String> {
@@ -279,35 +275,34 @@ impl Parser<'_> {
         out
     }
 
-    /// Whether a `??` follows at this level of parentheses, before it closes.
-    fn coalescing_ahead(&self) -> bool {
-        let mut depth = 0usize;
-        for t in &self.tokens[self.at.min(self.tokens.len())..] {
-            match t {
-                Tok::Op("(") => depth += 1,
-                Tok::Op(")") if depth == 0 => return false,
-                Tok::Op(")") => depth -= 1,
-                Tok::Op("??") if depth == 0 => return true,
-                _ => {}
-            }
-        }
-        false
-    }
-
+    /// `x ?? y ?? …`: the first operand that is not null. An operand that is a bare name
+    /// directly before `??` may be undefined (it reads as null); anything else is evaluated as
+    /// everywhere, so a typo inside a larger expression still fails.
     fn coalesce(&mut self) -> Result<Value, String> {
-        let was = self.missing_is_null;
-        self.missing_is_null = was || self.coalescing_ahead();
-        let v = self.or();
-        self.missing_is_null = was;
-        let mut v = v?;
+        let mut v = self.operand()?;
         while self.eat("??") {
             let decided = !v.is_null();
-            let r = self.maybe_skipping(decided, Self::or)?;
+            let r = self.maybe_skipping(decided, Self::operand)?;
             if !decided {
                 v = r;
             }
         }
         Ok(v)
+    }
+
+    fn operand(&mut self) -> Result<Value, String> {
+        if let (Some(Tok::Name(n)), Some(Tok::Op("??"))) =
+            (self.tokens.get(self.at), self.tokens.get(self.at + 1))
+            && !matches!(n.as_str(), "true" | "false" | "null")
+        {
+            let n = n.clone();
+            self.at += 1;
+            if self.skip {
+                return Ok(Value::Null);
+            }
+            return Ok(self.scope.lookup(&n).unwrap_or(Value::Null));
+        }
+        self.or()
     }
 
     fn or(&mut self) -> Result<Value, String> {
@@ -466,11 +461,10 @@ impl Parser<'_> {
                     ))
                 }
                 _ if self.skip => Ok(Value::Null),
-                _ => match self.scope.lookup(&n) {
-                    Some(v) => Ok(v),
-                    None if self.missing_is_null => Ok(Value::Null),
-                    None => Err(format!("{:?}: {n:?} is not defined", self.expr)),
-                },
+                _ => self
+                    .scope
+                    .lookup(&n)
+                    .ok_or_else(|| format!("{:?}: {n:?} is not defined", self.expr)),
             },
             Tok::Op("(") => {
                 let v = self.coalesce()?;
@@ -563,8 +557,14 @@ mod tests {
             Ok(json!("spam"))
         );
         assert_eq!(eval_text("${(signal.data.empty) ?? 7}", &s), Ok(json!(7)));
-        // Undefined still fails where no `??` guards it.
+        // Undefined still fails where no `??` guards it directly: inside a larger left side too.
         assert!(eval_text("${signal.data.missing + 1}", &s).is_err());
+        assert!(eval_text("${tpyo > 3 ?? false}", &s).is_err());
+        assert!(eval_text("${signal.data.n + 1 ?? 0}", &s).is_err());
+        assert_eq!(
+            eval_text("${signal.data.a ?? signal.data.b ?? 'none'}", &s),
+            Ok(json!("none"))
+        );
         assert!(check("${has(a.b) && a.b ?? 1}").is_ok());
         assert!(check("${has(1)}").is_err());
     }

@@ -151,14 +151,17 @@ pub fn transition(
                "variables": run.vars}),
     );
     let target = t.target().to_string();
-    run.actions(job.state, &target, t.actions(), "transition")?;
     if t.internal() {
         // No exit and no entry: the state's alarms stay, its enter actions do not run again.
+        run.actions(job.state, &target, t.actions(), "transition")?;
         return Ok(run.finish(job.state, job.state, false));
     }
+    // Leaving the state cancels its alarms first, so that an alarm the transition's actions
+    // set for the target stands even when the target is the state being left.
     run.effects.push(Effect::CancelAlarms {
         state: job.state.to_string(),
     });
+    run.actions(job.state, &target, t.actions(), "transition")?;
     run.event(
         "state_entered",
         signal.actor,

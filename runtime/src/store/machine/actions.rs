@@ -61,7 +61,8 @@ pub(super) async fn write_record(
     }
     sqlx::query(
         "update workdo.workflows
-            set machine = jsonb_build_object('state', $2::text, 'variables', $3::jsonb),
+            set machine = coalesce(machine, '{}'::jsonb)
+                          || jsonb_build_object('state', $2::text, 'variables', $3::jsonb),
                 unfinished = case when $4 then 0 else unfinished end,
                 status = case when $4 then 'completed' else status end,
                 completed_at = case when $4 then now() else completed_at end
@@ -286,7 +287,7 @@ impl Store {
             let kids: Vec<(i64, bool, String, String, i32)> = sqlx::query_as(
                 "select id, machine is not null, object_id, template, version
                    from workdo.workflows where parent_id = $1 and status <> 'completed'
-                  order by id for update",
+                  order by id for no key update",
             )
             .bind(parent)
             .fetch_all(&mut **tx)
@@ -317,7 +318,8 @@ impl Store {
                     sqlx::query(
                         "update workdo.workflows
                             set status = 'completed', completed_at = now(), unfinished = 0,
-                                machine = machine || jsonb_build_object('cancelled', true)
+                                machine = machine || jsonb_build_object('cancelled', true,
+                                                                        'suspended', false)
                           where id = $1 and status <> 'completed'",
                     )
                     .bind(id)

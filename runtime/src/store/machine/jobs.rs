@@ -29,6 +29,12 @@ pub struct MachineView {
     #[schema(value_type = Vec<Object>)]
     pub children: Vec<Value>,
     pub parent: Option<i64>,
+    /// Suspended: it takes no signals until resumed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspended: bool,
+    /// Signals in its inbox not taken yet, oldest first: `{signal, actor, at}`.
+    #[schema(value_type = Vec<Object>)]
+    pub inbox: Vec<Value>,
 }
 
 impl Store {
@@ -143,6 +149,14 @@ impl Store {
         .bind(workflow_id)
         .fetch_all(&self.pool)
         .await?;
+        let inbox: Vec<Value> = sqlx::query_scalar(
+            "select jsonb_build_object('signal', signal, 'actor', actor, 'at', created_at)
+               from workdo.signals
+              where workflow_id = $1 and processed_at is null order by id limit 100",
+        )
+        .bind(workflow_id)
+        .fetch_all(&self.pool)
+        .await?;
         Ok(Some(MachineView {
             state,
             variables: record["variables"].clone(),
@@ -150,6 +164,8 @@ impl Store {
             alarms,
             children,
             parent,
+            suspended: record["suspended"].as_bool().unwrap_or(false),
+            inbox,
         }))
     }
 

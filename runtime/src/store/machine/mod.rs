@@ -78,6 +78,15 @@ pub(super) struct Job {
     parent_id: Option<i64>,
 }
 
+/// What taking a signal did: the transition (from, to, whether the job finished), or that it
+/// was queued in a suspended job's inbox.
+struct Moved {
+    from: String,
+    to: String,
+    finished: bool,
+    queued: bool,
+}
+
 /// Where the signal a transition takes comes from.
 enum Take<'a> {
     /// Given now (the CLI, the API): the job's lock is waited for.
@@ -168,35 +177,6 @@ impl Store {
                 "the signal or its data contains a NUL character (U+0000)".into(),
             ));
         }
-        // A suspended job takes no signal now: it waits in the inbox until the job is resumed.
-        let suspended: Option<(String, bool)> = sqlx::query_as(
-            "select coalesce(machine ->> 'state', ''),
-                    coalesce((machine ->> 'suspended')::boolean, false)
-               from workdo.workflows where id = $1 and machine is not null and status <> 'completed'",
-        )
-        .bind(workflow_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        if let Some((state, true)) = suspended {
-            let size = serde_json::to_vec(data).map_or(0, |v| v.len());
-            if size > MAX_SIGNAL_DATA_BYTES {
-                return Err(StoreError::SignalRefused(format!(
-                    "the signal's data has {size} bytes, over the limit of {MAX_SIGNAL_DATA_BYTES}"
-                )));
-            }
-            let mut tx = self.pool.begin().await?;
-            signal_in(&mut tx, workflow_id, signal, data, actor).await?;
-            tx.commit().await?;
-            return Ok(Signalled {
-                workflow_id,
-                signal: signal.to_string(),
-                from: state.clone(),
-                to: state,
-                finished: false,
-                followed: Vec::new(),
-                queued: true,
-            });
-        }
         let given = Take::Given {
             signal,
             data,
@@ -207,7 +187,23 @@ impl Store {
                 "there is no workflow {workflow_id}"
             )));
         };
-        let (from, to, finished) = result?;
+        let Moved {
+            from,
+            to,
+            finished,
+            queued,
+        } = result?;
+        if queued {
+            return Ok(Signalled {
+                workflow_id,
+                signal: signal.to_string(),
+                from,
+                to,
+                finished,
+                followed: Vec::new(),
+                queued,
+            });
+        }
         // A machine that keeps signalling itself is not this command's to run for ever: past
         // this many follow-ups, the runtime takes the rest.
         // The signal is committed: follow-ups that cannot be taken now (the database busy or
@@ -333,7 +329,7 @@ impl Store {
                 break;
             };
             let outcome = match result {
-                Ok((_, to, _)) => to,
+                Ok(Moved { to, .. }) => to,
                 Err(StoreError::SignalRefused(why) | StoreError::TransitionRolledBack(why)) => {
                     format!("refused: {why}")
                 }
@@ -353,7 +349,7 @@ impl Store {
         &self,
         workflow_id: i64,
         take: Take<'_>,
-    ) -> Result<Option<(String, Result<(String, String, bool)>)>> {
+    ) -> Result<Option<(String, Result<Moved>)>> {
         let Some(template_id) = self.workflow_template_id(workflow_id).await? else {
             return match take {
                 Take::Inbox => Ok(None),
@@ -365,8 +361,10 @@ impl Store {
         let spec = self.template_by_id(template_id).await?.spec;
         let mut tx = self.pool.begin().await?;
         let lock = match take {
-            Take::Inbox => " for update skip locked",
-            Take::Given { .. } => " for update",
+            // No key update: a child's `child_done` (whose foreign key takes KEY SHARE on this
+            // row) must not deadlock with this job's transition locking that child.
+            Take::Inbox => " for no key update skip locked",
+            Take::Given { .. } => " for no key update",
         };
         let Some(job) = load_job(&mut tx, workflow_id, lock).await? else {
             return Ok(None);
@@ -407,6 +405,29 @@ impl Store {
         } else {
             self.template_by_id(job.template_id).await?.spec
         };
+        // Suspended (checked under the lock, so a suspend that committed meanwhile counts): a
+        // signal given now that the job's state accepts waits in its inbox; one it does not
+        // accept is refused as always.
+        let record = job.machine.clone().unwrap_or_default();
+        if inbox.is_none() && record["suspended"].as_bool().unwrap_or(false) {
+            let state = record["state"].as_str().unwrap_or_default().to_string();
+            let accepted = spec
+                .machine
+                .as_ref()
+                .is_some_and(|m| machine::transition(m, &state, &signal).is_some());
+            let size = serde_json::to_vec(&data).map_or(0, |v| v.len());
+            if accepted && size <= MAX_SIGNAL_DATA_BYTES {
+                signal_in(&mut tx, workflow_id, &signal, &data, &actor).await?;
+                tx.commit().await?;
+                let moved = Moved {
+                    from: state.clone(),
+                    to: state,
+                    finished: false,
+                    queued: true,
+                };
+                return Ok(Some((signal, Ok(moved))));
+            }
+        }
         let mut events = EventBuf::default();
         let mut ready = ReadyKeys::default();
         let mut fx = Effects {
@@ -430,7 +451,13 @@ impl Store {
                 ready.notify(&mut tx).await?;
                 notify_signals(&mut tx, &signalled).await?;
                 tx.commit().await?;
-                return Ok(Some((signal, Ok((from, to, finished)))));
+                let moved = Moved {
+                    from,
+                    to,
+                    finished,
+                    queued: false,
+                };
+                return Ok(Some((signal, Ok(moved))));
             }
             Err(Stop::Db(e)) => return Err(e),
             Err(Stop::NotAccepted(why)) => (

@@ -99,10 +99,10 @@ fn a_transition_is_planned_in_order_with_the_variables_each_action_sees() {
         shape(&p),
         [
             "event:signal_received",
+            "cancel-alarms:Idle",
             "event:action_fired",
             "signal:ping",
             "event:action_fired",
-            "cancel-alarms:Idle",
             "event:state_entered",
             "alarm:timeout@Busy",
             "event:alarm_set",
