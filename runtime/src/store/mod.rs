@@ -22,6 +22,7 @@ mod idempotency;
 mod machine;
 mod objects;
 mod queries;
+mod queues;
 mod results;
 mod schedules;
 mod steps;
