@@ -250,3 +250,44 @@ fn files_are_readable_in_a_sitting() {
         long.join("\n")
     );
 }
+
+/// Inside the model, the three systems share their types through the leaf `model/spec.rs`:
+/// dispatch and machines name none of the template module (which holds them both), and the
+/// leaf names none of the three; so `model/` has no import cycle.
+#[test]
+fn the_model_shares_types_through_a_leaf() {
+    let model = src().join("model");
+    let refs_to = |text: &str, module: &str| {
+        [
+            format!("model::{module}"),
+            format!("super::{module}"),
+            format!("super::super::{module}"),
+        ]
+        .iter()
+        .any(|r| text.contains(&format!("{r}::")) || text.contains(&format!("{r};")))
+    };
+    let mut wrong = Vec::new();
+    for (dir, forbidden) in [
+        ("dispatch", &["template", "machine"][..]),
+        ("machine", &["template", "dispatch"][..]),
+    ] {
+        for f in rust_files(&model.join(dir)) {
+            if f.to_string_lossy().contains("tests") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&f).expect("read");
+            for m in forbidden {
+                if refs_to(&text, m) {
+                    wrong.push(format!("{} names {m}", f.display()));
+                }
+            }
+        }
+    }
+    let spec = std::fs::read_to_string(model.join("spec.rs")).expect("spec.rs");
+    for m in ["template", "dispatch", "machine"] {
+        if refs_to(&spec, m) {
+            wrong.push(format!("spec.rs names {m}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:?}");
+}

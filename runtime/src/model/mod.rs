@@ -12,6 +12,10 @@
 //!   construction rules and the composition of subnets.
 //!
 //! - [`machine`]: state machines: states, transitions, actions, the expression language.
+//!
+//! - [`spec`]: the types those three share (a step, its function, a bricklet, rules, a
+//!   problem with a source), a leaf: `template`, `dispatch` and `machine` import it and not
+//!   each other's types, so the modules form no cycle.
 
 pub mod alert;
 pub mod dispatch;
@@ -21,6 +25,7 @@ pub mod object_id;
 pub mod outcome;
 pub mod retry;
 pub mod schedule;
+pub mod spec;
 pub mod status;
 pub mod template;
 

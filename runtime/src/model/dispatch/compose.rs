@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Actset, Bricklet, Construction};
-use crate::model::template::StepSpec;
+use crate::model::spec::StepSpec;
 
 /// One vertex of a composed subnet: an instance of an active bricklet (from 1).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::template::StepSpec;
+pub use super::spec::{Bricklet, Construction, Generate, MatchRule, Observe, Op};
 
 mod compose;
 #[cfg(test)]
@@ -27,131 +27,6 @@ pub use compose::{
     GeneratedStep, Graph, MAX_SUBNET_STEPS, Node, before_cycle, compose, expand, generated_name,
     sinks, subnet_size,
 };
-
-/// A reusable process fragment: one or more steps, prerequisites among them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Bricklet {
-    pub name: String,
-    /// The bricklet that `undo` activates in this one's place.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compensate: Option<String>,
-    pub steps: Vec<StepSpec>,
-}
-
-/// An observer step's matching rules on one document of the object.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Observe {
-    /// The object document (XML) the rules are evaluated on.
-    pub document: String,
-    pub rules: Vec<MatchRule>,
-}
-
-/// `match(pexpr) ↦ (op, generator, bricklets)`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MatchRule {
-    /// XPath 1.0. A node-set matches with one fragment per node; a boolean, number or string
-    /// matches when true, positive or non-empty (one fragment; a number `n`, `n` of them).
-    #[serde(rename = "match")]
-    pub xpath: String,
-    pub op: Op,
-    /// The generator step of this template whose activation set the rule changes.
-    pub generator: String,
-    pub bricklets: Vec<String>,
-}
-
-/// The change operations on an activation set (Definition 3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Op {
-    /// Append the bricklets with `f(b)` fragments (adding to the count of one already active).
-    Add,
-    /// Append only the bricklets not yet active.
-    Merge,
-    /// Remove the bricklets.
-    Delete,
-    /// Append each bricklet's compensating bricklet.
-    Undo,
-}
-
-impl Op {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Op::Add => "add",
-            Op::Merge => "merge",
-            Op::Delete => "delete",
-            Op::Undo => "undo",
-        }
-    }
-}
-
-/// A generator step: the bricklets it allows and how it combines them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Generate {
-    pub refset: Vec<String>,
-    #[serde(default)]
-    pub rules: Vec<Construction>,
-}
-
-/// Construction rules (Definition 5), written `{before: [A, B]}`, `{sequence: A}` or
-/// `{parallel: A}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "ConstructionMap", into = "ConstructionMap")]
-pub enum Construction {
-    /// `A ≺ B`: when both are active, B runs after A.
-    Before([String; 2]),
-    /// `A →ⁿ`: A runs `f(A)` times, one after the other.
-    Sequence(String),
-    /// `A ∥ⁿ`: A runs `f(A)` times side by side.
-    Parallel(String),
-}
-
-/// A construction rule as written: exactly one of its keys.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ConstructionMap {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    before: Option<[String; 2]>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    sequence: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    parallel: Option<String>,
-}
-
-impl TryFrom<ConstructionMap> for Construction {
-    type Error = String;
-    fn try_from(m: ConstructionMap) -> Result<Self, String> {
-        match (m.before, m.sequence, m.parallel) {
-            (Some(b), None, None) => Ok(Construction::Before(b)),
-            (None, Some(s), None) => Ok(Construction::Sequence(s)),
-            (None, None, Some(p)) => Ok(Construction::Parallel(p)),
-            _ => Err(
-                "a construction rule is one of before: [A, B], sequence: A or parallel: A".into(),
-            ),
-        }
-    }
-}
-
-impl From<Construction> for ConstructionMap {
-    fn from(c: Construction) -> Self {
-        match c {
-            Construction::Before(b) => ConstructionMap {
-                before: Some(b),
-                ..Default::default()
-            },
-            Construction::Sequence(s) => ConstructionMap {
-                sequence: Some(s),
-                ..Default::default()
-            },
-            Construction::Parallel(p) => ConstructionMap {
-                parallel: Some(p),
-                ..Default::default()
-            },
-        }
-    }
-}
 
 /// Active bricklets of one generator and their fragment counts `f(b)`.
 pub type Actset = BTreeMap<String, u32>;

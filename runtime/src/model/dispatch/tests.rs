@@ -1,6 +1,7 @@
 //! Listing 1, the change operations and the rules on documents.
 
 use super::*;
+use crate::model::spec::StepSpec;
 
 fn set(items: &[(&str, u32)]) -> Actset {
     items.iter().map(|(b, n)| (b.to_string(), *n)).collect()

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::template::{FunctionSpec, Problem, TemplateError, valid_name};
+use super::spec::{FunctionSpec, Problem, TemplateError, valid_name};
 
 /// A validated machine description.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -362,7 +362,7 @@ pub fn accepted(m: &Machine, state: &str) -> Vec<String> {
 /// Parse a duration: `30s`, `5m`, `2h`, `7d`, or words (`7 days`, `90 minutes`, `1 week`).
 pub fn duration_secs(text: &str) -> Option<f64> {
     let t = text.trim();
-    if let Some(s) = super::template::parse_duration_secs(t) {
+    if let Some(s) = super::spec::parse_duration_secs(t) {
         return Some(s);
     }
     let (num, unit) = t.split_once(char::is_whitespace)?;

@@ -28,6 +28,34 @@ pub(super) struct Effects<'e> {
     pub(super) signalled: Vec<i64>,
 }
 
+/// Skip workflow `id`'s steps that have not finished, through the one status path (each with
+/// its `skipped` event and `note`).
+async fn skip_pending(
+    tx: &mut Transaction<'_, Postgres>,
+    id: i64,
+    note: &str,
+    actor: &str,
+) -> Result<()> {
+    let pending: Vec<i64> = sqlx::query_scalar(
+        "select id from workdo.steps
+          where workflow_id = $1 and status not in ('completed', 'skipped')
+          order by id for update",
+    )
+    .bind(id)
+    .fetch_all(&mut **tx)
+    .await?;
+    let changes: Vec<Change> = pending
+        .into_iter()
+        .map(|step| {
+            let mut c = Change::new(step, Status::Skipped, "skipped");
+            c.note = Some(note.to_string());
+            c
+        })
+        .collect();
+    Store::steps_apply(tx, &changes, actor).await?;
+    Ok(())
+}
+
 /// The job's state and variables; a final state completes the workflow (its `unfinished` unit).
 pub(super) async fn write_record(
     tx: &mut Transaction<'_, Postgres>,
@@ -41,23 +69,8 @@ pub(super) async fn write_record(
     // could only be refused by a finished job) through the one status path, each with its
     // `skipped` event, before the workflow is completed.
     if finished {
-        let pending: Vec<i64> = sqlx::query_scalar(
-            "select id from workdo.steps
-              where workflow_id = $1 and status not in ('completed', 'skipped')
-              order by id for update",
-        )
-        .bind(id)
-        .fetch_all(&mut **tx)
-        .await?;
-        let changes: Vec<Change> = pending
-            .into_iter()
-            .map(|step| {
-                let mut c = Change::new(step, Status::Skipped, "skipped");
-                c.note = Some(format!("the job reached its final state {state}"));
-                c
-            })
-            .collect();
-        Store::steps_apply(tx, &changes, actor).await?;
+        let note = format!("the job reached its final state {state}");
+        skip_pending(tx, id, &note, actor).await?;
     }
     sqlx::query(
         "update workdo.workflows
@@ -297,23 +310,8 @@ impl Store {
                 if depth + 1 < MAX_FORK_DEPTH {
                     self.cancel_children(tx, id, actor, depth + 1, fx).await?;
                 }
-                let pending: Vec<i64> = sqlx::query_scalar(
-                    "select id from workdo.steps
-                      where workflow_id = $1 and status not in ('completed', 'skipped')
-                      order by id for update",
-                )
-                .bind(id)
-                .fetch_all(&mut **tx)
-                .await?;
-                let changes: Vec<Change> = pending
-                    .into_iter()
-                    .map(|step| {
-                        let mut c = Change::new(step, Status::Skipped, "skipped");
-                        c.note = Some(format!("cancelled with its parent {parent}"));
-                        c
-                    })
-                    .collect();
-                Store::steps_apply(tx, &changes, actor).await?;
+                let note = format!("cancelled with its parent {parent}");
+                skip_pending(tx, id, &note, actor).await?;
                 if machine {
                     sqlx::query(
                         "update workdo.workflows
