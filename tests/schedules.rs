@@ -338,3 +338,70 @@ async fn run_injects_a_task_ahead_of_the_queue_and_prioritize_filters_by_propert
         .expect("claim");
     assert_eq!(top[0].object_id, "druid:bb123cd4567");
 }
+
+/// A schedule that signals: the jobs of a machine in the given state get the signal (those in
+/// other states and finished ones do not), each once per tick, and take it as any signal.
+#[tokio::test]
+async fn a_schedule_signals_the_jobs_of_a_machine_in_a_state() {
+    let t = db().await;
+    let shipped = std::fs::read_to_string(support::workflows_dir().join("loanReviewWF.yaml"))
+        .expect("loanReviewWF.yaml");
+    load(&t.store, "loanReviewWF.yaml", &shipped).await;
+    let mut jobs = Vec::new();
+    for o in ["obj:n1", "obj:n2", "obj:n3"] {
+        let started = t
+            .store
+            .workflow_start(&StartRequest::new("loanReviewWF", &[o]))
+            .await
+            .expect("start");
+        jobs.push(started[0].workflow_id);
+    }
+    // n1 and n3 notified (n3 then approved: finished); n2 still in Review.
+    for j in [jobs[0], jobs[2]] {
+        t.store
+            .machine_signal(j, "notified", &serde_json::json!({}), "t")
+            .await
+            .expect("notified");
+    }
+    t.store
+        .machine_signal(jobs[2], "approve", &serde_json::json!({}), "t")
+        .await
+        .expect("approve");
+    let specs = workdo::model::schedule::parse_file(
+        "nudge.yaml",
+        "schedules:\n  - name: nudge\n    cron: \"0 0 9 * * *\"\n    signal: remind\n    jobs: { template: loanReviewWF, state: Notified }\n",
+    )
+    .expect("schedules");
+    t.store
+        .schedules_put(&specs, "nudge.yaml")
+        .await
+        .expect("put");
+    sqlx::query("update workdo.schedules set next_fire_at = now() - interval '1 second'")
+        .execute(t.pool())
+        .await
+        .expect("due");
+    let fired = t.store.schedules_fire_due().await.expect("fire");
+    assert_eq!(fired.len(), 1);
+    assert_eq!((fired[0].started, fired[0].signalled), (0, 1));
+    t.store.machine_inbox_run(100).await.expect("inbox");
+    let reminders: Vec<serde_json::Value> = sqlx::query_scalar(
+        "select machine -> 'variables' -> 'reminders' from workdo.workflows where id = any($1) order by id",
+    )
+    .bind(&jobs)
+    .fetch_all(t.pool())
+    .await
+    .expect("reminders");
+    assert_eq!(
+        reminders,
+        [
+            serde_json::json!(1),
+            serde_json::json!(0),
+            serde_json::json!(0)
+        ]
+    );
+    let listed = t.store.schedules_list().await.expect("list");
+    assert_eq!(
+        (listed[0].signal.as_deref(), listed[0].state.as_deref()),
+        (Some("remind"), Some("Notified"))
+    );
+}

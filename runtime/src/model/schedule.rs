@@ -16,6 +16,16 @@
 //!     restart: true                 # start again even where the workflow exists
 //! ```
 //!
+//! A schedule may instead send a signal to the jobs of a machine, optionally only those in one
+//! state (and, with `objects`, only those objects):
+//!
+//! ```yaml
+//!   - name: nudge-reviewers
+//!     cron: "0 0 9 * * Mon-Fri"
+//!     signal: remind
+//!     jobs: { template: loanReviewWF, state: Notified }
+//! ```
+//!
 //! Each tick fires once even with several runtimes: the row is claimed with `SKIP LOCKED` and
 //! its next fire time advances in the transaction that starts the workflows. The next fire time
 //! is computed from *now*, so ticks missed during downtime fire once, not once each.
@@ -55,9 +65,27 @@ pub struct ScheduleSpec {
     /// The template to start (in a template's own `schedules:`, the template itself).
     #[serde(default)]
     pub start: Option<String>,
-    pub objects: Objects,
+    /// Which objects: required to start workflows; with `signal`, narrows the jobs signalled.
+    #[serde(default)]
+    pub objects: Option<Objects>,
     #[serde(default)]
     pub restart: bool,
+    /// Send this signal to jobs (`jobs`) instead of starting workflows.
+    #[serde(default)]
+    pub signal: Option<String>,
+    /// The jobs a `signal` goes to.
+    #[serde(default)]
+    pub jobs: Option<Jobs>,
+}
+
+/// The machine jobs a signal schedule signals: those of `template` still running, in `state`
+/// when given.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Jobs {
+    pub template: String,
+    #[serde(default)]
+    pub state: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -93,15 +121,48 @@ impl ScheduleSpec {
                 self.name
             ));
         }
-        if self.start.is_none() {
-            self.start = default_template.map(String::from);
-        }
-        if self.start.as_deref().is_none_or(str::is_empty) {
-            return Err(format!("schedule {}: `start` names no template", self.name));
+        if let Some(signal) = &self.signal {
+            if self.start.is_some() {
+                return Err(format!(
+                    "schedule {}: give `start` (start workflows) or `signal` (signal jobs), not both",
+                    self.name
+                ));
+            }
+            if signal.trim().is_empty() {
+                return Err(format!("schedule {}: `signal` is empty", self.name));
+            }
+            if self.jobs.is_none() {
+                self.jobs = default_template.map(|t| Jobs {
+                    template: t.to_string(),
+                    state: None,
+                });
+            }
+            if self.jobs.as_ref().is_none_or(|j| j.template.is_empty()) {
+                return Err(format!(
+                    "schedule {}: `signal` needs `jobs: {{template: MACHINE, state: STATE}}`",
+                    self.name
+                ));
+            }
+        } else {
+            if self.jobs.is_some() {
+                return Err(format!("schedule {}: `jobs` goes with `signal`", self.name));
+            }
+            if self.start.is_none() {
+                self.start = default_template.map(String::from);
+            }
+            if self.start.as_deref().is_none_or(str::is_empty) {
+                return Err(format!("schedule {}: `start` names no template", self.name));
+            }
+            if self.objects.is_none() {
+                return Err(format!(
+                    "schedule {}: `objects` says which objects to start on",
+                    self.name
+                ));
+            }
         }
         self.schedule()?;
         self.tz()?;
-        if let Objects::Before { before, .. } = &self.objects
+        if let Some(Objects::Before { before, .. }) = &self.objects
             && before != "now"
             && DateTime::parse_from_rfc3339(before).is_err()
         {
@@ -171,8 +232,10 @@ mod tests {
             cron: "0 0 3 * * *".into(),
             timezone: Some("America/Los_Angeles".into()),
             start: Some("aWF".into()),
-            objects: Objects::Ids { ids: vec![] },
+            objects: Some(Objects::Ids { ids: vec![] }),
             restart: false,
+            signal: None,
+            jobs: None,
         };
         s.validate(None).expect("valid");
         // 03:00 in Los Angeles in November (PST, UTC-8) is 11:00 UTC.
@@ -214,11 +277,34 @@ mod tests {
         .expect("valid");
         assert_eq!(
             ok[0].objects,
-            Objects::Before {
+            Some(Objects::Before {
                 property: "embargo_until".into(),
                 before: "now".into()
-            }
+            })
         );
+        let nudge = parse_file(
+            "s.yaml",
+            "schedules:\n  - name: n\n    cron: \"0 0 9 * * *\"\n    signal: remind\n    jobs: { template: loanReviewWF, state: Notified }\n",
+        )
+        .expect("a signal schedule");
+        assert_eq!(
+            nudge[0].jobs.as_ref().map(|j| j.template.as_str()),
+            Some("loanReviewWF")
+        );
+        let e = parse_file(
+            "s.yaml",
+            "schedules:\n  - name: n\n    cron: \"0 0 9 * * *\"\n    signal: remind\n",
+        )
+        .expect_err("no jobs")
+        .to_string();
+        assert!(e.contains("`signal` needs `jobs"), "{e}");
+        let e = parse_file(
+            "s.yaml",
+            "schedules:\n  - name: n\n    cron: \"0 0 9 * * *\"\n    start: aWF\n",
+        )
+        .expect_err("no objects")
+        .to_string();
+        assert!(e.contains("`objects` says which objects"), "{e}");
     }
 
     #[test]

@@ -21,6 +21,10 @@ pub struct ScheduleRow {
     pub enabled: bool,
     pub next_fire_at: DateTime<Utc>,
     pub last_fired_at: Option<DateTime<Utc>>,
+    /// A signal schedule's signal (then `template` is the machine whose jobs get it).
+    pub signal: Option<String>,
+    /// …and the state those jobs must be in.
+    pub state: Option<String>,
 }
 
 /// What firing did.
@@ -29,6 +33,8 @@ pub struct Fired {
     pub schedule: String,
     pub tick: Option<DateTime<Utc>>,
     pub started: usize,
+    /// Jobs a signal schedule signalled.
+    pub signalled: usize,
 }
 
 impl Store {
@@ -37,7 +43,11 @@ impl Store {
     pub async fn schedules_put(&self, specs: &[ScheduleSpec], origin: &str) -> Result<usize> {
         let mut tx = self.pool.begin().await?;
         for s in specs {
-            if let Some(template) = s.start.as_deref() {
+            if let Some(template) = s
+                .start
+                .as_deref()
+                .or(s.jobs.as_ref().map(|j| j.template.as_str()))
+            {
                 let known: bool = sqlx::query_scalar(
                     "select exists (select 1 from workdo.templates where name = $1)",
                 )
@@ -54,25 +64,36 @@ impl Store {
             let next = s.next_after(Utc::now()).ok_or_else(|| {
                 StoreError::Schedule(format!("{origin}: schedule {} never fires", s.name))
             })?;
-            let objects = serde_json::to_value(&s.objects).unwrap_or(Value::Null);
+            let objects = match &s.objects {
+                Some(o) => serde_json::to_value(o).unwrap_or_else(|_| serde_json::json!({})),
+                None => serde_json::json!({}),
+            };
+            let template = s
+                .start
+                .clone()
+                .or(s.jobs.as_ref().map(|j| j.template.clone()))
+                .unwrap_or_default();
             sqlx::query(
-                "insert into workdo.schedules (name, cron, timezone, template, objects, restart, next_fire_at, origin)
-                 values ($1, $2, $3, $4, $5, $6, $7, $8)
+                "insert into workdo.schedules (name, cron, timezone, template, objects, restart, next_fire_at, origin, signal, state)
+                 values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
                  on conflict (name) do update set
                     next_fire_at = case when (schedules.cron, schedules.timezone) is distinct from (excluded.cron, excluded.timezone)
                                         then excluded.next_fire_at else schedules.next_fire_at end,
                     cron = excluded.cron, timezone = excluded.timezone, template = excluded.template,
                     objects = excluded.objects, restart = excluded.restart, origin = excluded.origin,
+                    signal = excluded.signal, state = excluded.state,
                     enabled = true, updated_at = now()",
             )
             .bind(&s.name)
             .bind(&s.cron)
             .bind(s.timezone.as_deref().unwrap_or("UTC"))
-            .bind(s.start.as_deref().unwrap_or_default())
+            .bind(&template)
             .bind(&objects)
             .bind(s.restart)
             .bind(next)
             .bind(origin)
+            .bind(&s.signal)
+            .bind(s.jobs.as_ref().and_then(|j| j.state.as_deref()))
             .execute(&mut *tx)
             .await?;
         }
@@ -82,7 +103,8 @@ impl Store {
 
     pub async fn schedules_list(&self) -> Result<Vec<ScheduleRow>> {
         Ok(sqlx::query_as(
-            "select name, cron, timezone, template, objects, restart, enabled, next_fire_at, last_fired_at
+            "select name, cron, timezone, template, objects, restart, enabled, next_fire_at, last_fired_at,
+                    signal, state
                from workdo.schedules order by next_fire_at, name",
         )
         .fetch_all(&self.pool)
@@ -96,7 +118,8 @@ impl Store {
         loop {
             let mut tx = self.pool.begin().await?;
             let due: Option<ScheduleRow> = sqlx::query_as(
-                "select name, cron, timezone, template, objects, restart, enabled, next_fire_at, last_fired_at
+                "select name, cron, timezone, template, objects, restart, enabled, next_fire_at, last_fired_at,
+                        signal, state
                    from workdo.schedules
                   where enabled and next_fire_at <= now()
                   order by next_fire_at limit 1 for update skip locked",
@@ -104,21 +127,60 @@ impl Store {
             .fetch_optional(&mut *tx)
             .await?;
             let Some(row) = due else { break };
+            let empty = row
+                .objects
+                .as_object()
+                .is_some_and(serde_json::Map::is_empty);
             let spec = ScheduleSpec {
                 name: row.name.clone(),
                 cron: row.cron.clone(),
                 timezone: Some(row.timezone.clone()),
                 start: Some(row.template.clone()),
-                objects: serde_json::from_value(row.objects.clone()).map_err(|e| {
-                    StoreError::Schedule(format!(
-                        "schedule {}: stored objects selector unreadable: {e}",
-                        row.name
-                    ))
-                })?,
+                objects: if empty {
+                    None
+                } else {
+                    Some(serde_json::from_value(row.objects.clone()).map_err(|e| {
+                        StoreError::Schedule(format!(
+                            "schedule {}: stored objects selector unreadable: {e}",
+                            row.name
+                        ))
+                    })?)
+                },
                 restart: row.restart,
+                signal: None,
+                jobs: None,
             };
-            let objects = select_objects(&mut tx, &spec, &row.template).await?;
             let mut started = 0;
+            let mut signalled = 0;
+            let objects = if let Some(signal) = &row.signal {
+                let narrowed = match &spec.objects {
+                    Some(_) => Some(select_objects(&mut tx, &spec, "").await?),
+                    None => None,
+                };
+                let jobs: Vec<i64> = sqlx::query_scalar(
+                    "insert into workdo.signals (workflow_id, signal, data, actor)
+                     select id, $2, jsonb_build_object('schedule', $4::text), 'schedule:' || $4
+                       from workdo.workflows
+                      where template = $1 and active and machine is not null
+                        and status <> 'completed'
+                        and ($3::text is null or machine ->> 'state' = $3)
+                        and ($5::text[] is null or object_id = any($5))
+                      order by id
+                     returning workflow_id",
+                )
+                .bind(&row.template)
+                .bind(signal)
+                .bind(&row.state)
+                .bind(&row.name)
+                .bind(&narrowed)
+                .fetch_all(&mut *tx)
+                .await?;
+                super::machine::notify_jobs(&mut tx, &jobs).await?;
+                signalled = jobs.len();
+                Vec::new()
+            } else {
+                select_objects(&mut tx, &spec, &row.template).await?
+            };
             if !objects.is_empty() {
                 let mut req = super::StartRequest::new(&row.template, &[]);
                 req.objects = objects;
@@ -139,7 +201,8 @@ impl Store {
                 "insert into workdo.events (kind, actor, detail) values ('schedule_fired', $1, $2)",
             )
             .bind(format!("schedule:{}", row.name))
-            .bind(serde_json::json!({"schedule": row.name, "tick": row.next_fire_at, "started": started, "next": next}))
+            .bind(serde_json::json!({"schedule": row.name, "tick": row.next_fire_at, "started": started,
+                                     "signalled": signalled, "next": next}))
             .execute(&mut *tx)
             .await?;
             tx.commit().await?;
@@ -147,6 +210,7 @@ impl Store {
                 schedule: row.name,
                 tick: Some(row.next_fire_at),
                 started,
+                signalled,
             });
         }
         Ok(fired)
@@ -160,7 +224,10 @@ async fn select_objects(
     spec: &ScheduleSpec,
     template: &str,
 ) -> Result<Vec<String>> {
-    let candidates: Vec<(String, Value)> = match &spec.objects {
+    let Some(selector) = &spec.objects else {
+        return Ok(Vec::new());
+    };
+    let candidates: Vec<(String, Value)> = match selector {
         Objects::Ids { ids } => {
             let found: Vec<(String, Value)> =
                 sqlx::query_as("select id, properties from workdo.objects where id = any($1)")
@@ -186,7 +253,7 @@ async fn select_objects(
     let now = Utc::now();
     let mut chosen: Vec<String> = candidates
         .into_iter()
-        .filter(|(_, props)| match &spec.objects {
+        .filter(|(_, props)| match selector {
             Objects::Ids { .. } => true,
             Objects::Equals { property, equals } => props.get(property) == Some(equals),
             Objects::Before { property, before } => {
@@ -206,7 +273,7 @@ async fn select_objects(
         })
         .map(|(id, _)| id)
         .collect();
-    if !spec.restart && !chosen.is_empty() {
+    if !spec.restart && !chosen.is_empty() && !template.is_empty() {
         let existing: Vec<String> = sqlx::query_scalar(
             "select w.object_id from workdo.workflows w join workdo.objects o on o.id = w.object_id
               where w.template = $1 and w.version = o.version and w.object_id = any($2)",
