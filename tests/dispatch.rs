@@ -94,7 +94,8 @@ async fn the_papers_example_composes_figure_3d_and_runs_to_the_end() {
     .expect("generated");
     assert_eq!(
         generated,
-        json!({"generator": "feature-extraction", "bricklet": "b4", "instance": 2})
+        json!({"generator": "feature-extraction", "bricklet": "b4", "instance": 2,
+               "fragment": "<media doctype=\"video\" src=\"lecture2.mp4\"/>"})
     );
     let composed: Vec<Value> = sqlx::query_scalar(
         "select detail from workdo.events where kind = 'composed' and object_id = $1",

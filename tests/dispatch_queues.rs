@@ -91,6 +91,57 @@ async fn generated_steps_have_queues() {
     let text = r.text().await.expect("xml");
     assert!(text.starts_with(r#"<objects count="2">"#), "{text}");
 
+    // Each generated step carries the node its instance was made for (pfrag), and a claim
+    // hands it to the function as `fragment`.
+    let fragment = |name: &'static str| {
+        let pool = t.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, Option<String>>(
+                "select generated ->> 'fragment' from workdo.steps where name = $1",
+            )
+            .bind(name)
+            .fetch_one(&pool)
+            .await
+            .expect("step")
+        }
+    };
+    for (step, src) in [
+        ("feature-extraction/b6#1/image-features", "slides1.pdf"),
+        ("feature-extraction/b6#2/image-features", "slides2.pdf"),
+        ("feature-extraction/b1#1/key-frames", "lecture1.mp4"),
+        ("feature-extraction/b1#2/key-frames", "lecture2.mp4"),
+    ] {
+        let f = fragment(step).await.unwrap_or_default();
+        assert!(
+            f.starts_with("<media ") && f.ends_with("/>") && f.contains(&format!("src=\"{src}\"")),
+            "{step}: {f}"
+        );
+    }
+    let mut claimed = t
+        .store
+        .step_claim_queue(
+            "lectureWF:b6/image-features",
+            None,
+            10,
+            "test",
+            std::time::Duration::from_secs(60),
+        )
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), 2);
+    let inputs = t
+        .store
+        .step_inputs(&mut claimed, &[])
+        .await
+        .expect("inputs");
+    assert!(
+        inputs.values().all(|i| i
+            .fragment
+            .as_deref()
+            .is_some_and(|f| f.contains("doctype=\"image\""))),
+        "{inputs:?}"
+    );
+
     // `show` says why each bricklet was activated: the composed set and the rules that matched.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_workdo"))
         .args(["show", druid])

@@ -45,6 +45,11 @@ pub struct Event {
     /// it back in its own `call` field; answers are matched to calls by it, never by position.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call: Option<String>,
+    /// A generated step's matched node (dynamic dispatch's `pfrag`): the element (as XML) or
+    /// the attribute or text value its bricklet instance was made for. Absent for other steps,
+    /// and for instances of a rule that matched a boolean or a number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fragment: Option<String>,
 }
 
 /// What a function answers. `status` is one of `completed`, `skipped`, `error`, `defer`, or an

@@ -313,6 +313,7 @@ pub(crate) fn probe_event(object: &str) -> Event {
         traceparent: None,
         deadline: "2030-01-01T00:00:00Z".into(),
         call: None,
+        fragment: None,
     }
 }
 

@@ -223,6 +223,7 @@ fn event_of(c: &Claimed, input: StepInputs, timeout: Duration) -> Event {
         deadline: (Utc::now() + chrono::Duration::from_std(timeout).unwrap_or_default())
             .to_rfc3339(),
         call: None,
+        fragment: input.fragment,
     }
 }
 

@@ -137,6 +137,27 @@ pub fn activation(
     set
 }
 
+/// The fragments each of `generator`'s activated bricklets' instances matched, by the same
+/// rules in the same order as [`activation`].
+pub fn activation_fragments(
+    spec: &Template,
+    observed: &serde_json::Map<String, Value>,
+    generator: &str,
+    bricklets: &Bricklets,
+) -> dispatch::Fragments {
+    let mut out = dispatch::Fragments::new();
+    for step in spec.steps.iter().filter(|s| s.observe.is_some()) {
+        let Some(found) = observed.get(&step.name) else {
+            continue;
+        };
+        let matches: Vec<RuleMatch> = serde_json::from_value(found.clone()).unwrap_or_default();
+        for m in matches.iter().filter(|m| m.generator == generator) {
+            dispatch::apply_fragments(&mut out, m, &|b| bricklets.compensation(b));
+        }
+    }
+    out
+}
+
 /// Record an observer's matches on its workflow and recompute the activation sets of the
 /// generators that have not composed yet (a generator that composed keeps its subnet).
 pub(super) async fn record_observed(
@@ -271,12 +292,14 @@ pub(super) async fn compose(
         .filter(|s| s.prereqs.iter().any(|p| p == generator))
         .map(|s| s.name.clone())
         .collect();
+    let observed = record["observed"].as_object().cloned().unwrap_or_default();
+    let fragments = activation_fragments(spec, &observed, generator, bricklets);
     insert_subnet(
         tx,
         workflow_id,
         generator,
         (&object, &template, version, &lane, priority),
-        &steps,
+        (&steps, &fragments),
     )
     .await?;
     let mut edges: Vec<(String, String)> = steps
@@ -356,7 +379,7 @@ async fn insert_subnet(
     workflow_id: i64,
     generator: &str,
     (object, template, version, lane, priority): (&str, &str, i32, &str, i32),
-    steps: &[dispatch::GeneratedStep],
+    (steps, fragments): (&[dispatch::GeneratedStep], &dispatch::Fragments),
 ) -> Result<()> {
     if steps.is_empty() {
         return Ok(());
@@ -391,7 +414,18 @@ async fn insert_subnet(
         .collect();
     let generated: Vec<Value> = steps
         .iter()
-        .map(|s| json!({"generator": generator, "bricklet": s.bricklet, "instance": s.instance}))
+        .map(|s| {
+            let mut g =
+                json!({"generator": generator, "bricklet": s.bricklet, "instance": s.instance});
+            // The node this instance was made for (the paper's pfrag), when it was one.
+            if let Some(Some(xml)) = fragments
+                .get(&s.bricklet)
+                .and_then(|f| f.get((s.instance as usize).saturating_sub(1)))
+            {
+                g["fragment"] = json!(xml);
+            }
+            g
+        })
         .collect();
     sqlx::query(
         "insert into workdo.steps

@@ -20,6 +20,8 @@ pub struct StepInputs {
     pub context: Map<String, Value>,
     pub documents: BTreeMap<String, String>,
     pub trace_context: Option<String>,
+    /// A generated step's matched fragment (its `generated.fragment`).
+    pub fragment: Option<String>,
 }
 
 /// A worker's result for one step it holds: the status change (carrying the lease) and, for a
@@ -105,6 +107,23 @@ impl Store {
                 docs.entry(object).or_default().insert(name, content);
             }
         }
+        // Generated steps (named GENERATOR/BRICKLET#N/STEP) carry the node they were made for.
+        let mut fragments: HashMap<i64, String> = HashMap::new();
+        let generated: Vec<i64> = claimed
+            .iter()
+            .filter(|c| c.name.contains('#'))
+            .map(|c| c.id)
+            .collect();
+        if !generated.is_empty() {
+            let found: Vec<(i64, String)> = sqlx::query_as(
+                "select id, generated ->> 'fragment' from workdo.steps
+                  where id = any($1) and generated ? 'fragment'",
+            )
+            .bind(&generated)
+            .fetch_all(&self.pool)
+            .await?;
+            fragments.extend(found);
+        }
         let as_map = |v: &mut Value| match v.take() {
             Value::Object(m) => m,
             _ => Map::new(),
@@ -119,6 +138,7 @@ impl Store {
                         context: as_map(&mut c.context),
                         documents: docs.get(&c.object_id).cloned().unwrap_or_default(),
                         trace_context: c.trace_context.clone(),
+                        fragment: fragments.remove(&c.id),
                     },
                 )
             })

@@ -41,7 +41,23 @@ pub struct RuleMatch {
     pub bricklets: Vec<String>,
     /// `f(b)`: how many fragments matched (0: the rule did not match and changes nothing).
     pub fragments: u32,
+    /// The matched nodes as XML, in document order (the paper's `pfrag`): an element with its
+    /// content, an attribute's or a text node's value. Empty for a boolean, number or string
+    /// result; a node over [`MAX_FRAGMENT_BYTES`] is kept as `null`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub matched: Vec<Option<String>>,
 }
+
+/// The largest matched node kept as a fragment, as XML text (64 KiB).
+pub const MAX_FRAGMENT_BYTES: usize = 64 * 1024;
+
+/// The most fragment text one observation keeps, all rules together (1 MiB): past it, further
+/// instances get none (`null`), and their functions read the document themselves.
+pub const MAX_FRAGMENTS_BYTES: usize = 1024 * 1024;
+
+/// Each activated bricklet's instances' fragments, in instance order (`None` where an instance
+/// has none), alongside the [`Actset`] the same rules make.
+pub type Fragments = BTreeMap<String, Vec<Option<String>>>;
 
 /// Whether `xpath` is an XPath 1.0 expression; why not.
 ///
@@ -80,16 +96,45 @@ pub fn observe(observe: &Observe, document: &str) -> Result<Vec<RuleMatch>, Stri
     let factory = sxd_xpath::Factory::new();
     let context = sxd_xpath::Context::new();
     let mut out = Vec::with_capacity(observe.rules.len());
+    let mut kept = 0usize;
     for (i, rule) in observe.rules.iter().enumerate() {
         let xpath = factory
             .build(&rule.xpath)
             .map_err(|e| format!("rule {}: {:?}: {e}", i + 1, rule.xpath))?
             .ok_or_else(|| format!("rule {}: an empty XPath expression", i + 1))?;
-        let value = xpath
-            .evaluate(&context, doc.root())
+        // sxd-xpath panics on a prefix the context does not declare (workdo declares none): an
+        // error naming the rule, not a panic.
+        let evaluated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            xpath.evaluate(&context, doc.root())
+        }))
+        .map_err(|_| {
+            format!(
+                "rule {} ({:?}) cannot be evaluated: it uses a namespace prefix, and rules declare none; match namespaced names with *[local-name()='NAME']",
+                i + 1,
+                rule.xpath
+            )
+        })?;
+        let value = evaluated
             .map_err(|e| format!("rule {} ({:?}) cannot be evaluated: {e}", i + 1, rule.xpath))?;
+        let mut matched = Vec::new();
         let fragments = match value {
-            sxd_xpath::Value::Nodeset(n) => u32::try_from(n.size()).unwrap_or(u32::MAX),
+            sxd_xpath::Value::Nodeset(n) => {
+                matched = n
+                    .document_order()
+                    .into_iter()
+                    .take(usize::try_from(compose::MAX_SUBNET_STEPS).unwrap_or(usize::MAX))
+                    .map(|node| {
+                        let xml = xml_of(node);
+                        let fits = xml.len() <= MAX_FRAGMENT_BYTES
+                            && kept + xml.len() <= MAX_FRAGMENTS_BYTES;
+                        if fits {
+                            kept += xml.len();
+                        }
+                        Some(xml).filter(|_| fits)
+                    })
+                    .collect();
+                u32::try_from(n.size()).unwrap_or(u32::MAX)
+            }
             sxd_xpath::Value::Boolean(b) => u32::from(b),
             sxd_xpath::Value::Number(n) if n.is_finite() && n >= 1.0 => {
                 // Truncation intended: a count of fragments; huge numbers saturate.
@@ -104,9 +149,145 @@ pub fn observe(observe: &Observe, document: &str) -> Result<Vec<RuleMatch>, Stri
             generator: rule.generator.clone(),
             bricklets: rule.bricklets.clone(),
             fragments,
+            matched,
         });
     }
     Ok(out)
+}
+
+/// A matched node as XML text: an element with its attributes and content (namespace prefixes
+/// as written, the element's namespaces declared on it), or the value of an attribute, text,
+/// comment or the document's text.
+fn xml_of(node: sxd_xpath::nodeset::Node<'_>) -> String {
+    use sxd_xpath::nodeset::Node;
+    let mut out = String::new();
+    match node {
+        Node::Element(e) => element_xml(e, true, &mut out),
+        Node::Attribute(a) => out.push_str(a.value()),
+        Node::Text(t) => out.push_str(t.text()),
+        Node::Comment(c) => out.push_str(c.text()),
+        Node::ProcessingInstruction(p) => out.push_str(p.value().unwrap_or_default()),
+        Node::Namespace(n) => out.push_str(n.uri()),
+        Node::Root(r) => {
+            for c in r.children() {
+                if let sxd_document::dom::ChildOfRoot::Element(e) = c {
+                    element_xml(e, true, &mut out);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn escape_into(text: &str, out: &mut String) {
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            c => out.push(c),
+        }
+    }
+}
+
+fn element_xml(e: sxd_document::dom::Element<'_>, top: bool, out: &mut String) {
+    use sxd_document::dom::ChildOfElement;
+    let qualified = |prefix: Option<&str>, local: &str| match prefix {
+        Some(p) if !p.is_empty() => format!("{p}:{local}"),
+        _ => local.to_string(),
+    };
+    let name = qualified(e.preferred_prefix(), e.name().local_part());
+    out.push('<');
+    out.push_str(&name);
+    if top {
+        // A fragment stands alone: the namespaces it may use are declared on it.
+        if let Some(uri) = e.recursive_default_namespace_uri() {
+            out.push_str(" xmlns=\"");
+            escape_into(uri, out);
+            out.push('"');
+        }
+        for ns in e.namespaces_in_scope() {
+            if ns.prefix() == "xml" {
+                continue;
+            }
+            out.push_str(&format!(" xmlns:{}=\"", ns.prefix()));
+            escape_into(ns.uri(), out);
+            out.push('"');
+        }
+    }
+    for a in e.attributes() {
+        out.push(' ');
+        out.push_str(&qualified(a.preferred_prefix(), a.name().local_part()));
+        out.push_str("=\"");
+        escape_into(a.value(), out);
+        out.push('"');
+    }
+    let children = e.children();
+    if children.is_empty() {
+        out.push_str("/>");
+        return;
+    }
+    out.push('>');
+    for c in children {
+        match c {
+            ChildOfElement::Element(child) => element_xml(child, false, out),
+            ChildOfElement::Text(t) => escape_into(t.text(), out),
+            ChildOfElement::Comment(c) => {
+                out.push_str("<!--");
+                out.push_str(c.text());
+                out.push_str("-->");
+            }
+            ChildOfElement::ProcessingInstruction(p) => {
+                out.push_str("<?");
+                out.push_str(p.target());
+                if let Some(v) = p.value() {
+                    out.push(' ');
+                    out.push_str(v);
+                }
+                out.push_str("?>");
+            }
+        }
+    }
+    out.push_str("</");
+    out.push_str(&name);
+    out.push('>');
+}
+
+/// Follow [`apply`] for the fragments: each instance an `add` makes gets the fragment that
+/// matched for it, `merge` keeps the first rule's, `delete` drops them, `undo` gives the
+/// compensating bricklet's instances the fragments of what they undo.
+pub fn apply_fragments(
+    fragments: &mut Fragments,
+    m: &RuleMatch,
+    compensation: &dyn Fn(&str) -> Option<String>,
+) {
+    if m.fragments == 0 {
+        return;
+    }
+    let each = || -> Vec<Option<String>> {
+        let n = (m.fragments as usize)
+            .min(usize::try_from(compose::MAX_SUBNET_STEPS).unwrap_or(usize::MAX));
+        (0..n)
+            .map(|i| m.matched.get(i).cloned().flatten())
+            .collect()
+    };
+    for b in &m.bricklets {
+        match m.op {
+            Op::Add => fragments.entry(b.clone()).or_default().extend(each()),
+            Op::Merge => {
+                fragments.entry(b.clone()).or_insert_with(each);
+            }
+            Op::Delete => {
+                fragments.remove(b);
+            }
+            Op::Undo => {
+                if let Some(c) = compensation(b) {
+                    fragments.entry(c).or_default().extend(each());
+                }
+            }
+        }
+    }
 }
 
 /// Apply one matched rule to `actset` (Definition 3). A rule with no fragments changes nothing.

@@ -136,6 +136,7 @@ fn operations_change_the_activation_set() {
         generator: "g".into(),
         bricklets: bricklets.iter().map(|s| s.to_string()).collect(),
         fragments,
+        matched: Vec::new(),
     };
     let mut a = Actset::new();
     apply(&mut a, &m(Op::Add, &["video", "text"], 2), &comp);
@@ -285,6 +286,7 @@ fn fragment_counts_saturate() {
         generator: "g".into(),
         bricklets: vec!["b".into()],
         fragments,
+        matched: Vec::new(),
     };
     apply(&mut actset, &m(u32::MAX), &|_| None);
     apply(&mut actset, &m(2), &|_| None);
@@ -301,4 +303,86 @@ fn an_observed_document_has_a_size_limit() {
     let big = format!("<a>{}</a>", "x".repeat(MAX_OBSERVED_BYTES));
     let e = observe(&obs, &big).expect_err("too big");
     assert!(e.contains("over the 8 MiB an observer reads"), "{e}");
+}
+
+#[test]
+fn fragments_follow_the_operations_instance_by_instance() {
+    let m = |op: Op, bricklets: &[&str], matched: &[&str]| RuleMatch {
+        rule: 0,
+        op,
+        generator: "g".into(),
+        bricklets: bricklets.iter().map(|b| b.to_string()).collect(),
+        fragments: matched.len() as u32,
+        matched: matched.iter().map(|x| Some(x.to_string())).collect(),
+    };
+    let mut f = Fragments::new();
+    let comp = |b: &str| (b == "audio").then(|| "purge".to_string());
+    apply_fragments(
+        &mut f,
+        &m(Op::Add, &["audio"], &["<a n='1'/>", "<a n='2'/>"]),
+        &comp,
+    );
+    apply_fragments(&mut f, &m(Op::Add, &["audio"], &["<a n='3'/>"]), &comp);
+    apply_fragments(&mut f, &m(Op::Merge, &["audio"], &["<x/>"]), &comp);
+    assert_eq!(
+        f["audio"],
+        [
+            Some("<a n='1'/>".into()),
+            Some("<a n='2'/>".into()),
+            Some("<a n='3'/>".into())
+        ]
+    );
+    apply_fragments(&mut f, &m(Op::Undo, &["audio"], &["<r/>"]), &comp);
+    assert_eq!(f["purge"], [Some("<r/>".into())]);
+    apply_fragments(&mut f, &m(Op::Delete, &["audio"], &["<d/>"]), &comp);
+    assert!(!f.contains_key("audio"));
+    // A count with no nodes (a number or boolean match) gives instances without fragments.
+    let mut counted = m(Op::Add, &["video"], &[]);
+    counted.fragments = 2;
+    apply_fragments(&mut f, &counted, &comp);
+    assert_eq!(f["video"], [None, None]);
+}
+
+#[test]
+fn an_observation_keeps_each_matched_node_as_xml() {
+    let obs = Observe {
+        document: "d".into(),
+        rules: vec![MatchRule {
+            xpath: "//*[local-name()='file'][@kind='audio']".into(),
+            op: Op::Add,
+            generator: "g".into(),
+            bricklets: vec!["audio".into()],
+        }],
+    };
+    let doc = r#"<c xmlns:m="urn:m"><m:file kind="audio" n="1">a &amp; b<m:part/></m:file><m:file kind="video"/><m:file kind="audio" n="2"/></c>"#;
+    let found = observe(&obs, doc);
+    let found = found.expect("observed");
+    assert_eq!(found[0].fragments, 2);
+    let first = found[0].matched[0].clone().unwrap_or_default();
+    assert!(
+        first.starts_with("<m:file xmlns:m=\"urn:m\"")
+            && first.contains("kind=\"audio\"")
+            && first.ends_with(">a &amp; b<m:part/></m:file>"),
+        "{first}"
+    );
+    let second = found[0].matched[1].clone().unwrap_or_default();
+    assert!(
+        second.contains("n=\"2\"") && second.ends_with("/>"),
+        "{second}"
+    );
+}
+
+#[test]
+fn an_undeclared_prefix_is_an_error_not_a_panic() {
+    let obs = Observe {
+        document: "d".into(),
+        rules: vec![MatchRule {
+            xpath: "//m:file".into(),
+            op: Op::Add,
+            generator: "g".into(),
+            bricklets: vec!["audio".into()],
+        }],
+    };
+    let e = observe(&obs, r#"<c xmlns:m="urn:m"><m:file/></c>"#).expect_err("no namespaces");
+    assert!(e.contains("rule 1") && e.contains("local-name()"), "{e}");
 }
