@@ -90,6 +90,18 @@ async fn generated_steps_have_queues() {
     .expect("GET");
     let text = r.text().await.expect("xml");
     assert!(text.starts_with(r#"<objects count="2">"#), "{text}");
+    // The object's page says why each bricklet was activated, as `show` does.
+    let page = reqwest::get(format!("{base}/ui/objects/{druid}"))
+        .await
+        .expect("GET")
+        .text()
+        .await
+        .expect("page");
+    assert!(
+        page.contains("Why its bricklets were activated")
+            && page.contains("get-docs rule 2 add b1, b2, b3, b4, b5: 2 fragment(s)"),
+        "{page}"
+    );
 
     // Each generated step carries the node its instance was made for (pfrag), and a claim
     // hands it to the function as `fragment`.

@@ -154,75 +154,19 @@ pub(super) fn status_table(
     )
 }
 
-/// Why each bricklet was activated: every generator's activation set (composed or so far),
-/// and the observers' rules that matched.
+/// Why each bricklet was activated ([`crate::model::dispatch::activation_lines`]).
 fn dispatch_lines(
     o: &mut dyn Write,
     template: &str,
     record: &serde_json::Value,
 ) -> std::io::Result<()> {
-    let observed = record["observed"].as_object();
-    let mut generators: Vec<String> = record["actsets"]
-        .as_object()
-        .map(|m| m.keys().cloned().collect())
-        .unwrap_or_default();
-    if let Some(c) = record["composed"].as_object() {
-        let more: Vec<String> = c
-            .keys()
-            .filter(|k| !generators.contains(k))
-            .cloned()
-            .collect();
-        generators.extend(more);
-    }
-    if generators.is_empty() {
+    let lines = crate::model::dispatch::activation_lines(record);
+    if lines.is_empty() {
         return Ok(());
     }
     writeln!(o, "\n{template}: why its bricklets were activated")?;
-    for g in &generators {
-        let (set, how) = match record["composed"].get(g) {
-            Some(c) => (&c["actset"], "composed"),
-            None => (
-                &record["actsets"][g],
-                "will compose (activation set so far)",
-            ),
-        };
-        let list: Vec<String> = set
-            .as_object()
-            .map(|m| m.iter().map(|(b, n)| format!("{b} ×{n}")).collect())
-            .unwrap_or_default();
-        writeln!(
-            o,
-            "  {g} {how}: {}",
-            if list.is_empty() {
-                "nothing".into()
-            } else {
-                list.join(", ")
-            }
-        )?;
-        for (observer, matches) in observed.into_iter().flatten() {
-            for m in matches.as_array().into_iter().flatten() {
-                if m["generator"] != *g {
-                    continue;
-                }
-                let bricklets: Vec<&str> = m["bricklets"]
-                    .as_array()
-                    .map(|a| a.iter().filter_map(|b| b.as_str()).collect())
-                    .unwrap_or_default();
-                // Rules are numbered from 1, as in the template and the `observed` event.
-                let rule = m["rule"].as_u64().map_or(0, |r| r + 1);
-                let fragments = m["fragments"].as_u64().unwrap_or(0);
-                let bricklets = bricklets.join(", ");
-                let op = m["op"].as_str().unwrap_or("?");
-                if fragments == 0 {
-                    writeln!(o, "    {observer} rule {rule} {op} {bricklets}: no match")?;
-                } else {
-                    writeln!(
-                        o,
-                        "    {observer} rule {rule} {op} {bricklets}: {fragments} fragment(s)"
-                    )?;
-                }
-            }
-        }
+    for (depth, line) in lines {
+        writeln!(o, "{}{line}", "  ".repeat(depth + 1))?;
     }
     Ok(())
 }

@@ -133,6 +133,20 @@ pub(super) async fn object(
                 esc(&crate::graph::mermaid(&w.steps))
             );
         }
+        // Dynamic dispatch: why each bricklet was activated.
+        let lines = crate::model::dispatch::activation_lines(&w.workflow.dispatch);
+        if !lines.is_empty() {
+            body.push_str("<h3>Why its bricklets were activated</h3><ul class=activation>");
+            for (depth, line) in &lines {
+                let _ = write!(
+                    body,
+                    "<li{}>{}</li>",
+                    if *depth > 0 { " class=rule" } else { "" },
+                    esc(line)
+                );
+            }
+            body.push_str("</ul>");
+        }
         body.push_str("</section>");
     }
     body.push_str("<h2>Milestones</h2><ul id=milestones data-live>");

@@ -319,3 +319,66 @@ pub fn apply(actset: &mut Actset, m: &RuleMatch, compensation: &dyn Fn(&str) -> 
         }
     }
 }
+
+/// Why each bricklet was activated, from a workflow's dispatch record: for each generator its
+/// set (composed, or so far) at depth 0, then each observer rule that fed it at depth 1
+/// (`get-docs rule 2 add b1, b2: 2 fragment(s)`, numbered from 1 as in the template).
+pub fn activation_lines(record: &serde_json::Value) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let observed = record["observed"].as_object();
+    let mut generators: Vec<String> = record["actsets"]
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    if let Some(c) = record["composed"].as_object() {
+        let more: Vec<String> = c
+            .keys()
+            .filter(|k| !generators.contains(k))
+            .cloned()
+            .collect();
+        generators.extend(more);
+    }
+    for g in &generators {
+        let (set, how) = match record["composed"].get(g) {
+            Some(c) => (&c["actset"], "composed"),
+            None => (
+                &record["actsets"][g],
+                "will compose (activation set so far)",
+            ),
+        };
+        let list: Vec<String> = set
+            .as_object()
+            .map(|m| m.iter().map(|(b, n)| format!("{b} ×{n}")).collect())
+            .unwrap_or_default();
+        let list = if list.is_empty() {
+            "nothing".to_string()
+        } else {
+            list.join(", ")
+        };
+        out.push((0, format!("{g} {how}: {list}")));
+        for (observer, matches) in observed.into_iter().flatten() {
+            for m in matches.as_array().into_iter().flatten() {
+                if m["generator"] != *g {
+                    continue;
+                }
+                let bricklets: Vec<&str> = m["bricklets"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|b| b.as_str()).collect())
+                    .unwrap_or_default();
+                let rule = m["rule"].as_u64().map_or(0, |r| r + 1);
+                let fragments = m["fragments"].as_u64().unwrap_or(0);
+                let bricklets = bricklets.join(", ");
+                let op = m["op"].as_str().unwrap_or("?");
+                out.push((
+                    1,
+                    if fragments == 0 {
+                        format!("{observer} rule {rule} {op} {bricklets}: no match")
+                    } else {
+                        format!("{observer} rule {rule} {op} {bricklets}: {fragments} fragment(s)")
+                    },
+                ));
+            }
+        }
+    }
+    out
+}
