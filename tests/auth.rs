@@ -128,6 +128,12 @@ const RULES: &[(&str, &str, &str, Need)] = &[
         "/api/queues/googleScannedBookWF/shelve/errors",
         Need::Viewer,
     ),
+    (
+        "GET",
+        "/api/queues/{name}",
+        "/api/queues/no-such-queue",
+        Need::Viewer,
+    ),
     ("GET", "/api/facets", "/api/facets", Need::Viewer),
     ("POST", "/api/priority", "/api/priority", Need::Admin),
     ("POST", "/api/retry", "/api/retry", Need::Robot),

@@ -276,6 +276,12 @@ async fn every_answer_matches_the_document() {
         .0,
         404
     );
+    assert_eq!(
+        c.call(get.clone(), "/api/queues/no-such-queue", &viewer, None)
+            .await
+            .0,
+        404
+    );
     c.call(get.clone(), "/api/facets", &viewer, None).await;
     c.call(
         get.clone(),

@@ -240,7 +240,8 @@ impl From<StoreError> for ApiError {
             StoreError::UnknownTemplate(_)
             | StoreError::UnknownObject(_)
             | StoreError::UnknownWorkflow { .. }
-            | StoreError::UnknownStep { .. } => StatusCode::NOT_FOUND,
+            | StoreError::UnknownStep { .. }
+            | StoreError::UnknownQueue(_) => StatusCode::NOT_FOUND,
             StoreError::StatusMismatch { .. }
             | StoreError::OldVersion { .. }
             | StoreError::SignalRefused(_)

@@ -39,6 +39,7 @@ use super::{json, machines, work, workdo};
         work::step_update,
         work::queue,
         work::queue_errors,
+        work::named_queue,
         work::facets,
         work::priority,
         work::retry,

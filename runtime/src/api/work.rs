@@ -32,6 +32,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/steps/{object}/{template}/{step}", put(step_update))
         .route("/api/queues/{template}/{step}", get(queue))
         .route("/api/queues/{template}/{step}/errors", get(queue_errors))
+        .route("/api/queues/{name}", get(named_queue))
         .route("/api/facets", get(facets))
         .route("/api/priority", post(priority))
         .route("/api/retry", post(retry))
@@ -215,11 +216,45 @@ pub(super) async fn queue(
         .map(|(_, v)| split_step(v))
         .collect::<ApiResult<Vec<_>>>()?;
     let limit = super::limit_param(&pairs, 100)?;
+    let properties = property_params(&pairs)?;
     let rows = s
         .store
-        .queue_waiting(&template, &step, &completed, param(&pairs, "lane"), limit)
+        .queue_waiting_with(
+            &template,
+            &step,
+            &completed,
+            param(&pairs, "lane"),
+            &properties,
+            limit,
+        )
         .await?;
     Ok(Json(rows))
+}
+
+/// `property=KEY=VALUE` (repeatable): the properties a queue's objects must hold, as strings.
+pub(super) fn property_params(pairs: &[(String, String)]) -> ApiResult<Value> {
+    let mut out = serde_json::Map::new();
+    for (_, kv) in pairs.iter().filter(|(k, _)| k == "property") {
+        let Some((k, v)) = kv.split_once('=').filter(|(k, _)| !k.is_empty()) else {
+            return Err(super::ApiError::bad_request(format!(
+                "property={kv:?}: give property=KEY=VALUE"
+            )));
+        };
+        out.insert(k.to_string(), Value::String(v.to_string()));
+    }
+    Ok(Value::Object(out))
+}
+
+#[utoipa::path(get, path = "/api/queues/{name}", tag = "steps", params(("name" = String, Path, description = "a queue defined with `workdo queues define`"), ("limit" = Option<i64>, Query, description = "default 100")), responses((status = 200, description = "What waits in the named queue", body = Vec<QueueEntry>), (status = 404, description = "No such queue", body = ErrorBody)))]
+pub(super) async fn named_queue(
+    State(s): State<AppState>,
+    _c: Caller,
+    Path(name): Path<String>,
+    RawQuery(q): RawQuery,
+) -> ApiResult<Json<Vec<QueueEntry>>> {
+    let pairs = query_pairs(q.as_deref())?;
+    let limit = super::limit_param(&pairs, 100)?;
+    Ok(Json(s.store.queue_named_waiting(&name, limit).await?))
 }
 
 #[utoipa::path(get, path = "/api/queues/{template}/{step}/errors", tag = "steps", params(("template" = String, Path), ("step" = String, Path), ("limit" = Option<i64>, Query, description = "default 100")), responses((status = 200, description = "Steps in error, most recent first", body = Vec<StepRow>)))]

@@ -358,6 +358,53 @@ pub struct QueueArgs {
     /// List the objects whose step is in error instead.
     #[arg(long)]
     pub errors: bool,
+    /// Only objects with this property (KEY=VALUE, a string; repeatable: all of them).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub property: Vec<String>,
+    /// Only objects with this property (KEY=JSON: a number, true, a list…; repeatable).
+    #[arg(long, value_name = "KEY=JSON")]
+    pub property_json: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum QueuesCmd {
+    /// Define (or redefine) a named queue: objects waiting at a step whose --completed steps
+    /// are done and whose properties match.
+    #[command(
+        after_help = "Example: workdo queues define embargo-release --waiting releaseWF:release --completed accessionWF:end-accession --property-json embargoed=false"
+    )]
+    Define {
+        name: String,
+        /// TEMPLATE:STEP the objects wait at.
+        #[arg(long)]
+        waiting: String,
+        /// TEMPLATE:STEP that must be completed (repeatable).
+        #[arg(long)]
+        completed: Vec<String>,
+        /// KEY=VALUE (a string) the objects' properties hold (repeatable).
+        #[arg(long, value_name = "KEY=VALUE")]
+        property: Vec<String>,
+        /// KEY=JSON the objects' properties hold (repeatable).
+        #[arg(long, value_name = "KEY=JSON")]
+        property_json: Vec<String>,
+        /// Only this lane.
+        #[arg(long)]
+        lane: Option<String>,
+    },
+    /// The named queues.
+    #[command(after_help = "Example: workdo queues list")]
+    List,
+    /// What waits in a named queue now.
+    #[command(after_help = "Example: workdo queues show embargo-release")]
+    Show {
+        name: String,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+    },
+    /// Delete a named queue (nothing it lists is touched).
+    #[command(after_help = "Example: workdo queues delete embargo-release")]
+    Delete { name: String },
 }
 
 #[derive(Debug, Subcommand)]

@@ -101,6 +101,10 @@ pub enum Command {
         after_help = "Examples:\n  workdo queue accessionWF:end-accession --completed accessionWF:rights-metadata\n  workdo queue accessionWF:technical-metadata --errors"
     )]
     Queue(QueueArgs),
+    /// Named queues: a step, the steps that must be done, and object properties, under a name
+    /// the CLI, `/api/queues/NAME` and `/workflow_queue?queue=NAME` share.
+    #[command(subcommand)]
+    Queues(QueuesCmd),
     /// Facets: template × step × status counts.
     #[command(after_help = "Example: workdo status --template accessionWF")]
     Status {
@@ -468,6 +472,7 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
         }
         Command::Start(args) => objects::start(&store, args, json, out).await?,
         Command::Queue(args) => steps::queue(&store, &args, json, out).await?,
+        Command::Queues(cmd) => steps::queues(&store, cmd, json, out).await?,
         Command::Status { template } => {
             let facets = store.facets(template.as_deref()).await?;
             crate::output::emit(out, json, &facets, |o| show::status_table(o, &facets))?;

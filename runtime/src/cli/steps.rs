@@ -9,6 +9,69 @@ use super::{actor, split_step, step_filter};
 use crate::output::{emit, table};
 use crate::store::{SetRequest, Store};
 
+/// `workdo queues define|list|show|delete`.
+pub(super) async fn queues(
+    store: &Store,
+    cmd: super::args::QueuesCmd,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    use super::args::QueuesCmd;
+    match cmd {
+        QueuesCmd::Define {
+            name,
+            waiting,
+            completed,
+            property,
+            property_json,
+            lane,
+        } => {
+            let (t, s) = split_step(&waiting)?;
+            let properties =
+                serde_json::to_value(super::parse_properties(&property, &property_json)?)?;
+            let q = crate::store::NamedQueue {
+                name: name.clone(),
+                template: t.to_string(),
+                step: s.to_string(),
+                completed,
+                properties,
+                lane,
+            };
+            store.queue_define(&q).await?;
+            emit(out, json, &q, |o| writeln!(o, "queue {name} defined"))?;
+        }
+        QueuesCmd::List => {
+            let rows = store.queue_list().await?;
+            emit(out, json, &rows, |o| {
+                table(
+                    o,
+                    &["queue", "waiting at", "completed", "properties", "lane"],
+                    rows.iter().map(|q| {
+                        vec![
+                            q.name.clone(),
+                            format!("{}:{}", q.template, q.step),
+                            q.completed.join(" "),
+                            q.properties.to_string(),
+                            q.lane.clone().unwrap_or_default(),
+                        ]
+                    }),
+                )
+            })?;
+        }
+        QueuesCmd::Show { name, limit } => {
+            let rows = store.queue_named_waiting(&name, limit).await?;
+            print_entries(&rows, json, out)?;
+        }
+        QueuesCmd::Delete { name } => {
+            if !store.queue_delete(&name).await? {
+                bail!("there is no queue {name:?} (workdo queues list)");
+            }
+            writeln!(out, "queue {name} deleted")?;
+        }
+    }
+    Ok(())
+}
+
 /// A WorkDo queue: objects waiting at TEMPLATE:STEP, or those in error there.
 pub(super) async fn queue(
     store: &Store,
@@ -42,9 +105,29 @@ pub(super) async fn queue(
     for (ct, cs) in &completed {
         store.step_known(ct, cs).await?;
     }
+    let properties = serde_json::to_value(super::parse_properties(
+        &args.property,
+        &args.property_json,
+    )?)?;
     let rows = store
-        .queue_waiting(t, s, &completed, args.lane.as_deref(), args.limit)
+        .queue_waiting_with(
+            t,
+            s,
+            &completed,
+            args.lane.as_deref(),
+            &properties,
+            args.limit,
+        )
         .await?;
+    print_entries(&rows, json, out)
+}
+
+/// A queue's entries as a table (or JSON).
+fn print_entries(
+    rows: &[crate::store::QueueEntry],
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
     Ok(emit(out, json, &rows, |o| {
         table(
             o,

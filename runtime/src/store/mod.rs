@@ -23,6 +23,7 @@ mod machine;
 mod objects;
 mod queries;
 mod queues;
+pub use queues::NamedQueue;
 mod results;
 mod schedules;
 mod steps;
@@ -65,6 +66,8 @@ pub enum StoreError {
     UnknownObject(String),
     #[error("object {object:?} has no active {template} workflow")]
     UnknownWorkflow { object: String, template: String },
+    #[error("there is no queue {0:?} (workdo queues list)")]
+    UnknownQueue(String),
     #[error("{template} has no step {step:?}")]
     UnknownStep { template: String, step: String },
     #[error("step {step} is {actual:?}, not {expected:?} as required; nothing changed")]

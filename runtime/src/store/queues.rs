@@ -2,7 +2,24 @@
 //! the lanes with work — for a template step, a generated step, or every instance of a
 //! bricklet's step.
 
-use super::{QueueEntry, Result, StepRow, Store};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{QueueEntry, Result, StepRow, Store, StoreError};
+
+/// A named queue (`workdo queues define`): objects waiting at `template:step` whose
+/// `completed` steps are done and whose properties contain `properties`, optionally in one lane.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct NamedQueue {
+    pub name: String,
+    pub template: String,
+    pub step: String,
+    /// `TEMPLATE:STEP` that must be completed (or skipped).
+    pub completed: Vec<String>,
+    #[schema(value_type = Object)]
+    pub properties: Value,
+    pub lane: Option<String>,
+}
 
 /// Which steps a queue's `step` names: a template step by name; a name with a `/` — a generated
 /// step (`GENERATOR/BRICKLET#N/STEP`) or a machine's call step — by name, or every instance
@@ -29,7 +46,32 @@ impl Store {
         lane: Option<&str>,
         limit: i64,
     ) -> Result<Vec<QueueEntry>> {
+        self.queue_waiting_with(template, step, completed, lane, &Value::Null, limit)
+            .await
+    }
+
+    /// [`Store::queue_waiting`], only objects whose properties contain `properties` (a JSON
+    /// object; `null` or `{}` for all): the seed's queues on object conditions (an embargo
+    /// date, a content type). The objects are found through the `objects_properties` GIN
+    /// index, not by reading every queued object's properties.
+    pub async fn queue_waiting_with(
+        &self,
+        template: &str,
+        step: &str,
+        completed: &[(String, String)],
+        lane: Option<&str>,
+        properties: &Value,
+        limit: i64,
+    ) -> Result<Vec<QueueEntry>> {
         let (ct, cs): (Vec<String>, Vec<String>) = completed.iter().cloned().unzip();
+        let filtered = properties.as_object().is_some_and(|m| !m.is_empty());
+        let property_predicate = if filtered {
+            "and s.object_id in (select o.id from workdo.objects o where o.properties @> $7)"
+        } else {
+            "and $7::jsonb is null"
+        };
+        // SQL NULL when unfiltered (a JSON `null` would be a value).
+        let properties: Option<&Value> = filtered.then_some(properties);
         let sql = format!(
             "select s.object_id, s.version, s.lane,
                     case when s.status in ('scheduled', 'retrying') then 'ready' else s.status end as status,
@@ -46,6 +88,7 @@ impl Store {
                        join workdo.steps c on c.workflow_id = cw.id and c.name = r.name
                       where c.status in ('completed', 'skipped'))
                     = (select count(distinct (t, n)) from unnest($4::text[], $5::text[]) as q(t, n))
+                {property_predicate}
               order by s.priority desc, s.run_at, s.id
               limit $6",
             step_predicate(step)
@@ -57,6 +100,7 @@ impl Store {
             .bind(&ct)
             .bind(&cs)
             .bind(limit)
+            .bind(properties)
             .fetch_all(&self.pool)
             .await?;
         Ok(rows)
@@ -98,5 +142,115 @@ impl Store {
             .fetch_all(&self.pool)
             .await?;
         Ok(rows)
+    }
+
+    /// Define (or redefine) a named queue. Its step must be known now.
+    ///
+    /// # Errors
+    /// An invalid name, an unknown step, or a `completed` entry that is not `TEMPLATE:STEP`.
+    pub async fn queue_define(&self, q: &NamedQueue) -> Result<()> {
+        let valid = |n: &str| {
+            !n.is_empty()
+                && n.len() <= 100
+                && n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        };
+        if !valid(&q.name) {
+            return Err(StoreError::Invalid {
+                field: "name",
+                value: q.name.clone(),
+                reason: "a queue's name is 1-100 letters, digits, '-', '_' or '.'",
+            });
+        }
+        if !q.properties.is_object() {
+            return Err(StoreError::Invalid {
+                field: "properties",
+                value: q.properties.to_string(),
+                reason: "properties must be a JSON object",
+            });
+        }
+        self.step_known(&q.template, &q.step).await?;
+        for c in &q.completed {
+            let Some((t, s)) = c.split_once(':') else {
+                return Err(StoreError::Invalid {
+                    field: "completed",
+                    value: c.clone(),
+                    reason: "give TEMPLATE:STEP",
+                });
+            };
+            self.step_known(t, s).await?;
+        }
+        sqlx::query(
+            "insert into workdo.queues (name, template, step, completed, properties, lane)
+             values ($1, $2, $3, $4, $5, $6)
+             on conflict (name) do update set template = excluded.template, step = excluded.step,
+                 completed = excluded.completed, properties = excluded.properties,
+                 lane = excluded.lane, updated_at = now()",
+        )
+        .bind(&q.name)
+        .bind(&q.template)
+        .bind(&q.step)
+        .bind(&q.completed)
+        .bind(&q.properties)
+        .bind(&q.lane)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The named queues, by name.
+    pub async fn queue_list(&self) -> Result<Vec<NamedQueue>> {
+        Ok(sqlx::query_as(
+            "select name, template, step, completed, properties, lane from workdo.queues order by name",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// A named queue.
+    ///
+    /// # Errors
+    /// [`StoreError::Invalid`] naming it when there is none.
+    pub async fn queue_named(&self, name: &str) -> Result<NamedQueue> {
+        let found: Option<NamedQueue> = sqlx::query_as(
+            "select name, template, step, completed, properties, lane from workdo.queues where name = $1",
+        )
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?;
+        found.ok_or_else(|| StoreError::UnknownQueue(name.to_string()))
+    }
+
+    /// What waits in a named queue now.
+    ///
+    /// # Errors
+    /// An unknown queue, or the database refused.
+    pub async fn queue_named_waiting(&self, name: &str, limit: i64) -> Result<Vec<QueueEntry>> {
+        let q = self.queue_named(name).await?;
+        let completed: Vec<(String, String)> = q
+            .completed
+            .iter()
+            .filter_map(|c| c.split_once(':'))
+            .map(|(t, s)| (t.to_string(), s.to_string()))
+            .collect();
+        self.queue_waiting_with(
+            &q.template,
+            &q.step,
+            &completed,
+            q.lane.as_deref(),
+            &q.properties,
+            limit,
+        )
+        .await
+    }
+
+    /// Delete a named queue; whether there was one.
+    pub async fn queue_delete(&self, name: &str) -> Result<bool> {
+        Ok(sqlx::query("delete from workdo.queues where name = $1")
+            .bind(name)
+            .execute(&self.pool)
+            .await?
+            .rows_affected()
+            > 0)
     }
 }

@@ -426,7 +426,14 @@ pub(super) async fn workflow_queue(
 ) -> ApiResult<Response> {
     let pairs = query_pairs(q.as_deref())?;
     let limit = super::limit_param(&pairs, 1000)?;
-    let ids: Vec<String> = if let Some(e) = param(&pairs, "error") {
+    let ids: Vec<String> = if let Some(name) = param(&pairs, "queue") {
+        s.store
+            .queue_named_waiting(name, limit)
+            .await?
+            .into_iter()
+            .map(|r| r.object_id)
+            .collect()
+    } else if let Some(e) = param(&pairs, "error") {
         let (t, st) = split_step(e)?;
         s.store
             .queue_errors(&t, &st, limit)
@@ -443,8 +450,16 @@ pub(super) async fn workflow_queue(
             .filter(|(k, _)| k == "completed")
             .map(|(_, v)| split_step(v))
             .collect::<ApiResult<Vec<_>>>()?;
+        let properties = super::work::property_params(&pairs)?;
         s.store
-            .queue_waiting(&t, &st, &completed, param(&pairs, "lane-id"), limit)
+            .queue_waiting_with(
+                &t,
+                &st,
+                &completed,
+                param(&pairs, "lane-id"),
+                &properties,
+                limit,
+            )
             .await?
             .into_iter()
             .map(|r| r.object_id)
