@@ -181,3 +181,53 @@ async fn queues_filter_by_property_and_can_be_named() {
     assert!(ok);
     assert!(t.store.queue_list().await.expect("list").is_empty());
 }
+
+/// `workdo worker --queue NAME` works only what the queue lists: the object whose properties
+/// match is done, the other, ready at the same step, is left for another worker.
+#[tokio::test]
+async fn a_worker_on_a_named_queue_takes_only_what_it_lists() {
+    let t = db().await;
+    support::load(
+        &t.store,
+        "z.yaml",
+        "name: zWF\nsteps:\n  - { name: release, function: { builtin: noop } }\n",
+    )
+    .await;
+    for (o, embargoed) in [("obj:z1", "false"), ("obj:z2", "true")] {
+        let mut props = BTreeMap::new();
+        props.insert("embargoed".to_string(), json!(embargoed));
+        t.store
+            .object_put(o, &props, &BTreeMap::new(), "t")
+            .await
+            .expect("object");
+    }
+    t.store
+        .workflow_start(&StartRequest::new("zWF", &["obj:z1", "obj:z2"]))
+        .await
+        .expect("start");
+    t.store
+        .queue_define(&NamedQueue {
+            name: "free".into(),
+            template: "zWF".into(),
+            step: "release".into(),
+            completed: vec![],
+            properties: json!({"embargoed": "false"}),
+            lane: None,
+        })
+        .await
+        .expect("define");
+    let mut worker = support::spawn_workdo(
+        &t.url,
+        &["worker", "--queue", "free", "--poll-interval", "200ms"],
+    );
+    support::wait_until(
+        t.pool(),
+        "select status = 'completed' from workdo.steps where object_id = 'obj:z1'",
+        60,
+    )
+    .await;
+    let other = support::step(t.pool(), "obj:z2", "release").await;
+    let _ = worker.kill();
+    let _ = worker.wait();
+    assert_eq!(other.status, "ready", "the embargoed object was left alone");
+}

@@ -291,8 +291,11 @@ pub enum Command {
     )]
     Worker {
         /// TEMPLATE:STEP, one or more.
-        #[arg(required = true)]
+        #[arg(required_unless_present = "queue")]
         steps: Vec<String>,
+        /// Work a named queue (`workdo queues define`): its step, for the objects it lists only.
+        #[arg(long, conflicts_with = "steps")]
+        queue: Option<String>,
         #[command(flatten)]
         runtime: RuntimeArgs,
     },
@@ -363,7 +366,7 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
     }
     let connections = match &cli.command {
         Command::Up(a) => a.runtime.max_connections.unwrap_or(16),
-        Command::Worker { runtime, steps } => runtime
+        Command::Worker { runtime, steps, .. } => runtime
             .max_connections
             .unwrap_or_else(|| up::worker_connections(steps.len(), runtime.completers)),
         _ => 4,
@@ -500,7 +503,11 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
             runtime,
         } => up::run_now(&store, &step, &objects, &runtime, json, out).await?,
         Command::Schedules(cmd) => schedules::run(&store, cmd, json, out).await?,
-        Command::Worker { steps, runtime } => up::worker(store, &steps, &runtime).await?,
+        Command::Worker {
+            steps,
+            queue,
+            runtime,
+        } => up::worker(store, &steps, queue.as_deref(), &runtime).await?,
     }
     Ok(())
 }

@@ -336,10 +336,23 @@ pub(super) async fn serve(store: Store, args: &super::args::ApiArgs) -> Result<(
 }
 
 /// `workdo worker TEMPLATE:STEP …`: workers for just these steps.
-pub(super) async fn worker(store: Store, steps: &[String], args: &RuntimeArgs) -> Result<()> {
-    let bindings = runtime::bindings(&store, steps).await?;
+pub(super) async fn worker(
+    store: Store,
+    steps: &[String],
+    queue: Option<&str>,
+    args: &RuntimeArgs,
+) -> Result<()> {
+    let (steps, named) = match queue {
+        Some(name) => {
+            let q = store.queue_named(name).await?;
+            (vec![format!("{}:{}", q.template, q.step)], Some(q))
+        }
+        None => (steps.to_vec(), None),
+    };
+    let bindings = runtime::with_queue(runtime::bindings(&store, &steps).await?, named.as_ref());
     let mut config = runtime_config(args, false)?;
-    config.only = Some(steps.to_vec());
+    config.only = Some(steps);
+    config.queue = named;
     run_until_signal(store, config, bindings).await
 }
 

@@ -87,6 +87,8 @@ pub struct Config {
     /// (`workdo up`); `Some(steps)` only those (`workdo worker TEMPLATE:STEP…`). A caller of
     /// [`run`] that passes it a subset of [`bindings`] gives the same list here.
     pub only: Option<Vec<String>>,
+    /// `workdo worker --queue NAME`: its step's worker claims only what the queue lists.
+    pub queue: Option<crate::store::NamedQueue>,
 }
 
 impl Default for Config {
@@ -109,6 +111,7 @@ impl Default for Config {
             stuck_check_interval: Duration::from_secs(30),
             handoff: None,
             only: None,
+            queue: None,
         }
     }
 }
@@ -146,6 +149,21 @@ pub fn default_owner() -> String {
     format!("{host}:{}:{}", std::process::id(), &nonce[..8])
 }
 
+/// `bindings` with the named queue's step bound to it (`workdo worker --queue NAME`).
+pub fn with_queue(
+    mut bindings: Vec<Binding>,
+    queue: Option<&crate::store::NamedQueue>,
+) -> Vec<Binding> {
+    if let Some(q) = queue {
+        for b in &mut bindings {
+            if b.template == q.template && b.step == q.step {
+                b.named = Some(q.clone());
+            }
+        }
+    }
+    bindings
+}
+
 /// A template step bound to the function that performs it.
 #[derive(Debug, Clone)]
 pub struct Binding {
@@ -164,6 +182,9 @@ pub struct Binding {
     pub queue: Option<String>,
     /// A machine's function action: its result goes back to the job as a signal.
     pub machine_call: bool,
+    /// Claim only what this named queue lists (`workdo worker --queue NAME`): objects whose
+    /// properties and completed steps it names.
+    pub named: Option<crate::store::NamedQueue>,
 }
 
 impl Binding {
@@ -225,6 +246,7 @@ pub async fn bindings(store: &Store, only: &[String]) -> Result<Vec<Binding>, Wo
                 generates: s.generate.is_some(),
                 queue: None,
                 machine_call: false,
+                named: None,
             });
         }
         // A machine's function actions, each claimed by its queue.
@@ -241,6 +263,7 @@ pub async fn bindings(store: &Store, only: &[String]) -> Result<Vec<Binding>, Wo
                     observe: None,
                     generates: false,
                     machine_call: true,
+                    named: None,
                 });
             }
         }
@@ -264,6 +287,7 @@ pub async fn bindings(store: &Store, only: &[String]) -> Result<Vec<Binding>, Wo
                         observe: None,
                         generates: false,
                         machine_call: false,
+                        named: None,
                     });
                 }
             }
@@ -399,7 +423,7 @@ pub async fn run(
             Some(()) = set.join_next(), if !set.is_empty() => continue,
         }
         match self::bindings(&shared.store, &only).await {
-            Ok(b) => set.reconcile(b),
+            Ok(b) => set.reconcile(with_queue(b, shared.config.queue.as_ref())),
             Err(e) => warn!(error = %e, "reading templates failed; workers unchanged"),
         }
         if shared.config.handoff.is_some() {

@@ -177,15 +177,39 @@ async fn claim(
         workdo.requested = n,
     );
     let began = std::time::Instant::now();
-    let claimed = match &binding.queue {
-        Some(queue) => {
+    let claimed = match (&binding.named, &binding.queue) {
+        (Some(named), _) => {
+            // The named queue's ready objects, then those objects' steps leased as task
+            // injection leases them: what another worker took meanwhile is skipped.
+            let store = &shared.store;
+            let owner = &shared.config.owner;
+            async move {
+                let ready: Vec<String> = store
+                    .queue_named_waiting(&named.name, (n as i64).saturating_mul(4).max(100))
+                    .await?
+                    .into_iter()
+                    .filter(|e| e.status == "ready")
+                    .map(|e| e.object_id)
+                    .take(n)
+                    .collect();
+                if ready.is_empty() {
+                    return Ok(Vec::new());
+                }
+                store
+                    .step_claim_objects(&binding.template, &binding.step, &ready, owner, lease)
+                    .await
+            }
+            .instrument(span)
+            .await
+        }
+        (None, Some(queue)) => {
             shared
                 .store
                 .step_claim_queue(queue, None, n as i64, &shared.config.owner, lease)
                 .instrument(span)
                 .await
         }
-        None => {
+        (None, None) => {
             shared
                 .store
                 .step_claim(
