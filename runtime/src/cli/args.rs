@@ -374,6 +374,7 @@ pub enum QueuesCmd {
         after_help = "Example: workdo queues define embargo-release --waiting releaseWF:release --completed accessionWF:end-accession --property-json embargoed=false"
     )]
     Define {
+        /// The queue's name (letters, digits, '-', '_', '.').
         name: String,
         /// TEMPLATE:STEP the objects wait at.
         #[arg(long)]
@@ -397,6 +398,7 @@ pub enum QueuesCmd {
     /// What waits in a named queue now.
     #[command(after_help = "Example: workdo queues show embargo-release")]
     Show {
+        /// The queue's name.
         name: String,
         /// At most this many.
         #[arg(long, default_value_t = 100)]
@@ -404,7 +406,10 @@ pub enum QueuesCmd {
     },
     /// Delete a named queue (nothing it lists is touched).
     #[command(after_help = "Example: workdo queues delete embargo-release")]
-    Delete { name: String },
+    Delete {
+        /// The queue's name.
+        name: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

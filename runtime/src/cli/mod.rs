@@ -103,6 +103,7 @@ pub enum Command {
     Queue(QueueArgs),
     /// Named queues: a step, the steps that must be done, and object properties, under a name
     /// the CLI, `/api/queues/NAME` and `/workflow_queue?queue=NAME` share.
+    #[command(after_help = "Example: workdo queues show embargo-release")]
     #[command(subcommand)]
     Queues(QueuesCmd),
     /// Facets: template × step × status counts.
