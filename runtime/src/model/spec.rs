@@ -148,6 +148,10 @@ pub struct Observe {
     /// The object document (XML) the rules are evaluated on.
     pub document: String,
     pub rules: Vec<MatchRule>,
+    /// Observe again by itself when the document is replaced (`workdo objects add … --document`,
+    /// `PATCH /api/objects/{id}`) while the workflow runs: its generator then recomposes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub watch: bool,
 }
 
 /// `match(pexpr) ↦ (op, generator, bricklets)`.

@@ -162,7 +162,7 @@ pub fn activation_fragments(
 /// generators that have not composed yet (a generator that composed keeps its subnet).
 pub(super) async fn record_observed(
     tx: &mut Transaction<'_, Postgres>,
-    events: &mut EventBuf,
+    (events, ready): (&mut EventBuf, &mut ReadyKeys),
     workflow_id: i64,
     observer: &str,
     matches: &[RuleMatch],
@@ -186,10 +186,22 @@ pub(super) async fn record_observed(
     let composed = record["composed"].as_object().cloned().unwrap_or_default();
     let mut changed = serde_json::Map::new();
     for g in spec.steps.iter().filter(|s| s.generate.is_some()) {
+        let set = activation(spec, &observed, &g.name, bricklets);
         if composed.contains_key(&g.name) {
+            // Composed already: the subnet follows the document (seed 001's run-time adaption).
+            super::recompose::recompose(
+                tx,
+                (&mut *events, &mut *ready),
+                workflow_id,
+                &g.name,
+                set,
+                &mut record,
+                (spec, bricklets),
+                actor,
+            )
+            .await?;
             continue;
         }
-        let set = activation(spec, &observed, &g.name, bricklets);
         record["actsets"][&g.name] = json!(set);
         changed.insert(g.name.clone(), json!(set));
     }
@@ -299,7 +311,7 @@ pub(super) async fn compose(
         workflow_id,
         generator,
         (&object, &template, version, &lane, priority),
-        (&steps, &fragments),
+        (&steps, &fragments, &Default::default()),
     )
     .await?;
     let mut edges: Vec<(String, String)> = steps
@@ -373,32 +385,33 @@ pub(super) async fn compose(
     Ok(())
 }
 
-/// The subnet's step rows: ready when they have no prerequisite, else waiting for them.
-async fn insert_subnet(
+/// The subnet's step rows: ready when every prerequisite is in `done` (none, when composing),
+/// else waiting for the others.
+pub(super) async fn insert_subnet(
     conn: &mut PgConnection,
     workflow_id: i64,
     generator: &str,
     (object, template, version, lane, priority): (&str, &str, i32, &str, i32),
-    (steps, fragments): (&[dispatch::GeneratedStep], &dispatch::Fragments),
+    (steps, fragments, done): (
+        &[dispatch::GeneratedStep],
+        &dispatch::Fragments,
+        &std::collections::HashSet<String>,
+    ),
 ) -> Result<()> {
+    let open =
+        |s: &dispatch::GeneratedStep| s.prereqs.iter().filter(|p| !done.contains(*p)).count();
     if steps.is_empty() {
         return Ok(());
     }
     let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
     let statuses: Vec<&str> = steps
         .iter()
-        .map(|s| {
-            if s.prereqs.is_empty() {
-                "ready"
-            } else {
-                "waiting"
-            }
-        })
+        .map(|s| if open(s) == 0 { "ready" } else { "waiting" })
         .collect();
     let prereqs: Vec<Value> = steps.iter().map(|s| json!(s.prereqs)).collect();
     let pendings: Vec<i32> = steps
         .iter()
-        .map(|s| i32::try_from(s.prereqs.len()).unwrap_or(i32::MAX))
+        .map(|s| i32::try_from(open(s)).unwrap_or(i32::MAX))
         .collect();
     let limits: Vec<i32> = steps
         .iter()

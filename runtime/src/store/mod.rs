@@ -23,6 +23,7 @@ mod machine;
 mod objects;
 mod queries;
 mod queues;
+mod recompose;
 pub use queues::NamedQueue;
 mod results;
 mod schedules;

@@ -48,7 +48,63 @@ impl Store {
         events.push(NewEvent::new(id, if created { "object_registered" } else { "object_updated" }, actor).detail(serde_json::json!({ "properties": props, "documents": documents.keys().collect::<Vec<_>>() })));
         events.flush(&mut tx).await?;
         tx.commit().await?;
+        if !documents.is_empty() {
+            self.observers_watch(id, documents, actor).await?;
+        }
         Ok(created)
+    }
+
+    /// Observers that `watch` a document just replaced observe it again, in the object's
+    /// workflows still running whose observer has run: their generators recompose (seed 001's
+    /// run-time adaption). Returns how many observers were put back.
+    async fn observers_watch(
+        &self,
+        object: &str,
+        documents: &BTreeMap<String, String>,
+        actor: &str,
+    ) -> Result<usize> {
+        let running: Vec<(i64, i64)> = sqlx::query_as(
+            "select id, template_id from workdo.workflows
+              where object_id = $1 and active and status <> 'completed'",
+        )
+        .bind(object)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut ids = Vec::new();
+        for (workflow, template_id) in running {
+            let spec = self.template_by_id(template_id).await?.spec;
+            let watching: Vec<String> = spec
+                .steps
+                .iter()
+                .filter(|s| {
+                    s.observe
+                        .as_ref()
+                        .is_some_and(|o| o.watch && documents.contains_key(&o.document))
+                })
+                .map(|s| s.name.clone())
+                .collect();
+            if watching.is_empty() {
+                continue;
+            }
+            let found: Vec<i64> = sqlx::query_scalar(
+                "select id from workdo.steps
+                  where workflow_id = $1 and name = any($2) and status = 'completed'",
+            )
+            .bind(workflow)
+            .bind(&watching)
+            .fetch_all(&self.pool)
+            .await?;
+            ids.extend(found);
+        }
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let filter = super::StepFilter {
+            ids: Some(ids),
+            ..super::StepFilter::default()
+        };
+        self.steps_again(&filter, &format!("document:{actor}"))
+            .await
     }
 }
 

@@ -215,7 +215,7 @@ impl Store {
                 let (spec, bricklets) = &**found;
                 super::dispatch::record_observed(
                     &mut tx,
-                    &mut events,
+                    (&mut events, &mut ready),
                     r.workflow_id,
                     observer,
                     matches,

@@ -156,6 +156,7 @@ fn operations_change_the_activation_set() {
 fn rules_count_fragments_on_the_document() {
     let obs = Observe {
         document: "content".into(),
+        watch: false,
         rules: vec![
             MatchRule {
                 xpath: "//file[@type='image']".into(),
@@ -254,6 +255,7 @@ fn cycles_among_before_rules_are_found() {
 fn entity_bombs_and_doctype_tricks_are_refused_not_expanded() {
     let obs = Observe {
         document: "d".into(),
+        watch: false,
         rules: vec![MatchRule {
             xpath: "//a".into(),
             op: Op::Add,
@@ -298,6 +300,7 @@ fn fragment_counts_saturate() {
 fn an_observed_document_has_a_size_limit() {
     let obs = Observe {
         document: "contentMetadata".into(),
+        watch: false,
         rules: vec![],
     };
     let big = format!("<a>{}</a>", "x".repeat(MAX_OBSERVED_BYTES));
@@ -347,6 +350,7 @@ fn fragments_follow_the_operations_instance_by_instance() {
 fn an_observation_keeps_each_matched_node_as_xml() {
     let obs = Observe {
         document: "d".into(),
+        watch: false,
         rules: vec![MatchRule {
             xpath: "//*[local-name()='file'][@kind='audio']".into(),
             op: Op::Add,
@@ -376,6 +380,7 @@ fn an_observation_keeps_each_matched_node_as_xml() {
 fn an_undeclared_prefix_is_an_error_not_a_panic() {
     let obs = Observe {
         document: "d".into(),
+        watch: false,
         rules: vec![MatchRule {
             xpath: "//m:file".into(),
             op: Op::Add,
