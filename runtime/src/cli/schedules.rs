@@ -59,17 +59,7 @@ pub(super) async fn run(
                             r.name.clone(),
                             r.cron.clone(),
                             r.timezone.clone(),
-                            match &r.signal {
-                                Some(sig) => format!(
-                                    "signal {sig} to {}{}",
-                                    r.template,
-                                    r.state
-                                        .as_deref()
-                                        .map(|s| format!(" in {s}"))
-                                        .unwrap_or_default()
-                                ),
-                                None => r.template.clone(),
-                            },
+                            r.does(),
                             if r.enabled {
                                 r.next_fire_at.format("%Y-%m-%d %H:%M:%S").to_string()
                             } else {

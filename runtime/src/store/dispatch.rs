@@ -337,16 +337,7 @@ pub(super) async fn compose(
         .execute(&mut **tx)
         .await?;
     }
-    let (from, to): (Vec<String>, Vec<String>) = edges.iter().cloned().unzip();
-    sqlx::query(
-        "insert into workdo.workflow_edges (workflow_id, step, dependant)
-         select $1, f, t from unnest($2::text[], $3::text[]) as e(f, t) on conflict do nothing",
-    )
-    .bind(workflow_id)
-    .bind(&from)
-    .bind(&to)
-    .execute(&mut **tx)
-    .await?;
+    insert_edges(tx, workflow_id, edges.clone()).await?;
     let subnet: Vec<Value> = steps
         .iter()
         .map(|s| {
@@ -382,6 +373,25 @@ pub(super) async fn compose(
         .map(|s| format!("{}/{}", s.bricklet, s.spec.name))
         .collect();
     ready.add(&template, &firsts);
+    Ok(())
+}
+
+/// The workflow's edges (step, dependant) the engine follows when a step finishes.
+pub(super) async fn insert_edges(
+    conn: &mut PgConnection,
+    workflow_id: i64,
+    edges: Vec<(String, String)>,
+) -> Result<()> {
+    let (from, to): (Vec<String>, Vec<String>) = edges.into_iter().unzip();
+    sqlx::query(
+        "insert into workdo.workflow_edges (workflow_id, step, dependant)
+         select $1, f, t from unnest($2::text[], $3::text[]) as e(f, t) on conflict do nothing",
+    )
+    .bind(workflow_id)
+    .bind(&from)
+    .bind(&to)
+    .execute(&mut *conn)
+    .await?;
     Ok(())
 }
 

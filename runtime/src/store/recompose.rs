@@ -17,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Value, json};
 use sqlx::{Postgres, Transaction};
 
-use super::dispatch::{Bricklets, activation_fragments, insert_subnet};
+use super::dispatch::{Bricklets, activation_fragments, insert_edges, insert_subnet};
 use super::events::{EventBuf, NewEvent, ReadyKeys};
 use super::{Change, Result, Store, StoreError};
 use crate::model::dispatch::{self, Actset};
@@ -177,16 +177,7 @@ pub(super) async fn recompose(
             }
         }
     }
-    let (from, to): (Vec<String>, Vec<String>) = edges.into_iter().unzip();
-    sqlx::query(
-        "insert into workdo.workflow_edges (workflow_id, step, dependant)
-         select $1, f, t from unnest($2::text[], $3::text[]) as e(f, t) on conflict do nothing",
-    )
-    .bind(workflow_id)
-    .bind(&from)
-    .bind(&to)
-    .execute(&mut **tx)
-    .await?;
+    insert_edges(tx, workflow_id, edges).await?;
 
     let times = record["composed"][generator]["recomposed"]
         .as_u64()

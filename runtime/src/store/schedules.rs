@@ -27,6 +27,23 @@ pub struct ScheduleRow {
     pub state: Option<String>,
 }
 
+impl ScheduleRow {
+    /// What it does when it fires: the template it starts, or `signal S to M in STATE`.
+    pub fn does(&self) -> String {
+        match &self.signal {
+            Some(sig) => format!(
+                "signal {sig} to {}{}",
+                self.template,
+                self.state
+                    .as_deref()
+                    .map(|s| format!(" in {s}"))
+                    .unwrap_or_default()
+            ),
+            None => self.template.clone(),
+        }
+    }
+}
+
 /// What firing did.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Fired {

@@ -237,17 +237,7 @@ pub(super) async fn schedules_alerts(State(s): State<AppState>, headers: HeaderM
             esc(&r.name),
             esc(&r.cron),
             esc(&r.timezone),
-            esc(&match &r.signal {
-                Some(sig) => format!(
-                    "signal {sig} to {}{}",
-                    r.template,
-                    r.state
-                        .as_deref()
-                        .map(|s| format!(" in {s}"))
-                        .unwrap_or_default()
-                ),
-                None => r.template.clone(),
-            }),
+            esc(&r.does()),
             if r.enabled { "yes" } else { "no" },
             r.next_fire_at.format("%Y-%m-%d %H:%M:%S UTC"),
             r.last_fired_at
