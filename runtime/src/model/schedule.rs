@@ -102,9 +102,9 @@ impl ScheduleSpec {
     }
 
     fn schedule(&self) -> Result<cron::Schedule, String> {
-        cron::Schedule::from_str(&self.cron).map_err(|e| {
+        cron::Schedule::from_str(&with_seconds(&self.cron)).map_err(|e| {
             format!(
-                "schedule {}: cron {:?}: {e} (six or seven fields: sec min hour day-of-month month day-of-week [year])",
+                "schedule {}: cron {:?}: {e} (five fields as in crontab: min hour day-of-month month day-of-week; or six or seven with seconds first and a year last)",
                 self.name, self.cron
             )
         })
@@ -183,6 +183,48 @@ impl ScheduleSpec {
             .next()
             .map(|t| t.with_timezone(&Utc))
     }
+}
+
+/// A crontab line (five fields: minute hour day-of-month month day-of-week, Sunday 0 or 7) as
+/// the `cron` crate reads it: seconds `0` first, and numbered week days as names (the crate
+/// counts Sunday as 1). Six or seven fields are left as they are.
+pub fn with_seconds(cron: &str) -> String {
+    let fields: Vec<&str> = cron.split_whitespace().collect();
+    if fields.len() != 5 {
+        return cron.to_string();
+    }
+    const DAYS: [&str; 8] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+    let day = |d: &str| -> String {
+        d.parse::<usize>()
+            .ok()
+            .and_then(|n| DAYS.get(n))
+            .map_or_else(|| d.to_string(), |name| (*name).to_string())
+    };
+    let dow: Vec<String> = fields[4]
+        .split(',')
+        .map(|item| {
+            let (range, step) = match item.split_once('/') {
+                Some((r, s)) => (r, Some(s)),
+                None => (item, None),
+            };
+            let range = match range.split_once('-') {
+                Some((a, b)) => format!("{}-{}", day(a), day(b)),
+                None => day(range),
+            };
+            match step {
+                Some(s) => format!("{range}/{s}"),
+                None => range,
+            }
+        })
+        .collect();
+    format!(
+        "0 {} {} {} {} {}",
+        fields[0],
+        fields[1],
+        fields[2],
+        fields[3],
+        dow.join(",")
+    )
 }
 
 /// Parse a schedules file (`schedules: [...]`).
@@ -305,6 +347,41 @@ mod tests {
         .expect_err("no objects")
         .to_string();
         assert!(e.contains("`objects` says which objects"), "{e}");
+    }
+
+    #[test]
+    fn crontab_lines_with_five_fields_are_read_as_crontab_means_them() {
+        assert_eq!(with_seconds("0 3 * * *"), "0 0 3 * * *");
+        assert_eq!(with_seconds("30 9 * * 1-5"), "0 30 9 * * Mon-Fri");
+        assert_eq!(with_seconds("0 0 * * 0,7"), "0 0 0 * * Sun,Sun");
+        assert_eq!(with_seconds("*/15 * * * */2"), "0 */15 * * * */2");
+        assert_eq!(
+            with_seconds("0 0 3 * * *"),
+            "0 0 3 * * *",
+            "six fields untouched"
+        );
+        let mut s = ScheduleSpec {
+            name: "n".into(),
+            cron: "30 9 * * 1-5".into(),
+            timezone: None,
+            start: Some("aWF".into()),
+            objects: Some(Objects::Ids { ids: vec![] }),
+            restart: false,
+            signal: None,
+            jobs: None,
+        };
+        s.validate(None).expect("a crontab line is valid");
+        // Friday 2026-11-27 10:00 UTC: next is Monday 09:30.
+        assert_eq!(
+            s.next_after(at("2026-11-27T10:00:00Z")),
+            Some(at("2026-11-30T09:30:00Z"))
+        );
+        s.cron = "0 3 * * 0".into();
+        // Sunday is 0 in crontab: the next Sunday 03:00 after Friday.
+        assert_eq!(
+            s.next_after(at("2026-11-27T10:00:00Z")),
+            Some(at("2026-11-29T03:00:00Z"))
+        );
     }
 
     #[test]
