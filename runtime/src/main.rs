@@ -41,13 +41,32 @@ async fn run() -> std::process::ExitCode {
             std::process::ExitCode::from(141)
         }
         Err(e) => {
+            // A name that names nothing (a template, step, object, workflow or queue) exits 2,
+            // so a script tells a typo from a failure.
+            let unknown = e.chain().any(|c| {
+                c.downcast_ref::<workdo::store::StoreError>()
+                    .is_some_and(|s| {
+                        matches!(
+                            s,
+                            workdo::store::StoreError::UnknownTemplate(_)
+                                | workdo::store::StoreError::UnknownStep { .. }
+                                | workdo::store::StoreError::UnknownObject(_)
+                                | workdo::store::StoreError::UnknownWorkflow { .. }
+                                | workdo::store::StoreError::UnknownQueue(_)
+                        )
+                    })
+            });
             // With --json, the error is JSON too, so that scripts read one format.
             if std::env::args().any(|a| a == "--json") {
                 eprintln!("{}", serde_json::json!({"error": format!("{e:#}")}));
             } else {
                 eprintln!("workdo: {e:#}");
             }
-            std::process::ExitCode::FAILURE
+            if unknown {
+                std::process::ExitCode::from(2)
+            } else {
+                std::process::ExitCode::FAILURE
+            }
         }
     }
 }

@@ -215,6 +215,9 @@ pub(super) async fn queue(
         .filter(|(k, _)| k == "completed")
         .map(|(_, v)| split_step(v))
         .collect::<ApiResult<Vec<_>>>()?;
+    for (ct, cs) in &completed {
+        s.store.step_known(ct, cs).await?;
+    }
     let limit = super::limit_param(&pairs, 100)?;
     let properties = property_params(&pairs)?;
     let rows = s

@@ -6,7 +6,7 @@ use sqlx::{Postgres, Transaction};
 
 use super::events::{EventBuf, NewEvent};
 use super::steps::Change;
-use super::{Result, Store};
+use super::{Result, Store, StoreError};
 use crate::model::status::Status;
 
 /// Which steps a bulk command (retry, skip, prioritize) touches. Every `Some` must match.
@@ -146,6 +146,42 @@ fn retried(id: i64) -> Change {
 }
 
 /// Ids of the active, unfinished steps matching `filter`, locked.
+/// A filter's template and step must name something: a misspelt one is an error naming it,
+/// not "0 steps" (a script with a typo would otherwise never know).
+async fn names_known(tx: &mut Transaction<'_, Postgres>, f: &StepFilter) -> Result<()> {
+    if let Some(t) = &f.template {
+        let known: bool =
+            sqlx::query_scalar("select exists (select 1 from workdo.templates where name = $1)")
+                .bind(t)
+                .fetch_one(&mut **tx)
+                .await?;
+        if !known {
+            return Err(StoreError::UnknownTemplate(t.clone()));
+        }
+    }
+    if let Some(s) = &f.step {
+        // A step of a template (any version), or one that exists (a generated step, a
+        // machine's call step).
+        let known: bool = sqlx::query_scalar(
+            "select exists (select 1 from workdo.templates t, jsonb_array_elements(t.spec -> 'steps') st
+                             where ($1::text is null or t.name = $1) and st ->> 'name' = $2)
+                 or exists (select 1 from workdo.steps
+                             where name = $2 and ($1::text is null or template = $1))",
+        )
+        .bind(f.template.as_deref())
+        .bind(s)
+        .fetch_one(&mut **tx)
+        .await?;
+        if !known {
+            return Err(StoreError::UnknownStep {
+                template: f.template.clone().unwrap_or_else(|| "no template".into()),
+                step: s.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
 async fn filtered_ids(tx: &mut Transaction<'_, Postgres>, f: &StepFilter) -> Result<Vec<i64>> {
     matching_ids(tx, f, false).await
 }
@@ -157,6 +193,7 @@ async fn matching_ids(
     f: &StepFilter,
     finished: bool,
 ) -> Result<Vec<i64>> {
+    names_known(tx, f).await?;
     let (prop_key, prop_value) = match &f.property {
         Some((k, v)) => (Some(k.as_str()), Some(v.clone())),
         None => (None, None),

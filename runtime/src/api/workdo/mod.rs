@@ -330,16 +330,21 @@ pub(super) async fn skip_all(
         .and_then(|t| roxmltree::Document::parse(t).ok())
         .and_then(|doc| doc.root_element().attribute("note").map(str::to_string))
         .filter(|n| !n.is_empty());
-    // An object without that workflow has nothing to skip: 204, as the service answers.
-    s.store
+    // An object without that workflow — even one no template is named — has nothing to skip:
+    // 204, as the service answers (its client relies on it).
+    match s
+        .store
         .workflow_skip_all(
             &object,
             &workflow,
             note.as_deref(),
             &format!("api:{}", c.0.as_str()),
         )
-        .await?;
-    Ok(StatusCode::NO_CONTENT)
+        .await
+    {
+        Ok(_) | Err(StoreError::UnknownTemplate(_)) => Ok(StatusCode::NO_CONTENT),
+        Err(e) => Err(e.into()),
+    }
 }
 
 #[utoipa::path(delete, path = "/objects/{druid}/workflows/{workflow}", tag = "workflow service", params(("druid" = String, Path), ("workflow" = String, Path), ("version" = Option<i32>, Query, description = "object version")), responses((status = 204, description = "Deleted")))]
@@ -435,6 +440,8 @@ pub(super) async fn workflow_queue(
             .collect()
     } else if let Some(e) = param(&pairs, "error") {
         let (t, st) = split_step(e)?;
+        // A misspelt queue is a 404 naming it: a robot polling it would idle for ever.
+        s.store.step_known(&t, &st).await?;
         s.store
             .queue_errors(&t, &st, limit)
             .await?
@@ -450,6 +457,9 @@ pub(super) async fn workflow_queue(
             .filter(|(k, _)| k == "completed")
             .map(|(_, v)| split_step(v))
             .collect::<ApiResult<Vec<_>>>()?;
+        for (ct, cs) in std::iter::once((&t, &st)).chain(completed.iter().map(|(a, b)| (a, b))) {
+            s.store.step_known(ct, cs).await?;
+        }
         let properties = super::work::property_params(&pairs)?;
         s.store
             .queue_waiting_with(
