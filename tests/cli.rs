@@ -347,3 +347,18 @@ fn log_options_refuse_what_they_cannot_use() {
         "{err}"
     );
 }
+
+/// `db stop` says what it did: nothing to stop where there is no private cluster.
+#[test]
+fn db_stop_without_a_cluster_says_there_is_nothing_to_stop() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_workdo"))
+        .args(["db", "stop", "--data-dir"])
+        .arg(dir.path())
+        .env_remove("DATABASE_URL")
+        .output()
+        .expect("workdo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("nothing to stop"), "{stdout}");
+}

@@ -119,7 +119,10 @@ pub fn init(logs: &LogOptions) -> Result<Telemetry, TelemetryError> {
     // Concrete layers (one of them `None`), not a boxed one: the OTLP layer's own filter must
     // stay independent of the log filter.
     let filter = logs.filter()?;
-    let base = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colour only for a terminal: a log written to a file or a collector gets no escape codes.
+    let base = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let (text, json) = match logs.format.as_str() {
         "text" => (Some(base.with_filter(filter)), None),
         "json" => (

@@ -328,11 +328,27 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
         if cli.database_url.is_some() {
             bail!("DATABASE_URL is set: there is no private cluster to stop");
         }
-        // Stopping must not start anything first.
-        if cli.data_dir.join("pgdata").exists() {
-            crate::pg::Cluster::open(&cli.data_dir)?.stop()?;
+        // Stopping must not start anything first; and says what it did.
+        if !cli.data_dir.join("pgdata").exists() {
+            writeln!(
+                out,
+                "no private cluster in {}: nothing to stop",
+                cli.data_dir.display()
+            )?;
+            return Ok(());
         }
-        writeln!(out, "stopped the cluster in {}", cli.data_dir.display())?;
+        let cluster = crate::pg::Cluster::open(&cli.data_dir)?;
+        let running = cluster.port != 0;
+        cluster.stop()?;
+        if running {
+            writeln!(out, "stopped the cluster in {}", cli.data_dir.display())?;
+        } else {
+            writeln!(
+                out,
+                "the cluster in {} was not running",
+                cli.data_dir.display()
+            )?;
+        }
         return Ok(());
     }
     let target = db::resolve(cli.database_url.as_deref(), &cli.data_dir).await?;

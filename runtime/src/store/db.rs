@@ -242,7 +242,7 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, DbError>
     // timed out.
     let (i, mut probe) = hosts.pick(url).await?;
     refuse_transaction_pooler(url, &hosts.options[i], &mut probe).await?;
-    let opts = hosts.options[i].clone().application_name("workdo");
+    let opts = hosts::session(hosts.options[i].clone());
     let pool = session_options(max_connections, hosts.followed())
         .acquire_timeout(Duration::from_secs(30))
         .connect_with(opts)

@@ -167,6 +167,14 @@ impl Hosts {
     }
 }
 
+/// A pool's options: recognisable as workdo's in `pg_stat_activity`; statements slower than a
+/// second logged at debug, not as warnings with their whole SQL on an operator's terminal (a
+/// bulk skip of 10,000 steps is slow by design).
+pub(crate) fn session(opts: PgConnectOptions) -> PgConnectOptions {
+    opts.application_name("workdo")
+        .log_slow_statements(log::LevelFilter::Debug, Duration::from_secs(1))
+}
+
 fn reason(e: &sqlx::Error) -> String {
     match e {
         sqlx::Error::Io(io) => io.to_string(),
@@ -221,9 +229,7 @@ pub(crate) async fn follow(
                 Ok((i, c)) => {
                     conn = c;
                     if i != current {
-                        pool.set_connect_options(
-                            hosts.options[i].clone().application_name("workdo"),
-                        );
+                        pool.set_connect_options(session(hosts.options[i].clone()));
                     }
                     info!(
                         server = %hosts.labels[i],
