@@ -359,6 +359,10 @@ fn db_stop_without_a_cluster_says_there_is_nothing_to_stop() {
         .output()
         .expect("workdo");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("nothing to stop"), "{stdout}");
 }

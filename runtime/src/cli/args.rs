@@ -238,8 +238,13 @@ pub enum ObjectsCmd {
     )]
     Add {
         /// The object, e.g. druid:bb123cd4567 (a bare druid such as bb123cd4567 means the same).
-        #[arg(value_parser = object_id)]
-        id: String,
+        #[arg(value_parser = object_id, required_unless_present = "from")]
+        id: Option<String>,
+        /// Register or update many objects from FILE: JSON lines
+        /// (`{"id": …, "properties": {…}, "documents": {"name": "content"}}`), or a CSV whose
+        /// header has an `id` column and whose other columns are properties (as strings).
+        #[arg(long, value_name = "FILE", conflicts_with = "id")]
+        from: Option<std::path::PathBuf>,
         /// A property, `key=value`; the value is stored as a string, as typed (a barcode such
         /// as 36105010362304123456 stays exactly that).
         #[arg(long = "property", value_name = "KEY=VALUE")]
@@ -319,8 +324,12 @@ pub struct StartArgs {
     /// The template to start (its current version).
     pub template: String,
     /// The objects to start it on (registered on the fly when new).
-    #[arg(required = true, value_parser = object_id)]
+    #[arg(required_unless_present = "from", value_parser = object_id)]
     pub objects: Vec<String>,
+    /// Also the objects listed in FILE: one id a line (`#` comments and blank lines skipped),
+    /// or a CSV whose header has an `id` column.
+    #[arg(long, value_name = "FILE")]
+    pub from: Option<std::path::PathBuf>,
     /// Object version (default: the object's current version).
     #[arg(long)]
     pub version: Option<i32>,

@@ -397,12 +397,17 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
         Command::Templates(cmd) => templates::run(&store, cmd, json, out).await?,
         Command::Objects(ObjectsCmd::Add {
             id,
+            from,
             properties,
             properties_json,
             documents,
         }) => {
             let props = parse_properties(&properties, &properties_json)?;
-            objects::add(&store, &id, &props, &documents, json, out).await?
+            match (id, from) {
+                (Some(id), _) => objects::add(&store, &id, &props, &documents, json, out).await?,
+                (None, Some(file)) => objects::add_from(&store, &file, &props, json, out).await?,
+                (None, None) => bail!("give an object id or --from FILE"),
+            }
         }
         Command::Objects(ObjectsCmd::Show { id }) => {
             show::object(&store, &id, 20, json, out).await?

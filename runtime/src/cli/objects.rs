@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::path::Path;
 
 use anyhow::{Context, Result};
 use serde_json::Value;
@@ -38,6 +39,153 @@ pub(super) async fn add(
     )?)
 }
 
+/// One object of a `--from` file: its id, properties and documents.
+struct Row {
+    id: String,
+    properties: BTreeMap<String, Value>,
+    documents: BTreeMap<String, String>,
+}
+
+/// The rows of a `--from` file: JSON lines, or a CSV with an `id` column (its other columns are
+/// string properties; an empty cell sets nothing). Every problem names the file and line.
+fn rows_of(path: &Path) -> Result<Vec<Row>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let at = |line: usize| format!("{}:{}", path.display(), line + 1);
+    let lines: Vec<(usize, &str)> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        .collect();
+    let mut rows = Vec::new();
+    let Some(&(first_at, first)) = lines.first() else {
+        return Ok(rows);
+    };
+    if first.trim_start().starts_with('{') {
+        for (n, line) in lines {
+            let v: Value = serde_json::from_str(line)
+                .with_context(|| format!("{}: not a JSON object", at(n)))?;
+            let id = v["id"]
+                .as_str()
+                .with_context(|| format!("{}: no \"id\" string", at(n)))?;
+            let id = crate::model::object_id::normalize(id)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", at(n)))?;
+            let properties = match &v["properties"] {
+                Value::Null => BTreeMap::new(),
+                Value::Object(m) => m.clone().into_iter().collect(),
+                _ => anyhow::bail!("{}: \"properties\" must be an object", at(n)),
+            };
+            let documents = match &v["documents"] {
+                Value::Null => BTreeMap::new(),
+                Value::Object(m) => m
+                    .iter()
+                    .map(|(k, d)| match d {
+                        Value::String(s) => Ok((k.clone(), s.clone())),
+                        _ => Err(anyhow::anyhow!(
+                            "{}: document {k:?} must be a string (its content)",
+                            at(n)
+                        )),
+                    })
+                    .collect::<Result<_>>()?,
+                _ => anyhow::bail!("{}: \"documents\" must be an object", at(n)),
+            };
+            rows.push(Row {
+                id,
+                properties,
+                documents,
+            });
+        }
+        return Ok(rows);
+    }
+    let header: Vec<&str> = first.split(',').map(str::trim).collect();
+    let Some(id_col) = header.iter().position(|h| *h == "id") else {
+        anyhow::bail!(
+            "{}: a CSV's header must have an \"id\" column (or give JSON lines)",
+            at(first_at)
+        );
+    };
+    for &(n, line) in &lines[1..] {
+        let cells: Vec<&str> = line.split(',').map(str::trim).collect();
+        if cells.len() != header.len() {
+            anyhow::bail!(
+                "{}: {} cells, the header has {}",
+                at(n),
+                cells.len(),
+                header.len()
+            );
+        }
+        let id = crate::model::object_id::normalize(cells[id_col])
+            .map_err(|e| anyhow::anyhow!("{}: {e}", at(n)))?;
+        let properties = header
+            .iter()
+            .zip(&cells)
+            .enumerate()
+            .filter(|(i, (_, c))| *i != id_col && !c.is_empty())
+            .map(|(_, (h, c))| (h.to_string(), Value::String(c.to_string())))
+            .collect();
+        rows.push(Row {
+            id,
+            properties,
+            documents: BTreeMap::new(),
+        });
+    }
+    Ok(rows)
+}
+
+/// `workdo objects add --from FILE`: every row registered or updated (the command's own
+/// `--property` values added to each), in file order; stops at the first row the database
+/// refuses, naming it (rows before it are kept).
+pub(super) async fn add_from(
+    store: &Store,
+    path: &Path,
+    common: &BTreeMap<String, Value>,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let rows = rows_of(path)?;
+    let (mut created, mut updated) = (0usize, 0usize);
+    for r in &rows {
+        let mut props = common.clone();
+        props.extend(r.properties.clone());
+        let new = store
+            .object_put(&r.id, &props, &r.documents, &actor())
+            .await
+            .with_context(|| format!("{}: object {}", path.display(), r.id))?;
+        if new {
+            created += 1;
+        } else {
+            updated += 1;
+        }
+    }
+    Ok(emit(
+        out,
+        json,
+        &serde_json::json!({"registered": created, "updated": updated}),
+        |o| writeln!(o, "{created} objects registered, {updated} updated"),
+    )?)
+}
+
+/// The object ids of a `start --from` file.
+fn ids_of(path: &Path) -> Result<Vec<String>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let first = text
+        .lines()
+        .find(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        .unwrap_or_default();
+    if first.trim_start().starts_with('{') || first.split(',').any(|h| h.trim() == "id") {
+        return Ok(rows_of(path)?.into_iter().map(|r| r.id).collect());
+    }
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        .map(|(n, l)| {
+            crate::model::object_id::normalize(l.trim())
+                .map_err(|e| anyhow::anyhow!("{}:{}: {e}", path.display(), n + 1))
+        })
+        .collect()
+}
+
 /// Start a template on objects.
 pub(super) async fn start(
     store: &Store,
@@ -50,6 +198,14 @@ pub(super) async fn start(
         Some(text) => serde_json::from_str(text)
             .with_context(|| format!("--context is not valid JSON: {text}"))?,
     };
+    let mut args = args;
+    if let Some(path) = &args.from {
+        for id in ids_of(path)? {
+            if !args.objects.contains(&id) {
+                args.objects.push(id);
+            }
+        }
+    }
     let request = serde_json::json!({"start": [
         &args.template, &args.objects, args.version, args.priority, &args.lane,
         args.start_at, &context
