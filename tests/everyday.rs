@@ -423,3 +423,44 @@ async fn errors_are_json_under_json() {
         "{err}"
     );
 }
+
+/// Errors differing only by a number (a barcode, an id) are one group on the errors page: the
+/// message's shape with its numbers masked, the latest as written, every step in it.
+#[tokio::test]
+async fn errors_differing_by_a_number_are_one_group() {
+    let t = support::db().await;
+    support::load(
+        &t.store,
+        "e.yaml",
+        "name: errWF\nsteps:\n  - { name: scan }\n",
+    )
+    .await;
+    t.store
+        .workflow_start(&workdo::store::StartRequest::new(
+            "errWF",
+            &["obj:e1", "obj:e2", "obj:e3"],
+        ))
+        .await
+        .expect("start");
+    for (o, msg) in [
+        ("obj:e1", "barcode 36105010362304 not found"),
+        ("obj:e2", "barcode 99999 not found"),
+        ("obj:e3", "scanner offline"),
+    ] {
+        let mut set = workdo::store::SetRequest::new(o, "errWF", "scan", "error");
+        set.error_message = Some(msg.into());
+        t.store.step_set(&set).await.expect("error");
+    }
+    let groups = t.store.errors_grouped().await.expect("groups");
+    assert_eq!(groups.len(), 2, "{groups:?}");
+    assert_eq!(
+        (
+            groups[0].message.as_str(),
+            groups[0].count,
+            groups[0].ids.len()
+        ),
+        ("barcode # not found", 2, 2)
+    );
+    assert_eq!(groups[0].example, "barcode 99999 not found");
+    assert_eq!(groups[1].message, "scanner offline");
+}

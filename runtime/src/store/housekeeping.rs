@@ -46,6 +46,8 @@ pub struct ErrorGroup {
     pub last: DateTime<Utc>,
     /// One of the group's error texts (e.g. a stack trace).
     pub text: Option<String>,
+    /// The latest message of the group as written (`message` has its numbers masked as `#`).
+    pub example: String,
     pub ids: Vec<i64>,
 }
 
@@ -185,15 +187,18 @@ impl Store {
         .await?)
     }
 
-    /// Active steps in error, grouped by template step and message, biggest group first.
+    /// Active steps in error, grouped by template step and message with its numbers masked (26
+    /// messages differing by a barcode or an id are one group), biggest group first.
     pub async fn errors_grouped(&self) -> Result<Vec<ErrorGroup>> {
         Ok(sqlx::query_as(
-            "select template, name as step, coalesce(error_message, '') as message,
+            "select template, name as step,
+                    regexp_replace(coalesce(error_message, ''), '[0-9]+', '#', 'g') as message,
                     count(*) as count, min(updated_at) as first, max(updated_at) as last,
                     (array_agg(error_text order by updated_at desc))[1] as text,
+                    (array_agg(coalesce(error_message, '') order by updated_at desc))[1] as example,
                     array_agg(id order by id) as ids
                from workdo.steps where status = 'error' and active
-              group by template, name, coalesce(error_message, '')
+              group by template, name, regexp_replace(coalesce(error_message, ''), '[0-9]+', '#', 'g')
               order by count(*) desc, template, name",
         )
         .fetch_all(&self.pool)

@@ -66,7 +66,12 @@ pub(super) async fn errors(
             "<tr><td>{}:{}</td><td>{}{}</td><td class=n>{}</td><td>{}</td><td>{}</td><td>{retry}</td></tr>",
             esc(&g.template),
             esc(&g.step),
-            esc(&g.message),
+            // One message as written; a group of several shows their shape and the latest.
+            esc(&if g.count > 1 && g.message != g.example {
+                format!("{} (e.g. {})", g.message, g.example)
+            } else {
+                g.example.clone()
+            }),
             g.text
                 .as_deref()
                 .map(|t| format!(
