@@ -56,3 +56,46 @@ pub fn table(
     }
     Ok(())
 }
+
+/// A duration as a person reads it: `340 ms`, `12.3 s`, `1 min 53 s`, `3 h 05 min`,
+/// `2 d 4 h` (not `113424.7`).
+pub fn human_duration(secs: f64) -> String {
+    if !secs.is_finite() || secs < 0.0 {
+        return String::new();
+    }
+    if secs < 1.0 {
+        return format!("{:.0} ms", secs * 1000.0);
+    }
+    if secs < 60.0 {
+        return format!("{secs:.1} s");
+    }
+    let whole = secs.round() as u64;
+    let (d, h, m, s) = (
+        whole / 86_400,
+        whole % 86_400 / 3600,
+        whole % 3600 / 60,
+        whole % 60,
+    );
+    if d > 0 {
+        format!("{d} d {h} h")
+    } else if h > 0 {
+        format!("{h} h {m:02} min")
+    } else {
+        format!("{m} min {s} s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_duration;
+
+    #[test]
+    fn durations_read_as_people_say_them() {
+        assert_eq!(human_duration(0.34), "340 ms");
+        assert_eq!(human_duration(12.34), "12.3 s");
+        assert_eq!(human_duration(113.4247), "1 min 53 s");
+        assert_eq!(human_duration(11_100.0), "3 h 05 min");
+        assert_eq!(human_duration(187_200.0), "2 d 4 h");
+        assert_eq!(human_duration(f64::NAN), "");
+    }
+}

@@ -65,7 +65,9 @@ pub(super) async fn object(
                         s.name.clone(),
                         s.status.clone(),
                         format!("{}/{}", s.attempts, s.max_attempts),
-                        s.elapsed.map(|e| format!("{e:.3}s")).unwrap_or_default(),
+                        s.elapsed
+                            .map(crate::output::human_duration)
+                            .unwrap_or_default(),
                         s.lifecycle.clone().unwrap_or_default(),
                         s.error_message
                             .clone()

@@ -195,9 +195,9 @@ pub(super) async fn timings(
         Ok(r) => r,
         Err(e) => return failure(&e.to_string()),
     };
-    let ms = |x: Option<f64>| x.map(|v| format!("{:.1}", v * 1000.0)).unwrap_or_default();
+    let ms = |x: Option<f64>| x.map(crate::output::human_duration).unwrap_or_default();
     let mut body = format!(
-        "<form><label>last <input name=hours type=number min=1 value={hours}> hours</label> <button>show</button></form><table id=timings><thead><tr><th scope=col>step</th><th scope=col class=n>finished</th><th scope=col class=n>elapsed p50 ms</th><th scope=col class=n>p95</th><th scope=col class=n>p99</th><th scope=col class=n>wait p50 ms</th><th scope=col class=n>p95</th><th scope=col class=n>p99</th></tr></thead><tbody>"
+        "<form><label>last <input name=hours type=number min=1 value={hours}> hours</label> <button>show</button></form><table id=timings><thead><tr><th scope=col>step</th><th scope=col class=n>finished</th><th scope=col class=n>elapsed p50</th><th scope=col class=n>p95</th><th scope=col class=n>p99</th><th scope=col class=n>wait p50</th><th scope=col class=n>p95</th><th scope=col class=n>p99</th></tr></thead><tbody>"
     );
     for r in &rows {
         let _ = write!(
