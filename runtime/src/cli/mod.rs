@@ -2,19 +2,18 @@
 //! every read command takes `--json` for scripts. This file parses and dispatches; each group of
 //! commands has a file of its own.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::{Parser, Subcommand};
-use serde_json::Value;
 
 mod args;
 pub mod files;
 mod graph;
 mod housekeeping;
 mod idempotent;
+mod inputs;
 mod machines;
 mod objects;
 mod schedules;
@@ -27,8 +26,9 @@ mod up;
 use idempotent::{once_begin, once_end};
 
 pub use args::*;
+use inputs::{parse_properties, split_step, step_filter};
 
-use crate::store::{StepFilter, Store, db};
+use crate::store::{Store, db};
 
 /// A Postgres-native workflow runtime for object-centric work.
 #[derive(Debug, Parser)]
@@ -532,68 +532,6 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
         } => up::worker(store, &steps, queue.as_deref(), &runtime).await?,
     }
     Ok(())
-}
-
-pub(super) fn split_step(text: &str) -> Result<(&str, &str)> {
-    match text.split_once(':') {
-        Some((t, s)) if !t.is_empty() && !s.is_empty() => Ok((t, s)),
-        _ => bail!("{text:?}: expected TEMPLATE:STEP, e.g. accessionWF:shelve"),
-    }
-}
-
-/// `KEY=VALUE` of `option`, the key not empty.
-fn key_value<'a>(option: &str, item: &'a str) -> Result<(&'a str, &'a str)> {
-    let (k, v) = item
-        .split_once('=')
-        .with_context(|| format!("{option} {item:?}: expected KEY=VALUE"))?;
-    if k.is_empty() {
-        bail!("{option} {item:?}: empty key");
-    }
-    Ok((k, v))
-}
-
-/// `KEY=JSON` of `option`: the value must be JSON.
-fn key_json(option: &str, item: &str) -> Result<(String, Value)> {
-    let (k, v) = key_value(option, item)?;
-    let value = serde_json::from_str(v).with_context(|| {
-        format!("{option} {item:?}: {v:?} is not JSON (use --property for a string)")
-    })?;
-    Ok((k.to_string(), value))
-}
-
-/// Properties from `--property KEY=VALUE` (strings, as typed) and `--property-json KEY=JSON`.
-pub(super) fn parse_properties(
-    strings: &[String],
-    jsons: &[String],
-) -> Result<BTreeMap<String, Value>> {
-    let mut props = BTreeMap::new();
-    for p in strings {
-        let (k, v) = key_value("--property", p)?;
-        props.insert(k.to_string(), Value::String(v.to_string()));
-    }
-    for p in jsons {
-        let (k, v) = key_json("--property-json", p)?;
-        props.insert(k, v);
-    }
-    Ok(props)
-}
-
-pub(super) fn step_filter(f: &FilterArgs) -> Result<StepFilter> {
-    let property = match (&f.property, &f.property_json) {
-        (Some(p), _) => {
-            let (k, v) = key_value("--property", p)?;
-            Some((k.to_string(), Value::String(v.to_string())))
-        }
-        (None, Some(p)) => Some(key_json("--property-json", p)?),
-        (None, None) => None,
-    };
-    Ok(StepFilter {
-        object: f.object.clone(),
-        template: f.template.clone(),
-        step: f.step.clone(),
-        property,
-        ..StepFilter::default()
-    })
 }
 
 pub(super) fn actor() -> String {
