@@ -32,6 +32,18 @@ async fn misspelt_names_are_errors_that_name_them() {
         (&["skip", "--template", "nopeWF"][..], "nopeWF"),
         (&["retry", "--template", WF, "--step", "typo"][..], "typo"),
         (&["prioritize", "5", "--step", "typo-step"][..], "typo-step"),
+        // An object never registered is named as such, not blamed on its workflow.
+        (
+            &[
+                "step",
+                "set",
+                "druid:zz999zz9999",
+                WF,
+                "google-download",
+                "completed",
+            ][..],
+            "no object \"druid:zz999zz9999\"",
+        ),
     ] {
         let (code, stderr) = workdo(args);
         assert_eq!(code, Some(2), "{args:?}: {stderr}");

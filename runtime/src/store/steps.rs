@@ -498,8 +498,10 @@ async fn lock_step(
     if let Some(row) = row {
         return Ok(row);
     }
-    let has_workflow: bool = sqlx::query_scalar(
-        "select exists (select 1 from workdo.workflows where object_id = $1 and template = $2
+    // Say what is missing, the outermost first: the object, its workflow, then the step.
+    let (has_object, has_workflow): (bool, bool) = sqlx::query_as(
+        "select exists (select 1 from workdo.objects where id = $1),
+                exists (select 1 from workdo.workflows where object_id = $1 and template = $2
                           and (($3::int is null and active) or version = $3))",
     )
     .bind(object)
@@ -507,6 +509,9 @@ async fn lock_step(
     .bind(version)
     .fetch_one(&mut **tx)
     .await?;
+    if !has_object {
+        return Err(StoreError::UnknownObject(object.into()));
+    }
     Err(if has_workflow {
         StoreError::UnknownStep {
             template: template.into(),
