@@ -117,3 +117,179 @@ impl Check {
         (status, body)
     }
 }
+
+/// The workflow-service XML routes, called as its robots and clients call them (on objects
+/// `d1` with its workflow, `d2` with one to delete, `d3` to create, update, skip and delete):
+/// every answer checked against the document by `c`.
+pub async fn workflow_service_routes(
+    c: &mut Check,
+    (admin, robot, viewer): (&str, &str, &str),
+    (d1, d2, d3): (&str, &str, &str),
+) {
+    const WF: &str = "googleScannedBookWF";
+    let (get, post, put, delete) = (Method::GET, Method::POST, Method::PUT, Method::DELETE);
+    c.call(
+        get.clone(),
+        &format!("/objects/{d1}/workflows"),
+        viewer,
+        None,
+    )
+    .await;
+    c.call(
+        get.clone(),
+        &format!("/objects/{d1}/workflows/"),
+        viewer,
+        None,
+    )
+    .await;
+    c.call(
+        get.clone(),
+        &format!("/objects/{d1}/workflows/{WF}"),
+        viewer,
+        None,
+    )
+    .await;
+    assert_eq!(
+        c.call(
+            post.clone(),
+            &format!("/objects/{d3}/workflows/{WF}"),
+            robot,
+            None
+        )
+        .await
+        .0,
+        201
+    );
+    assert_eq!(
+        c.call(
+            post.clone(),
+            &format!("/objects/{d3}/workflows/nopeWF"),
+            robot,
+            None
+        )
+        .await
+        .0,
+        400
+    );
+    let process = Some((
+        "application/xml",
+        r#"<process name="descriptive-metadata" status="completed" elapsed="1.5"/>"#.to_string(),
+    ));
+    assert_eq!(
+        c.call(
+            put.clone(),
+            &format!("/objects/{d3}/workflows/{WF}/descriptive-metadata"),
+            robot,
+            process.clone()
+        )
+        .await
+        .0,
+        200
+    );
+    assert_eq!(
+        c.call(
+            put.clone(),
+            &format!("/objects/{d3}/workflows/{WF}/descriptive-metadata?current-status=waiting"),
+            robot,
+            process
+        )
+        .await
+        .0,
+        409
+    );
+    c.call(
+        get.clone(),
+        &format!("/objects/{d1}/lifecycle"),
+        viewer,
+        None,
+    )
+    .await;
+    c.call(
+        get.clone(),
+        &format!(
+            "/workflow_queue?waiting={WF}:google-download&completed={WF}:descriptive-metadata"
+        ),
+        viewer,
+        None,
+    )
+    .await;
+    c.call(
+        get.clone(),
+        &format!("/workflow_queue/lane_ids?step={WF}:google-download"),
+        viewer,
+        None,
+    )
+    .await;
+    c.call(
+        get.clone(),
+        "/workflow_queue/all_queued?limit=10",
+        viewer,
+        None,
+    )
+    .await;
+    c.call(get.clone(), "/workflow_templates", viewer, None)
+        .await;
+    c.call(
+        get.clone(),
+        &format!("/workflow_templates/{WF}"),
+        viewer,
+        None,
+    )
+    .await;
+    // The initiate call as PUT, the same as POST: re-creates d3's workflow.
+    assert_eq!(
+        c.call(
+            Method::PUT,
+            &format!("/objects/{d3}/workflows/{WF}"),
+            robot,
+            None
+        )
+        .await
+        .0,
+        201
+    );
+    assert_eq!(
+        c.call(
+            post.clone(),
+            &format!("/objects/{d3}/workflows/{WF}/skip-all"),
+            robot,
+            None
+        )
+        .await
+        .0,
+        204
+    );
+    assert_eq!(
+        c.call(
+            delete.clone(),
+            &format!("/objects/{d3}/workflows/{WF}"),
+            admin,
+            None
+        )
+        .await
+        .0,
+        204
+    );
+    assert_eq!(
+        c.call(
+            delete.clone(),
+            &format!("/objects/{d3}/workflows"),
+            admin,
+            None
+        )
+        .await
+        .0,
+        204
+    );
+    assert_eq!(
+        c.call(
+            delete.clone(),
+            &format!("/objects/{d2}/workflows"),
+            admin,
+            None
+        )
+        .await
+        .0,
+        204
+    );
+}
