@@ -116,6 +116,8 @@ impl Status {
         self.as_str() == expected
             || self.workdo_name() == expected
             || (expected == "queued" && *self == Status::Ready)
+            // The names `parse` takes for it too (`exception` for `error`).
+            || Status::parse(expected).is_some_and(|e| e == *self)
     }
 }
 

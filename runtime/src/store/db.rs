@@ -128,7 +128,7 @@ pub enum DbError {
 
 /// What went wrong connecting, said once: an I/O error's own words ("Connection refused (os
 /// error 111)") rather than sqlx's wrapper around them.
-fn reason(e: &sqlx::Error) -> String {
+pub(super) fn reason(e: &sqlx::Error) -> String {
     match e {
         sqlx::Error::Io(io) => io.to_string(),
         other => other.to_string(),

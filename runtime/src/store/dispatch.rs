@@ -137,6 +137,31 @@ pub fn activation(
     set
 }
 
+/// `set` as `generator` may compose it: only bricklets of its refset that are loaded (the set
+/// cannot hold others, but a stored record is data, and data is checked), counted before
+/// anything is built — past the subnet limit the generator fails (its result is refused, and
+/// the completer records the step in error with this message).
+pub(super) fn composable(
+    generator: &str,
+    generate: &dispatch::Generate,
+    bricklets: &Bricklets,
+    set: Actset,
+) -> Result<Actset> {
+    let set: Actset = set
+        .into_iter()
+        .filter(|(b, _)| generate.refset.contains(b) && bricklets.by_name.contains_key(b))
+        .collect();
+    let size = dispatch::subnet_size(&set, &generate.rules, &bricklets.by_name);
+    if size > dispatch::MAX_SUBNET_STEPS {
+        return Err(StoreError::SubnetTooLarge {
+            generator: generator.to_string(),
+            steps: size,
+            max: dispatch::MAX_SUBNET_STEPS,
+        });
+    }
+    Ok(set)
+}
+
 /// The fragments each of `generator`'s activated bricklets' instances matched, by the same
 /// rules in the same order as [`activation`].
 pub fn activation_fragments(
@@ -279,22 +304,7 @@ pub(super) async fn compose(
     };
     let actset: Actset =
         serde_json::from_value(record["actsets"][generator].clone()).unwrap_or_default();
-    // Only bricklets of the refset compose (the set cannot hold others, but a stored record is
-    // data, and data is checked).
-    let actset: Actset = actset
-        .into_iter()
-        .filter(|(b, _)| generate.refset.contains(b) && bricklets.by_name.contains_key(b))
-        .collect();
-    // Counted before anything is built: past the limit the generator fails (its result is
-    // refused, and the completer records the step in error with this message).
-    let size = dispatch::subnet_size(&actset, &generate.rules, &bricklets.by_name);
-    if size > dispatch::MAX_SUBNET_STEPS {
-        return Err(StoreError::SubnetTooLarge {
-            generator: generator.to_string(),
-            steps: size,
-            max: dispatch::MAX_SUBNET_STEPS,
-        });
-    }
+    let actset = composable(generator, generate, bricklets, actset)?;
     let graph = dispatch::compose(&actset, &generate.rules);
     let steps = dispatch::expand(generator, &graph, &bricklets.by_name);
     let sinks = dispatch::sinks(&steps);

@@ -20,7 +20,7 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgConnection, PgPool};
 use tracing::{info, warn};
 
-use super::db::{DbError, redact};
+use super::db::{DbError, reason, redact};
 
 /// How long one host may take to accept a connection before the next is tried.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -173,13 +173,6 @@ impl Hosts {
 pub(crate) fn session(opts: PgConnectOptions) -> PgConnectOptions {
     opts.application_name("workdo")
         .log_slow_statements(log::LevelFilter::Debug, Duration::from_secs(1))
-}
-
-fn reason(e: &sqlx::Error) -> String {
-    match e {
-        sqlx::Error::Io(io) => io.to_string(),
-        other => other.to_string(),
-    }
 }
 
 /// Is the server behind `conn` in recovery, or read-only by default? (The simple protocol: no

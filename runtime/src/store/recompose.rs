@@ -17,9 +17,9 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Value, json};
 use sqlx::{Postgres, Transaction};
 
-use super::dispatch::{Bricklets, activation_fragments, insert_edges, insert_subnet};
+use super::dispatch::{Bricklets, activation_fragments, composable, insert_edges, insert_subnet};
 use super::events::{EventBuf, NewEvent, ReadyKeys};
-use super::{Change, Result, Store, StoreError};
+use super::{Change, Result, Store};
 use crate::model::dispatch::{self, Actset};
 use crate::model::status::Status;
 use crate::model::template::Template;
@@ -44,22 +44,11 @@ pub(super) async fn recompose(
     let Some(generate) = spec.step(generator).and_then(|s| s.generate.as_ref()) else {
         return Ok(());
     };
-    let new_set: Actset = new_set
-        .into_iter()
-        .filter(|(b, _)| generate.refset.contains(b) && bricklets.by_name.contains_key(b))
-        .collect();
+    let new_set = composable(generator, generate, bricklets, new_set)?;
     let old_set: Actset =
         serde_json::from_value(record["composed"][generator]["actset"].clone()).unwrap_or_default();
     if old_set == new_set {
         return Ok(());
-    }
-    let size = dispatch::subnet_size(&new_set, &generate.rules, &bricklets.by_name);
-    if size > dispatch::MAX_SUBNET_STEPS {
-        return Err(StoreError::SubnetTooLarge {
-            generator: generator.to_string(),
-            steps: size,
-            max: dispatch::MAX_SUBNET_STEPS,
-        });
     }
     let (object, template, version, lane, priority): (String, String, i32, String, i32) =
         sqlx::query_as(

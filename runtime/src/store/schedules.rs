@@ -192,7 +192,7 @@ impl Store {
                 .bind(&narrowed)
                 .fetch_all(&mut *tx)
                 .await?;
-                super::machine::notify_jobs(&mut tx, &jobs).await?;
+                super::machine::notify_signals(&mut tx, &jobs).await?;
                 signalled = jobs.len();
                 Vec::new()
             } else {

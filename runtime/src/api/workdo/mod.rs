@@ -280,7 +280,7 @@ pub(super) async fn update_process(
         error_text: nonempty("errorText"),
         lifecycle: nonempty("lifecycle"),
         elapsed,
-        current_status: param(&pairs, "current-status").map(|c| from_wire(c).to_string()),
+        current_status: param(&pairs, "current-status").map(str::to_string),
         version: int_param(&pairs, "version")?,
         actor: format!("api:{}", c.0.as_str()),
     };

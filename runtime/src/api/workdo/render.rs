@@ -32,8 +32,6 @@ pub(super) fn wire_status(status: &str, skip_queue: bool) -> String {
 pub(super) fn from_wire(status: &str) -> &str {
     match status {
         "queued" => "ready",
-        // WorkDo's paper calls a step in error an exception.
-        "exception" => "error",
         other => other,
     }
 }

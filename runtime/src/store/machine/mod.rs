@@ -501,13 +501,8 @@ async fn mark_taken(tx: &mut Transaction<'_, Postgres>, id: i64, outcome: &str) 
     Ok(())
 }
 
-/// NOTIFY the runtimes' machine loops that these jobs have signals waiting (for a caller
-/// outside this module that inserted them).
-pub(crate) async fn notify_jobs(tx: &mut Transaction<'_, Postgres>, jobs: &[i64]) -> Result<()> {
-    notify_signals(tx, jobs).await
-}
-
-pub(super) async fn notify_signals(tx: &mut Transaction<'_, Postgres>, jobs: &[i64]) -> Result<()> {
+/// NOTIFY the runtimes' machine loops that these jobs have signals waiting.
+pub(crate) async fn notify_signals(tx: &mut Transaction<'_, Postgres>, jobs: &[i64]) -> Result<()> {
     if jobs.is_empty() {
         return Ok(());
     }
