@@ -30,6 +30,7 @@ fn key_value<'a>(option: &str, item: &'a str) -> Result<(&'a str, &'a str)> {
 /// `KEY=JSON` of `option`: the value must be JSON.
 fn key_json(option: &str, item: &str) -> Result<(String, Value)> {
     let (k, v) = key_value(option, item)?;
+    crate::model::numbers::check_exact(v).with_context(|| format!("{option} {item:?}"))?;
     let value = serde_json::from_str(v).with_context(|| {
         format!("{option} {item:?}: {v:?} is not JSON (use --property for a string)")
     })?;
@@ -63,7 +64,7 @@ pub(crate) fn step_filter(f: &FilterArgs) -> Result<StepFilter> {
         (None, None) => None,
     };
     Ok(StepFilter {
-        object: f.object.clone(),
+        objects: f.object.clone(),
         template: f.template.clone(),
         step: f.step.clone(),
         property,

@@ -22,6 +22,7 @@ pub(super) async fn signal(
     let data: Value = match data {
         None => Value::Object(Default::default()),
         Some(text) => {
+            crate::model::numbers::check_exact(text).context("--data")?;
             serde_json::from_str(text).with_context(|| format!("--data is not JSON: {text}"))?
         }
     };

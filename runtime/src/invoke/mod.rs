@@ -196,6 +196,8 @@ pub fn parse_result(stdout: &[u8]) -> Result<Outcome, String> {
     if trimmed.is_empty() {
         return Err("printed no result on stdout".into());
     }
+    crate::model::numbers::check_exact(trimmed)
+        .map_err(|e| format!("printed a result that workdo cannot keep exactly: {e}"))?;
     let outcome = serde_json::from_str::<Outcome>(trimmed).map_err(|e| {
         let head: String = trimmed.chars().take(200).collect();
         format!("printed output that is not a valid result ({e}): {head}")

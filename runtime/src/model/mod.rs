@@ -7,6 +7,7 @@
 //! - [`retry`]: back-off, and the decision a function's outcome leads to.
 //! - [`alert`]: alert mail as text.
 //! - [`object_id`]: the one rule for object ids.
+//! - [`numbers`]: JSON numbers kept exactly as written, or refused.
 //!
 //! - [`dispatch`]: dynamic dispatch: bricklets, observers' matching rules, generators'
 //!   construction rules and the composition of subnets.
@@ -21,6 +22,7 @@ pub mod alert;
 pub mod dispatch;
 pub mod handoff;
 pub mod machine;
+pub mod numbers;
 pub mod object_id;
 pub mod outcome;
 pub mod retry;
