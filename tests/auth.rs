@@ -137,6 +137,25 @@ const RULES: &[(&str, &str, &str, Need)] = &[
     ("GET", "/api/facets", "/api/facets", Need::Viewer),
     ("POST", "/api/priority", "/api/priority", Need::Admin),
     ("POST", "/api/retry", "/api/retry", Need::Robot),
+    ("GET", "/api/paused", "/api/paused", Need::Viewer),
+    (
+        "POST",
+        "/api/queues/{template}/{step}/pause",
+        "/api/queues/googleScannedBookWF/shelve/pause",
+        Need::Robot,
+    ),
+    (
+        "POST",
+        "/api/queues/{template}/{step}/resume",
+        "/api/queues/googleScannedBookWF/shelve/resume",
+        Need::Robot,
+    ),
+    (
+        "POST",
+        "/api/objects/batch",
+        "/api/objects/batch",
+        Need::Robot,
+    ),
     (
         "GET",
         "/objects/{druid}/workflows",
@@ -243,6 +262,11 @@ const PAGE_ROUTES: &[&str] = &[
     "/ui/templates",
     "/ui/timings",
     "/ui/schedules",
+    "/ui/schedules/act",
+    "/ui/search",
+    "/ui/pause",
+    "/ui/workflows/{id}",
+    "/ui/archive/{id}",
     "/ui/app.css",
     "/ui/app.js",
 ];

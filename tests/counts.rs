@@ -30,7 +30,7 @@ async fn overview(store: &Store) -> Vec<(String, String, String, i64)> {
 /// Counts by scanning the steps, sorted.
 async fn scanned(pool: &sqlx::PgPool) -> Vec<(String, String, String, i64)> {
     sqlx::query_as(
-        "select template, name, status, count(*) from workdo.steps where active
+        "select template, workdo.facet_name(name), status, count(*) from workdo.steps where active
           group by 1, 2, 3 order by 1, 2, 3",
     )
     .fetch_all(pool)
@@ -170,7 +170,7 @@ async fn counts_equal_a_scan_after_a_mixed_concurrent_workload() {
     let retried = t.store.steps_retry(&errors, "admin").await.expect("retry");
     assert!(retried > 0, "some steps ended in error");
     let skip = StepFilter {
-        object: Some("obj:1".into()),
+        objects: vec!["obj:1".into()],
         status: Some("ready".into()),
         ..Default::default()
     };

@@ -351,7 +351,7 @@ async fn error_counts_attempts_and_retry_puts_it_back() {
         .store
         .steps_retry(
             &StepFilter {
-                object: Some(o.into()),
+                objects: vec![o.into()],
                 ..Default::default()
             },
             "test",

@@ -212,7 +212,7 @@ async fn events_record_each_change_with_its_detail() {
 
     // The dependants and the workflow are recorded too, after the step that moved them.
     let skip = StepFilter {
-        object: Some("obj:e".into()),
+        objects: vec!["obj:e".into()],
         ..Default::default()
     };
     t.store.steps_skip(&skip, "test").await.unwrap();

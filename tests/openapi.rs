@@ -141,6 +141,48 @@ async fn every_answer_matches_the_document() {
         .0,
         400
     );
+    // Many at once, in one transaction; a bad entry is named and nothing is registered.
+    let batch = json!({"objects": [{"id": d2, "properties": {"year": 1854}}, {"id": d1}]});
+    let (status, body) = c
+        .call(post.clone(), "/api/objects/batch", &robot, js(batch))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["registered"], 1, "{body}");
+    assert_eq!(body["updated"], 1, "{body}");
+    let bad = json!({"objects": [{"id": d3}, {"id": "not an id"}]});
+    let (status, body) = c
+        .call(post.clone(), "/api/objects/batch", &robot, js(bad))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("objects[1]")),
+        "{body}"
+    );
+    let (status, _) = c
+        .call(get.clone(), &format!("/api/objects/{d3}"), &viewer, None)
+        .await;
+    assert_eq!(status, 404, "the batch's first entry was not kept");
+    // A number a double would change is refused, named, with the fix.
+    let (status, body) = c
+        .call(
+            patch.clone(),
+            &format!("/api/objects/{d1}"),
+            &robot,
+            Some((
+                "application/json",
+                r#"{"properties": {"barcode": 36105010362304123456}}"#.into(),
+            )),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("36105010362304123456") && e.contains("as a string")),
+        "{body}"
+    );
     assert_eq!(
         c.call(post.clone(), "/api/objects", &viewer, js(json!({"id": d1})))
             .await
@@ -315,6 +357,37 @@ async fn every_answer_matches_the_document() {
         js(json!({"template": WF})),
     )
     .await;
+    // Pausing a queue: paused, listed, resumed; a misspelt step is a 404.
+    let pause = format!("/api/queues/{WF}/google-download/pause");
+    let (status, body) = c
+        .call(
+            post.clone(),
+            &pause,
+            &robot,
+            js(json!({"reason": "vendor outage"})),
+        )
+        .await;
+    assert_eq!((status, &body["changed"]), (200, &json!(true)), "{body}");
+    let (_, listed) = c.call(get.clone(), "/api/paused", &viewer, None).await;
+    assert_eq!(listed[0]["reason"], "vendor outage", "{listed}");
+    let (status, _) = c
+        .call(
+            post.clone(),
+            &format!("/api/queues/{WF}/nope/pause"),
+            &robot,
+            None,
+        )
+        .await;
+    assert_eq!(status, 404);
+    let (status, body) = c
+        .call(
+            post.clone(),
+            &format!("/api/queues/{WF}/google-download/resume"),
+            &robot,
+            None,
+        )
+        .await;
+    assert_eq!((status, &body["paused"]), (200, &json!(false)), "{body}");
 
     // A machine's signals, by id and by object; one not accepted in its state.
     let (_, job) = c
@@ -425,11 +498,15 @@ async fn every_answer_matches_the_document() {
         204
     );
 
-    // Every operation the document describes was called.
+    // Every operation the document describes was called, and says in a line what it does.
     let mut described = BTreeSet::new();
     for (path, item) in c.doc["paths"].as_object().expect("paths") {
         for m in ["get", "put", "post", "delete", "patch"] {
-            if item.get(m).is_some() {
+            if let Some(op) = item.get(m) {
+                assert!(
+                    op["summary"].as_str().is_some_and(|s| !s.is_empty()),
+                    "{m} {path} has no summary"
+                );
                 described.insert((m.to_uppercase(), path.clone()));
             }
         }

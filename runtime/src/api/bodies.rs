@@ -35,6 +35,16 @@ pub struct ObjectCreated {
     pub created: bool,
 }
 
+/// A batch of objects registered or merged into.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ObjectsBatched {
+    /// How many were new.
+    pub registered: usize,
+    /// How many existed (properties merged, documents replaced).
+    pub updated: usize,
+    pub objects: Vec<ObjectCreated>,
+}
+
 /// A page of events; ask again with `after=next_after` for the next.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct EventsPage {
@@ -47,6 +57,15 @@ pub struct EventsPage {
 pub struct Prioritized {
     pub steps: usize,
     pub priority: i32,
+}
+
+/// A queue paused or resumed.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct PauseChanged {
+    /// Whether the queue is paused now.
+    pub paused: bool,
+    /// Whether this call changed it (false: it already was).
+    pub changed: bool,
 }
 
 /// Steps put back in the queue.

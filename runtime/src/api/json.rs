@@ -13,21 +13,23 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::bodies::{EventsPage, ObjectCreated, TemplateLoaded};
+use super::bodies::{EventsPage, ObjectCreated, ObjectsBatched, TemplateLoaded};
 use super::{ApiError, ApiResult, AppState, Caller, int_param, json_body, param, query_pairs};
 use crate::model::template::{self, Format};
-use crate::store::{Milestone, ObjectView, Role, Saved, TemplateRow};
+use crate::store::{Milestone, NewObject, ObjectView, Role, Saved, TemplateRow};
 
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/templates", get(templates_list).post(template_load))
         .route("/api/templates/{name}", get(template_show))
         .route("/api/objects", post(object_create))
+        .route("/api/objects/batch", post(objects_batch))
         .route("/api/objects/{id}", get(object_show).patch(object_update))
         .route("/api/objects/{id}/lifecycle", get(object_lifecycle))
         .route("/api/objects/{id}/events", get(object_events))
 }
 
+/// The current version of every template.
 #[utoipa::path(get, path = "/api/templates", tag = "templates", responses((status = 200, description = "The current version of every template", body = Vec<TemplateRow>)))]
 pub(super) async fn templates_list(
     State(s): State<AppState>,
@@ -36,6 +38,7 @@ pub(super) async fn templates_list(
     Ok(Json(s.store.template_list().await?))
 }
 
+/// A template's current version, with its spec and source.
 #[utoipa::path(get, path = "/api/templates/{name}", tag = "templates", params(("name" = String, Path)), responses((status = 200, description = "The current version", body = TemplateRow)))]
 pub(super) async fn template_show(
     State(s): State<AppState>,
@@ -126,6 +129,7 @@ pub(super) struct ObjectBody {
     documents: BTreeMap<String, String>,
 }
 
+/// Register an object, or merge properties and documents into an existing one.
 #[utoipa::path(post, path = "/api/objects", tag = "objects", request_body = ObjectBody, responses((status = 201, description = "Registered", body = ObjectCreated), (status = 200, description = "It existed: properties merged, documents replaced", body = ObjectCreated)))]
 pub(super) async fn object_create(
     State(s): State<AppState>,
@@ -149,6 +153,62 @@ pub(super) async fn object_create(
     Ok((status, Json(ObjectCreated { id, created })).into_response())
 }
 
+/// Many objects at once: `{"objects": [ObjectBody, …]}`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ObjectsBody {
+    objects: Vec<ObjectBody>,
+}
+
+/// The most objects one batch may hold.
+const BATCH_MAX: usize = 10_000;
+
+/// Register or update many objects in one transaction: all of them, or (an error naming the
+/// entry) none.
+#[utoipa::path(post, path = "/api/objects/batch", tag = "objects", request_body = ObjectsBody, responses((status = 200, description = "Every object registered or merged into, in the order given", body = ObjectsBatched)))]
+pub(super) async fn objects_batch(
+    State(s): State<AppState>,
+    c: Caller,
+    body: Bytes,
+) -> ApiResult<Json<ObjectsBatched>> {
+    super::access::decide(&s, &c, super::access::Act::Change(Role::Robot)).await?;
+    let b: ObjectsBody = json_body(&body)?;
+    if b.objects.len() > BATCH_MAX {
+        return Err(ApiError::bad_request(format!(
+            "{} objects in one batch, over the limit of {BATCH_MAX}; send them in several",
+            b.objects.len()
+        )));
+    }
+    let objects = b
+        .objects
+        .into_iter()
+        .enumerate()
+        .map(|(i, o)| {
+            let id = o.id.ok_or_else(|| {
+                ApiError::bad_request(format!("objects[{i}]: missing field `id`"))
+            })?;
+            Ok(NewObject {
+                id: oid(&id)
+                    .map_err(|e| ApiError::bad_request(format!("objects[{i}]: {}", e.message)))?,
+                properties: o.properties,
+                documents: o.documents,
+            })
+        })
+        .collect::<ApiResult<Vec<_>>>()?;
+    let created = s.store.objects_put(&objects, "api").await?;
+    let registered = created.iter().filter(|c| **c).count();
+    Ok(Json(ObjectsBatched {
+        registered,
+        updated: created.len() - registered,
+        objects: objects
+            .into_iter()
+            .zip(created)
+            .map(|(o, created)| ObjectCreated { id: o.id, created })
+            .collect(),
+    }))
+}
+
+/// Merge properties (a null removes one) and replace documents of a registered object.
 #[utoipa::path(patch, path = "/api/objects/{id}", tag = "objects", params(("id" = String, Path)), request_body = ObjectBody, responses((status = 200, description = "The object after the change", body = ObjectView)))]
 pub(super) async fn object_update(
     State(s): State<AppState>,
@@ -168,6 +228,7 @@ pub(super) async fn object_update(
     Ok(Json(s.store.object_view(&id, 0).await?))
 }
 
+/// An object: properties, documents, workflows with their steps, milestones, recent events.
 #[utoipa::path(get, path = "/api/objects/{id}", tag = "objects", params(("id" = String, Path)), responses((status = 200, description = "Properties, documents, workflows with their steps, milestones, the last 20 events", body = ObjectView)))]
 pub(super) async fn object_show(
     State(s): State<AppState>,
@@ -178,6 +239,7 @@ pub(super) async fn object_show(
     Ok(Json(s.store.object_view(&id, 20).await?))
 }
 
+/// An object's lifecycle milestones, in the order reached.
 #[utoipa::path(get, path = "/api/objects/{id}/lifecycle", tag = "objects", params(("id" = String, Path)), responses((status = 200, description = "Milestones, oldest first", body = Vec<Milestone>)))]
 pub(super) async fn object_lifecycle(
     State(s): State<AppState>,
@@ -198,7 +260,8 @@ pub(super) fn page(pairs: &[(String, String)]) -> ApiResult<(i64, i64)> {
     ))
 }
 
-#[utoipa::path(get, path = "/api/objects/{id}/events", tag = "objects", params(("id" = String, Path), ("after" = Option<i64>, Query, description = "event id to continue after (next_after of the last page)"), ("limit" = Option<i64>, Query, description = "at most 1000")), responses((status = 200, description = "Events, oldest first", body = EventsPage)))]
+/// An object's history, a page at a time.
+#[utoipa::path(get, path = "/api/objects/{id}/events", tag = "objects", params(("id" = String, Path), ("after" = Option<i64>, Query, description = "event id to continue after (next_after of the last page)"), ("limit" = Option<i64>, Query, description = "at most 1000"), ("kind" = Option<Vec<String>>, Query, description = "only events of these kinds (repeatable, or comma-separated)")), responses((status = 200, description = "Events, oldest first", body = EventsPage)))]
 pub(super) async fn object_events(
     State(s): State<AppState>,
     _c: Caller,
@@ -211,7 +274,22 @@ pub(super) async fn object_events(
     if !s.store.object_exists(&id).await? {
         return Err(ApiError::not_found(format!("no object {id:?}")));
     }
-    let events = s.store.events(Some(&id), None, after, limit).await?;
+    let events = s
+        .store
+        .events(Some(&id), None, after, limit, &kinds_param(&pairs))
+        .await?;
     let next_after = events.last().map(|e| e.id);
     Ok(Json(EventsPage { events, next_after }))
+}
+
+/// `kind=a&kind=b` or `kind=a,b`: the event kinds a history is narrowed to (none: all).
+pub(super) fn kinds_param(pairs: &[(String, String)]) -> Vec<String> {
+    pairs
+        .iter()
+        .filter(|(k, _)| k == "kind")
+        .flat_map(|(_, v)| v.split(','))
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .map(str::to_string)
+        .collect()
 }

@@ -11,14 +11,14 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::bodies::{EventsPage, Prioritized, Retried};
+use super::bodies::{EventsPage, PauseChanged, Prioritized, Retried};
 use super::json::{oid, page};
 use super::{
     ApiError, ApiResult, AppState, Caller, ErrorBody, json_body, param, query_pairs, split_step,
 };
 use crate::store::{
-    Facet, QueueEntry, Role, SetOutcome, SetRequest, StartRequest, Started, StepFilter, StepRow,
-    WorkflowView,
+    Facet, Paused, QueueEntry, Role, SetOutcome, SetRequest, StartRequest, Started, StepFilter,
+    StepRow, WorkflowView,
 };
 
 pub fn router() -> Router<AppState> {
@@ -32,6 +32,9 @@ pub fn router() -> Router<AppState> {
         .route("/api/steps/{object}/{template}/{step}", put(step_update))
         .route("/api/queues/{template}/{step}", get(queue))
         .route("/api/queues/{template}/{step}/errors", get(queue_errors))
+        .route("/api/queues/{template}/{step}/pause", post(queue_pause))
+        .route("/api/queues/{template}/{step}/resume", post(queue_resume))
+        .route("/api/paused", get(paused))
         .route("/api/queues/{name}", get(named_queue))
         .route("/api/facets", get(facets))
         .route("/api/priority", post(priority))
@@ -56,6 +59,7 @@ pub(super) struct StartBody {
     context: Option<Value>,
 }
 
+/// Start a template on objects (one workflow each; registered on the fly when new).
 #[utoipa::path(post, path = "/api/workflows", tag = "workflows", request_body = StartBody, responses((status = 201, description = "The workflows started, one per object", body = Vec<Started>)))]
 pub(super) async fn workflows_start(
     State(s): State<AppState>,
@@ -96,6 +100,7 @@ fn workflow_id(text: &str) -> ApiResult<i64> {
         .map_err(|_| ApiError::bad_request(format!("workflow id {text:?} is not a number")))
 }
 
+/// A workflow and its steps.
 #[utoipa::path(get, path = "/api/workflows/{id}", tag = "workflows", params(("id" = i64, Path)), responses((status = 200, description = "The workflow and its steps", body = WorkflowView)))]
 pub(super) async fn workflow_show(
     State(s): State<AppState>,
@@ -111,6 +116,7 @@ pub(super) async fn workflow_show(
     Ok(Json(view))
 }
 
+/// Delete a workflow with its steps (its history stays).
 #[utoipa::path(delete, path = "/api/workflows/{id}", tag = "workflows", params(("id" = i64, Path)), responses((status = 204, description = "Deleted with its steps")))]
 pub(super) async fn workflow_delete(
     State(s): State<AppState>,
@@ -140,7 +146,8 @@ pub(super) async fn workflow_delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(get, path = "/api/workflows/{id}/events", tag = "workflows", params(("id" = i64, Path), ("after" = Option<i64>, Query, description = "event id to continue after"), ("limit" = Option<i64>, Query, description = "at most 1000")), responses((status = 200, description = "The workflow's events, oldest first", body = EventsPage)))]
+/// A workflow's history, a page at a time.
+#[utoipa::path(get, path = "/api/workflows/{id}/events", tag = "workflows", params(("id" = i64, Path), ("after" = Option<i64>, Query, description = "event id to continue after"), ("limit" = Option<i64>, Query, description = "at most 1000"), ("kind" = Option<Vec<String>>, Query, description = "only events of these kinds (repeatable, or comma-separated)")), responses((status = 200, description = "The workflow's events, oldest first", body = EventsPage)))]
 pub(super) async fn workflow_events(
     State(s): State<AppState>,
     _c: Caller,
@@ -150,7 +157,16 @@ pub(super) async fn workflow_events(
     let id = workflow_id(&id)?;
     let pairs = query_pairs(q.as_deref())?;
     let (after, limit) = page(&pairs)?;
-    let events = s.store.events(None, Some(id), after, limit).await?;
+    let events = s
+        .store
+        .events(
+            None,
+            Some(id),
+            after,
+            limit,
+            &super::json::kinds_param(&pairs),
+        )
+        .await?;
     let next_after = events.last().map(|e| e.id);
     Ok(Json(EventsPage { events, next_after }))
 }
@@ -175,6 +191,7 @@ pub(super) struct StepBody {
     version: Option<i32>,
 }
 
+/// Set a step's status (completed, error, skipped, waiting…), as a robot reports its work.
 #[utoipa::path(put, path = "/api/steps/{object}/{template}/{step}", tag = "steps", params(("object" = String, Path), ("template" = String, Path), ("step" = String, Path)), request_body = StepBody, responses((status = 200, description = "The step, and next_steps: those that became ready", body = SetOutcome), (status = 409, description = "current_status did not match, or the change is not allowed; nothing changed", body = ErrorBody)))]
 pub(super) async fn step_update(
     State(s): State<AppState>,
@@ -201,6 +218,7 @@ pub(super) async fn step_update(
     Ok(Json(s.store.step_set(&req).await?))
 }
 
+/// The objects waiting at a step whose prerequisites are done: the step's queue.
 #[utoipa::path(get, path = "/api/queues/{template}/{step}", tag = "steps", params(("template" = String, Path), ("step" = String, Path), ("completed" = Option<Vec<String>>, Query, description = "TEMPLATE:STEP that must be completed, repeatable"), ("lane" = Option<String>, Query, description = "one lane"), ("limit" = Option<i64>, Query, description = "default 100")), responses((status = 200, description = "Objects waiting at the step whose `completed` steps are done", body = Vec<QueueEntry>)))]
 pub(super) async fn queue(
     State(s): State<AppState>,
@@ -248,6 +266,7 @@ pub(super) fn property_params(pairs: &[(String, String)]) -> ApiResult<Value> {
     Ok(Value::Object(out))
 }
 
+/// The objects in a named queue (defined with `workdo queues define`).
 #[utoipa::path(get, path = "/api/queues/{name}", tag = "steps", params(("name" = String, Path, description = "a queue defined with `workdo queues define`"), ("limit" = Option<i64>, Query, description = "default 100")), responses((status = 200, description = "What waits in the named queue", body = Vec<QueueEntry>), (status = 404, description = "No such queue", body = ErrorBody)))]
 pub(super) async fn named_queue(
     State(s): State<AppState>,
@@ -260,6 +279,7 @@ pub(super) async fn named_queue(
     Ok(Json(s.store.queue_named_waiting(&name, limit).await?))
 }
 
+/// The objects whose step is in error, with their messages.
 #[utoipa::path(get, path = "/api/queues/{template}/{step}/errors", tag = "steps", params(("template" = String, Path), ("step" = String, Path), ("limit" = Option<i64>, Query, description = "default 100")), responses((status = 200, description = "Steps in error, most recent first", body = Vec<StepRow>)))]
 pub(super) async fn queue_errors(
     State(s): State<AppState>,
@@ -273,6 +293,7 @@ pub(super) async fn queue_errors(
     Ok(Json(s.store.queue_errors(&template, &step, limit).await?))
 }
 
+/// Step counts by template, step and status (the admin view's facets).
 #[utoipa::path(get, path = "/api/facets", tag = "steps", params(("template" = Option<String>, Query, description = "one template")), responses((status = 200, description = "Active steps per template, step and status", body = Vec<Facet>)))]
 pub(super) async fn facets(
     State(s): State<AppState>,
@@ -297,6 +318,7 @@ pub(super) struct PriorityBody {
     workflow: Option<i64>,
 }
 
+/// Give matching unfinished steps a priority (higher is claimed first).
 #[utoipa::path(post, path = "/api/priority", tag = "steps", request_body = PriorityBody, responses((status = 200, description = "How many unfinished steps got the priority", body = Prioritized)))]
 pub(super) async fn priority(
     State(s): State<AppState>,
@@ -311,7 +333,13 @@ pub(super) async fn priority(
         ));
     }
     let filter = StepFilter {
-        object: b.object.as_deref().map(oid).transpose()?,
+        objects: b
+            .object
+            .as_deref()
+            .map(oid)
+            .transpose()?
+            .into_iter()
+            .collect(),
         workflow: b.workflow,
         template: b.template,
         step: b.step,
@@ -348,7 +376,13 @@ pub(super) async fn retry(
     super::access::decide(&s, &c, super::access::Act::Change(Role::Robot)).await?;
     let b: RetryBody = json_body(&body)?;
     let filter = StepFilter {
-        object: b.object.as_deref().map(oid).transpose()?,
+        objects: b
+            .object
+            .as_deref()
+            .map(oid)
+            .transpose()?
+            .into_iter()
+            .collect(),
         template: b.template,
         step: b.step,
         ..StepFilter::default()
@@ -358,4 +392,62 @@ pub(super) async fn retry(
         .steps_retry(&filter, &format!("api:{}", c.0.as_str()))
         .await?;
     Ok(Json(Retried { steps: n }))
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PauseBody {
+    /// Why, shown on the page and by `workdo pause`.
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// Pause a queue: no worker in any process claims the step's ready steps until it is resumed.
+#[utoipa::path(post, path = "/api/queues/{template}/{step}/pause", tag = "queues", params(("template" = String, Path), ("step" = String, Path, description = "a template step, or a generated step's BRICKLET/STEP (its / as %2F)")), request_body(content = PauseBody, description = "optional"), responses((status = 200, description = "Paused (changed says whether it was running)", body = PauseChanged)))]
+pub(super) async fn queue_pause(
+    State(s): State<AppState>,
+    c: Caller,
+    Path((template, step)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult<Json<PauseChanged>> {
+    super::access::decide(&s, &c, super::access::Act::Change(Role::Robot)).await?;
+    let b: PauseBody = if body.is_empty() {
+        PauseBody { reason: None }
+    } else {
+        json_body(&body)?
+    };
+    let changed = s
+        .store
+        .step_pause(
+            &template,
+            &step,
+            &format!("api:{}", c.0.as_str()),
+            b.reason.as_deref(),
+        )
+        .await?;
+    Ok(Json(PauseChanged {
+        paused: true,
+        changed,
+    }))
+}
+
+/// Resume a paused queue: its workers claim again at once.
+#[utoipa::path(post, path = "/api/queues/{template}/{step}/resume", tag = "queues", params(("template" = String, Path), ("step" = String, Path)), responses((status = 200, description = "Resumed (changed says whether it was paused)", body = PauseChanged)))]
+pub(super) async fn queue_resume(
+    State(s): State<AppState>,
+    c: Caller,
+    Path((template, step)): Path<(String, String)>,
+) -> ApiResult<Json<PauseChanged>> {
+    super::access::decide(&s, &c, super::access::Act::Change(Role::Robot)).await?;
+    let changed = s.store.step_resume(&template, &step).await?;
+    Ok(Json(PauseChanged {
+        paused: false,
+        changed,
+    }))
+}
+
+/// The paused queues.
+#[utoipa::path(get, path = "/api/paused", tag = "queues", responses((status = 200, description = "Every paused step", body = Vec<Paused>)))]
+pub(super) async fn paused(State(s): State<AppState>, _c: Caller) -> ApiResult<Json<Vec<Paused>>> {
+    Ok(Json(s.store.paused_list().await?))
 }

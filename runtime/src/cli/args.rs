@@ -59,6 +59,12 @@ pub enum SchedulesCmd {
         /// The schedule's name.
         name: String,
     },
+    /// Fire a schedule now, as if its tick had come (its next regular tick stays).
+    #[command(after_help = "Example: workdo schedules fire nightly-fixity")]
+    Fire {
+        /// The schedule's name.
+        name: String,
+    },
     /// Delete a schedule (loading its file again brings it back).
     #[command(after_help = "Example: workdo schedules delete nightly-fixity")]
     Delete {
@@ -108,9 +114,14 @@ pub struct UpArgs {
     /// Run without the HTTP API.
     #[arg(long)]
     pub no_api: bool,
-    /// Register N sample books, run them all with the demo functions, summarise, and exit.
+    /// Register N sample books, run them all with the demo functions and summarise; then, in a
+    /// terminal (or with --serve), keep serving the admin page until Ctrl-C, else exit.
     #[arg(long, value_name = "N")]
     pub demo: Option<u32>,
+    /// After the demo, keep serving the admin page until Ctrl-C even when stdin is not a
+    /// terminal.
+    #[arg(long, requires = "demo")]
+    pub serve: bool,
     /// Templates the demo loads.
     #[arg(long, default_value = "workflows")]
     pub templates: PathBuf,
@@ -466,9 +477,9 @@ pub struct SetArgs {
 
 #[derive(Debug, Args, Default)]
 pub struct FilterArgs {
-    /// Only this object's steps.
+    /// Only this object's steps (repeatable: any of them).
     #[arg(long, value_parser = object_id)]
-    pub object: Option<String>,
+    pub object: Vec<String>,
     /// Only steps of this template.
     #[arg(long)]
     pub template: Option<String>,

@@ -63,6 +63,7 @@ fn rows_of(path: &Path) -> Result<Vec<Row>> {
     };
     if first.trim_start().starts_with('{') {
         for (n, line) in lines {
+            crate::model::numbers::check_exact(line).with_context(|| at(n))?;
             let v: Value = serde_json::from_str(line)
                 .with_context(|| format!("{}: not a JSON object", at(n)))?;
             let id = v["id"]
@@ -143,20 +144,25 @@ pub(super) async fn add_from(
     out: &mut impl Write,
 ) -> Result<()> {
     let rows = rows_of(path)?;
-    let (mut created, mut updated) = (0usize, 0usize);
-    for r in &rows {
-        let mut props = common.clone();
-        props.extend(r.properties.clone());
-        let new = store
-            .object_put(&r.id, &props, &r.documents, &actor())
-            .await
-            .with_context(|| format!("{}: object {}", path.display(), r.id))?;
-        if new {
-            created += 1;
-        } else {
-            updated += 1;
-        }
-    }
+    let objects: Vec<crate::store::NewObject> = rows
+        .into_iter()
+        .map(|r| {
+            let mut properties = common.clone();
+            properties.extend(r.properties);
+            crate::store::NewObject {
+                id: r.id,
+                properties,
+                documents: r.documents,
+            }
+        })
+        .collect();
+    // One transaction: a file is registered whole or (an error) not at all.
+    let new = store
+        .objects_put(&objects, &actor())
+        .await
+        .with_context(|| format!("{}: nothing registered", path.display()))?;
+    let created = new.iter().filter(|n| **n).count();
+    let updated = new.len() - created;
     Ok(emit(
         out,
         json,
@@ -195,8 +201,11 @@ pub(super) async fn start(
 ) -> Result<()> {
     let context = match &args.context {
         None => Value::Object(Default::default()),
-        Some(text) => serde_json::from_str(text)
-            .with_context(|| format!("--context is not valid JSON: {text}"))?,
+        Some(text) => {
+            crate::model::numbers::check_exact(text).context("--context")?;
+            serde_json::from_str(text)
+                .with_context(|| format!("--context is not valid JSON: {text}"))?
+        }
     };
     let mut args = args;
     if let Some(path) = &args.from {

@@ -193,9 +193,9 @@ pub(super) async fn prioritize(
     json: bool,
     out: &mut impl Write,
 ) -> Result<()> {
-    let f = step_filter(filter)?;
+    let f = known_filter(store, filter).await?;
     if !all
-        && f.object.is_none()
+        && f.objects.is_empty()
         && f.template.is_none()
         && f.step.is_none()
         && f.property.is_none()
@@ -220,9 +220,10 @@ pub(super) async fn retry(
     json: bool,
     out: &mut impl Write,
 ) -> Result<()> {
-    let f = step_filter(filter)?;
+    let f = known_filter(store, filter).await?;
     let n = if again {
-        if f.object.is_none() && f.template.is_none() && f.step.is_none() && f.property.is_none() {
+        if f.objects.is_empty() && f.template.is_none() && f.step.is_none() && f.property.is_none()
+        {
             bail!("retry --again needs at least one of --object, --template, --step or --property");
         }
         store.steps_again(&f, &actor()).await?
@@ -240,14 +241,97 @@ pub(super) async fn skip(
     json: bool,
     out: &mut impl Write,
 ) -> Result<()> {
-    let f = step_filter(filter)?;
-    if f.object.is_none() && f.template.is_none() && f.step.is_none() && f.property.is_none() {
+    let f = known_filter(store, filter).await?;
+    if f.objects.is_empty() && f.template.is_none() && f.step.is_none() && f.property.is_none() {
         bail!("skip needs at least one of --object, --template, --step or --property");
     }
     let n = store.steps_skip(&f, &actor()).await?;
     Ok(emit(out, json, &serde_json::json!({"steps": n}), |o| {
         writeln!(o, "{n} steps skipped")
     })?)
+}
+
+/// The bulk commands' filter, every `--object` it names registered: a misspelt one is an
+/// error naming it (exit 2), before anything changes.
+async fn known_filter(store: &Store, filter: &FilterArgs) -> Result<crate::store::StepFilter> {
+    let f = step_filter(filter)?;
+    if let Some(missing) = store.objects_missing(&f.objects).await? {
+        return Err(crate::store::StoreError::UnknownObject(missing).into());
+    }
+    Ok(f)
+}
+
+/// `workdo pause [TEMPLATE:STEP]`: pause one, or list the paused.
+pub(super) async fn pause(
+    store: &Store,
+    step: Option<&str>,
+    reason: Option<&str>,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let Some(step) = step else {
+        let paused = store.paused_list().await?;
+        return Ok(emit(out, json, &paused, |o| {
+            if paused.is_empty() {
+                writeln!(o, "no queue is paused")?;
+            }
+            for p in &paused {
+                writeln!(
+                    o,
+                    "{}:{}  paused {} by {}{}",
+                    p.template,
+                    p.step,
+                    p.paused_at.format("%Y-%m-%d %H:%M:%S"),
+                    p.paused_by,
+                    p.reason
+                        .as_deref()
+                        .map(|r| format!(": {r}"))
+                        .unwrap_or_default()
+                )?;
+            }
+            Ok(())
+        })?);
+    };
+    let (template, name) = split_step(step)?;
+    let new = store.step_pause(template, name, &actor(), reason).await?;
+    Ok(emit(
+        out,
+        json,
+        &serde_json::json!({"paused": step, "was_running": new}),
+        |o| {
+            if new {
+                writeln!(
+                    o,
+                    "{step} paused: its workers claim nothing until `workdo resume {step}`"
+                )
+            } else {
+                writeln!(o, "{step} was already paused")
+            }
+        },
+    )?)
+}
+
+/// `workdo resume TEMPLATE:STEP`.
+pub(super) async fn resume(
+    store: &Store,
+    step: &str,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    let (template, name) = split_step(step)?;
+    let was = store.step_resume(template, name).await?;
+    Ok(emit(
+        out,
+        json,
+        &serde_json::json!({"resumed": step, "was_paused": was}),
+        |o| {
+            if was {
+                writeln!(o, "{step} resumed")
+            } else {
+                writeln!(o, "{step} was not paused")
+            }
+        },
+    )?)
 }
 
 /// Why a step is not running.

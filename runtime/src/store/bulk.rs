@@ -12,7 +12,8 @@ use crate::model::status::Status;
 /// Which steps a bulk command (retry, skip, prioritize) touches. Every `Some` must match.
 #[derive(Debug, Clone, Default)]
 pub struct StepFilter {
-    pub object: Option<String>,
+    /// Only these objects' steps (none: any object).
+    pub objects: Vec<String>,
     pub workflow: Option<i64>,
     pub template: Option<String>,
     pub step: Option<String>,
@@ -25,6 +26,23 @@ pub struct StepFilter {
 }
 
 impl Store {
+    /// The first of `objects` never registered, if any: a bulk command naming one is a typo
+    /// to report, not "0 steps" (the workflow service's routes do not ask: its clients expect
+    /// its answers for objects it does not know).
+    pub async fn objects_missing(&self, objects: &[String]) -> Result<Option<String>> {
+        if objects.is_empty() {
+            return Ok(None);
+        }
+        Ok(sqlx::query_scalar(
+            "select id from unnest($1::text[]) with ordinality as given(id, n)
+              where not exists (select 1 from workdo.objects o where o.id = given.id)
+              order by n limit 1",
+        )
+        .bind(objects)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
     /// Put steps matching `filter` (default: those in `error`) back in the queue, with their
     /// attempts reset. Returns how many.
     pub async fn steps_retry(&self, filter: &StepFilter, actor: &str) -> Result<usize> {
@@ -124,7 +142,7 @@ impl Store {
         actor: &str,
     ) -> Result<usize> {
         let filter = StepFilter {
-            object: Some(object.into()),
+            objects: vec![object.into()],
             template: Some(template.into()),
             ..Default::default()
         };
@@ -202,8 +220,7 @@ async fn matching_ids(
         "select s.id from workdo.steps s
           where s.active
             and (s.status in ('completed', 'skipped')) = $8
-            and ($1::text is null
-                 or s.workflow_id in (select w.id from workdo.workflows w where w.object_id = $1))
+            and (cardinality($1::text[]) = 0 or s.object_id = any($1))
             and ($2::text is null or s.template = $2)
             and ($3::text is null or s.name = $3)
             and ($4::text is null or s.status = $4)
@@ -215,7 +232,7 @@ async fn matching_ids(
           order by s.id
             for update",
     )
-    .bind(&f.object)
+    .bind(&f.objects)
     .bind(&f.template)
     .bind(&f.step)
     .bind(&f.status)

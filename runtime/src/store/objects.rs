@@ -7,6 +7,15 @@ use serde_json::Value;
 use super::events::{EventBuf, NewEvent};
 use super::{Result, Store, object_id};
 
+/// An object to register or update: its id, properties to merge (a null removes one) and
+/// documents to replace.
+#[derive(Debug, Clone, Default)]
+pub struct NewObject {
+    pub id: String,
+    pub properties: BTreeMap<String, Value>,
+    pub documents: BTreeMap<String, String>,
+}
+
 impl Store {
     /// One named document of an object, if it has it.
     pub async fn document(&self, object: &str, name: &str) -> Result<Option<String>> {
@@ -28,28 +37,44 @@ impl Store {
         documents: &BTreeMap<String, String>,
         actor: &str,
     ) -> Result<bool> {
-        let id = &object_id(id)?;
+        let one = NewObject {
+            id: id.to_string(),
+            properties: properties.clone(),
+            documents: documents.clone(),
+        };
+        Ok(self.objects_put(std::slice::from_ref(&one), actor).await?[0])
+    }
+
+    /// Register or update many objects in one transaction: all of them or (an error) none.
+    /// Returns, for each, whether it was new.
+    pub async fn objects_put(&self, objects: &[NewObject], actor: &str) -> Result<Vec<bool>> {
         let mut tx = self.pool.begin().await?;
-        let props = serde_json::to_value(properties).unwrap_or(Value::Null);
-        let created: bool = sqlx::query_scalar(
-            "insert into workdo.objects (id, properties) values ($1, jsonb_strip_nulls($2))
-             on conflict (id) do update
-                set properties = (workdo.objects.properties || $2)
-                                 - array(select key from jsonb_each($2) where value = 'null'::jsonb),
-                    updated_at = now()
-             returning (xmax = 0)",
-        )
-        .bind(id)
-        .bind(&props)
-        .fetch_one(&mut *tx)
-        .await?;
-        documents_put(&mut tx, id, documents).await?;
         let mut events = EventBuf::default();
-        events.push(NewEvent::new(id, if created { "object_registered" } else { "object_updated" }, actor).detail(serde_json::json!({ "properties": props, "documents": documents.keys().collect::<Vec<_>>() })));
+        let mut created = Vec::with_capacity(objects.len());
+        for o in objects {
+            let id = &object_id(&o.id)?;
+            let props = serde_json::to_value(&o.properties).unwrap_or(Value::Null);
+            let new: bool = sqlx::query_scalar(
+                "insert into workdo.objects (id, properties) values ($1, jsonb_strip_nulls($2))
+                 on conflict (id) do update
+                    set properties = (workdo.objects.properties || $2)
+                                     - array(select key from jsonb_each($2) where value = 'null'::jsonb),
+                        updated_at = now()
+                 returning (xmax = 0)",
+            )
+            .bind(id)
+            .bind(&props)
+            .fetch_one(&mut *tx)
+            .await?;
+            documents_put(&mut tx, id, &o.documents).await?;
+            events.push(NewEvent::new(id, if new { "object_registered" } else { "object_updated" }, actor).detail(serde_json::json!({ "properties": props, "documents": o.documents.keys().collect::<Vec<_>>() })));
+            created.push(new);
+        }
         events.flush(&mut tx).await?;
         tx.commit().await?;
-        if !documents.is_empty() {
-            self.observers_watch(id, documents, actor).await?;
+        for o in objects.iter().filter(|o| !o.documents.is_empty()) {
+            self.observers_watch(&object_id(&o.id)?, &o.documents, actor)
+                .await?;
         }
         Ok(created)
     }
