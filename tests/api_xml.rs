@@ -435,6 +435,25 @@ async fn xml_queues() {
     );
     let (_, body) = a.get("/workflow_queue/all_queued").await;
     assert!(body.starts_with(r#"<workflows count="4">"#), "{body}");
+    // A ready skip-queue step is no worker's: not queued.
+    support::load(
+        &a.t.store,
+        "sq.xml",
+        r#"<workflow-def id="sqWF" repository="dor"><process name="logged" skip-queue="true" sequence="1"/></workflow-def>"#,
+    )
+    .await;
+    a.t.store
+        .workflow_start(&workdo::store::StartRequest::new(
+            "sqWF",
+            &["druid:bb777cc8888"],
+        ))
+        .await
+        .expect("start");
+    let (_, body) = a.get("/workflow_queue/all_queued").await;
+    assert!(
+        body.starts_with(r#"<workflows count="4">"#) && !body.contains("sqWF"),
+        "{body}"
+    );
 }
 
 /// A robot written only against the WorkDo XML routes drives the shipped workflows to the end:

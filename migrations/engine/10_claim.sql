@@ -5,7 +5,8 @@
 -- (Postgres cannot rename a parameter with CREATE OR REPLACE). Reasons with their numbers
 -- are in ARCHITECTURE.md ("Decisions") and in the migration that first measured them.
 
--- workdo.claim: the head of a queue (template, step, optionally one lane), leased in one
+-- workdo.claim: the head of a queue (template, step, optionally one lane) unless the step is
+-- paused (workdo.paused_steps, 0021), leased in one
 -- UPDATE whose WHERE takes the head with SKIP LOCKED, returned in claim order (priority desc,
 -- ready since, id), with the inputs a function gets. One statement instead of gathering ids
 -- and calling workdo.lease: -14% instructions per batch-1 claim (migrations/0008). Planned
@@ -31,6 +32,8 @@ begin
                    select c.id from workdo.steps c
                     where c.template = p_template and c.name = p_step and c.status = 'ready'
                       and c.active and (p_lane is null or c.lane = p_lane)
+                      and not exists (select 1 from workdo.paused_steps p
+                                       where p.template = p_template and p.step = p_step)
                     order by c.priority desc, c.run_at, c.id
                     limit p_limit
                       for update skip locked))
@@ -82,6 +85,8 @@ begin
                    select c.id from workdo.steps c
                     where c.queue = p_queue and c.status = 'ready'
                       and c.active and (p_lane is null or c.lane = p_lane)
+                      and not exists (select 1 from workdo.paused_steps p
+                                       where p.template || ':' || p.step = p_queue)
                     order by c.priority desc, c.run_at, c.id
                     limit p_limit
                       for update skip locked))

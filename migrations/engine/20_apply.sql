@@ -156,11 +156,14 @@ begin
                 note = coalesce(c.note, s.note),
                 error_message = case
                                   when c.new_status in ('error', 'retrying') then coalesce(c.message, s.error_message)
+                                  -- a retry come due keeps its last error in sight until it completes
+                                  when c.new_status = 'ready' and c.old_status = 'retrying' then s.error_message
                                   when c.new_status in ('completed', 'skipped', 'waiting', 'ready', 'scheduled') then null
                                   else coalesce(c.message, s.error_message)
                                 end,
                 error_text = case
                                when c.new_status in ('error', 'retrying') then coalesce(c.etext, s.error_text)
+                               when c.new_status = 'ready' and c.old_status = 'retrying' then s.error_text
                                when c.new_status in ('completed', 'skipped', 'waiting', 'ready', 'scheduled') then null
                                else coalesce(c.etext, s.error_text)
                              end,

@@ -4,15 +4,28 @@
 -- grouped, to workdo.step_count_deltas; workdo.step_counts_rollup folds them into
 -- workdo.step_counts and workdo.step_throughput.
 
+-- workdo.facet_name: the name a step is counted under. A generated step
+-- (`generator/bricklet#n/step`, 0011) is counted under its bricklet step
+-- (`generator/bricklet/step`): one row however many instances, so the overview does not grow
+-- with every instance; the page lists the instances when asked.
+CREATE OR REPLACE FUNCTION workdo.facet_name(p_name text)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+    select case when strpos(p_name, '#') = 0 then p_name
+                else regexp_replace(p_name, '#[0-9]+/', '/', 'g') end
+$function$;
+
 CREATE OR REPLACE FUNCTION workdo.step_counts_inserted()
  RETURNS trigger
  LANGUAGE plpgsql
 AS $function$
 begin
     insert into workdo.step_count_deltas (template, name, status, n, first_id)
-    select template, name, status, count(*), min(id)
+    select template, workdo.facet_name(name), status, count(*), min(id)
       from new_steps where active
-     group by template, name, status;
+     group by 1, 2, 3;
     return null;
 end
 $function$;
@@ -27,9 +40,9 @@ begin
     insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
     select template, name, status, coalesce(sum(n) filter (where active), 0), sum(n), min(id),
            true
-      from (select template, name, status, active, 1 as n, id from new_steps
+      from (select template, workdo.facet_name(name) as name, status, active, 1 as n, id from new_steps
             union all
-            select template, name, status, active, -1, id from old_steps) d
+            select template, workdo.facet_name(name), status, active, -1, id from old_steps) d
      group by template, name, status
     having coalesce(sum(n) filter (where active), 0) <> 0 or sum(n) <> 0;
     return null;
@@ -42,9 +55,9 @@ CREATE OR REPLACE FUNCTION workdo.step_counts_deleted()
 AS $function$
 begin
     insert into workdo.step_count_deltas (template, name, status, n, first_id)
-    select template, name, status, -count(*), min(id)
+    select template, workdo.facet_name(name), status, -count(*), min(id)
       from old_steps where active
-     group by template, name, status;
+     group by 1, 2, 3;
     return null;
 end
 $function$;
@@ -78,9 +91,9 @@ CREATE OR REPLACE TRIGGER step_counts_truncated AFTER TRUNCATE ON workdo.steps
 delete from workdo.step_count_deltas;
 delete from workdo.step_counts;
 insert into workdo.step_counts (template, name, status, n, first_id)
-select template, name, status, count(*), min(id)
+select template, workdo.facet_name(name), status, count(*), min(id)
   from workdo.steps where active
- group by template, name, status;
+ group by 1, 2, 3;
 
 -- workdo.step_counts_rollup: fold the deltas committed so far into step_counts (dropping
 -- counts that reach zero) and step_throughput; returns how many delta rows it folded, or

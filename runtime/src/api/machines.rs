@@ -71,6 +71,7 @@ pub(super) struct SignalBody {
     data: Option<Value>,
 }
 
+/// Send a signal to a state-machine job by its workflow id.
 #[utoipa::path(post, path = "/api/workflows/{id}/signals", tag = "machines", params(("id" = i64, Path)), request_body = SignalBody, responses((status = 200, description = "The transition taken, and the signals the job sent itself after it", body = Signalled), (status = 409, description = "Not accepted in the job's state, or a failing action rolled the transition back; nothing changed", body = ErrorBody)))]
 pub(super) async fn by_id(
     State(s): State<AppState>,
@@ -84,6 +85,7 @@ pub(super) async fn by_id(
     deliver(&s, c, id, &body).await
 }
 
+/// Send a signal to an object's running job of a machine template.
 #[utoipa::path(post, path = "/api/objects/{object}/workflows/{template}/signals", tag = "machines", params(("object" = String, Path), ("template" = String, Path)), request_body = SignalBody, responses((status = 200, description = "As /api/workflows/{id}/signals", body = Signalled), (status = 409, description = "Not accepted, or rolled back; nothing changed", body = ErrorBody)))]
 pub(super) async fn by_object(
     State(s): State<AppState>,

@@ -359,6 +359,10 @@ impl FromRequestParts<AppState> for Caller {
 
 /// Parse a JSON body, naming the problem when it is malformed.
 pub fn json_body<T: DeserializeOwned>(body: &Bytes) -> ApiResult<T> {
+    if let Ok(text) = std::str::from_utf8(body) {
+        crate::model::numbers::check_exact(text)
+            .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
+    }
     let value: serde_json::Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
     if let Some(at) = input::nul_in_json(&value) {

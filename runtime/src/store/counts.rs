@@ -49,7 +49,7 @@ impl Store {
         }
         let (key, value) = filter.property_parts();
         let rows = sqlx::query_as(
-            "select template, name as step, status, count(*) as count
+            "select template, workdo.facet_name(name) as step, status, count(*) as count
                from workdo.steps s
               where active and ($1::text is null or template = $1)
                 and ($2::text is null or lane = $2)
@@ -58,8 +58,8 @@ impl Store {
                 and ($4::text is null or exists (select 1 from workdo.objects o
                                                   where o.id = s.object_id
                                                     and o.properties ->> $4 = $5))
-              group by template, name, status
-              order by template, min(min(id)) over (partition by template, name), status",
+              group by 1, 2, 3
+              order by template, min(min(id)) over (partition by template, workdo.facet_name(name)), status",
         )
         .bind(filter.template.as_deref())
         .bind(filter.lane.as_deref())

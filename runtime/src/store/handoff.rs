@@ -131,6 +131,9 @@ impl Handoff {
         Ok(sqlx::query_as(
             "select id, object_id, template, step, lane, attempts from workdo.handoff_outbox
               where pushed_at is null and next_attempt_at <= now()
+                and not exists (select 1 from workdo.paused_steps p
+                                 where p.template = handoff_outbox.template
+                                   and p.step = handoff_outbox.step)
               order by id limit $1 for update skip locked",
         )
         .bind(limit)

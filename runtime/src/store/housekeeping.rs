@@ -116,6 +116,36 @@ impl Store {
         .await?)
     }
 
+    /// Objects whose id starts with one of `prefixes`, or (`property`) whose property KEY
+    /// reads VALUE (a string, or a number or boolean as written), by id.
+    pub async fn objects_find(
+        &self,
+        prefixes: &[String],
+        property: Option<(&str, &str)>,
+        limit: i64,
+    ) -> Result<Vec<ObjectRow>> {
+        let (key, value) = property.unzip();
+        Ok(sqlx::query_as(
+            "select o.id, o.version, o.properties,
+                    (select count(*) from workdo.workflows w where w.object_id = o.id) as workflows,
+                    (select count(*) from workdo.workflows w
+                      where w.object_id = o.id and w.active and w.status = 'active') as active_workflows,
+                    o.updated_at
+               from workdo.objects o
+              where (cardinality($1::text[]) = 0 or o.id like any(
+                        select replace(replace(replace(p, '\\', '\\\\'), '%', '\\%'), '_', '\\_') || '%'
+                          from unnest($1::text[]) p))
+                and ($2::text is null or o.properties ->> $2 = $3)
+              order by o.id limit $4",
+        )
+        .bind(prefixes)
+        .bind(key)
+        .bind(value)
+        .bind(limit.clamp(1, 10_000))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     /// Workflows by id after `after` (paging), filtered.
     pub async fn workflows_list(
         &self,
@@ -142,8 +172,8 @@ impl Store {
         .await?)
     }
 
-    /// Active steps of `template`'s `step` in `status` within `filter` (its lane, milestone
-    /// and property), most recently changed first: a facet's list (the admin page).
+    /// A page of the active steps of a template step in a status, narrowed by `filter`, most
+    /// recently changed first: `limit` from `offset`.
     pub async fn steps_in(
         &self,
         template: &str,
@@ -151,19 +181,14 @@ impl Store {
         status: &str,
         filter: &super::FacetFilter,
         limit: i64,
+        offset: i64,
     ) -> Result<Vec<super::StepRow>> {
         let (key, value) = filter.property_parts();
-        Ok(sqlx::query_as(
-            "select * from workdo.steps s
-              where template = $1 and name = $2 and status = $3 and active
-                and ($5::text is null or lane = $5)
-                and ($6::text is null or exists (select 1 from workdo.milestones m
-                                                  where m.object_id = s.object_id and m.name = $6))
-                and ($7::text is null or exists (select 1 from workdo.objects o
-                                                  where o.id = s.object_id
-                                                    and o.properties ->> $7 = $8))
-              order by updated_at desc, id limit $4",
-        )
+        let names = names_clause(step);
+        Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "select * from workdo.steps s where {names} and {STEPS_IN}
+              order by updated_at desc, id limit $4 offset $9"
+        )))
         .bind(template)
         .bind(step)
         .bind(status)
@@ -172,8 +197,50 @@ impl Store {
         .bind(filter.milestone.as_deref())
         .bind(key)
         .bind(value)
+        .bind(offset.max(0))
         .fetch_all(&self.pool)
         .await?)
+    }
+
+    /// How many steps [`Store::steps_in`] pages through, and (`ids`) at most `ids_limit` of
+    /// their ids, for acting on all of them.
+    pub async fn steps_in_all(
+        &self,
+        template: &str,
+        step: &str,
+        status: &str,
+        filter: &super::FacetFilter,
+        ids_limit: i64,
+    ) -> Result<(i64, Vec<i64>)> {
+        let (key, value) = filter.property_parts();
+        let names = names_clause(step);
+        let ids: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "select id from workdo.steps s where {names} and {STEPS_IN} order by id limit $4"
+        )))
+        .bind(template)
+        .bind(step)
+        .bind(status)
+        .bind(ids_limit.max(0))
+        .bind(filter.lane.as_deref())
+        .bind(filter.milestone.as_deref())
+        .bind(key)
+        .bind(value)
+        .fetch_all(&self.pool)
+        .await?;
+        let count: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "select count(*) from workdo.steps s where {names} and {STEPS_IN} and $4::bigint is not null"
+        )))
+        .bind(template)
+        .bind(step)
+        .bind(status)
+        .bind(0_i64)
+        .bind(filter.lane.as_deref())
+        .bind(filter.milestone.as_deref())
+        .bind(key)
+        .bind(value)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((count, ids))
     }
 
     /// The alert outbox, newest first.
@@ -489,3 +556,22 @@ impl Store {
         self.template_by_id(id).await
     }
 }
+
+/// How a facet's step ($2) names steps: itself, or for a generated step's bricklet step
+/// (`generator/bricklet/step`, as the counts name it) every instance of it.
+fn names_clause(step: &str) -> &'static str {
+    if step.contains('/') && !step.contains('#') {
+        "workdo.facet_name(s.name) = $2"
+    } else {
+        "s.name = $2"
+    }
+}
+
+/// The steps a facet names ($1 template, $3 status; the step by [`names_clause`]), narrowed
+/// by lane ($5), milestone reached ($6) and property $7 = $8.
+const STEPS_IN: &str = "template = $1 and status = $3 and active
+    and ($5::text is null or lane = $5)
+    and ($6::text is null or exists (select 1 from workdo.milestones m
+                                      where m.object_id = s.object_id and m.name = $6))
+    and ($7::text is null or exists (select 1 from workdo.objects o
+                                      where o.id = s.object_id and o.properties ->> $7 = $8))";

@@ -7,6 +7,8 @@
 //! change goes through [`Store::steps_apply`], which keeps that true in the same transaction.
 
 mod alerts;
+mod archived;
+pub use archived::ArchivedRow;
 mod bench;
 mod bulk;
 mod claim;
@@ -21,6 +23,9 @@ mod housekeeping;
 mod idempotency;
 mod machine;
 mod objects;
+pub use objects::NewObject;
+mod paused;
+pub use paused::Paused;
 mod queries;
 mod queues;
 mod recompose;

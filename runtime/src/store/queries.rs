@@ -356,6 +356,19 @@ impl Store {
                     s.run_at.to_rfc3339(),
                     s.priority,
                 ));
+                let paused: Option<(String, Option<String>)> = sqlx::query_as(
+                    "select paused_by, reason from workdo.paused_steps
+                      where template || ':' || step = $1",
+                )
+                .bind(&queue)
+                .fetch_optional(&self.pool)
+                .await?;
+                if let Some((by, reason)) = paused {
+                    reasons.push(format!(
+                        "the {queue} queue is paused (by {by}{}): no worker claims until `workdo resume {queue}`",
+                        reason.map(|r| format!(": {r}")).unwrap_or_default()
+                    ));
+                }
                 if s.generated.is_some() && s.queue.is_none() {
                     reasons.push(
                         "no function: a human (or external robot) task, completed through the API, CLI or web page"
@@ -430,13 +443,15 @@ impl Store {
         })
     }
 
-    /// Events of an object or of a workflow, oldest first, after event id `after` (paging).
+    /// Events of an object or of a workflow, oldest first, after event id `after` (paging);
+    /// only those of `kinds` when any are given.
     pub async fn events(
         &self,
         object: Option<&str>,
         workflow: Option<i64>,
         after: i64,
         limit: i64,
+        kinds: &[String],
     ) -> Result<Vec<EventRow>> {
         // A workflow's events are found through its object's (the index on events).
         let by_workflow: Option<String> = match (object, workflow) {
@@ -460,6 +475,7 @@ impl Store {
               where ($1::text is null or object_id = $1)
                 and ($2::bigint is null or workflow_id = $2)
                 and id > $3
+                and (cardinality($5::text[]) = 0 or kind = any($5))
               order by id
               limit $4",
         )
@@ -467,14 +483,44 @@ impl Store {
         .bind(workflow)
         .bind(after)
         .bind(limit.clamp(1, 1000))
+        .bind(kinds)
         .fetch_all(&self.pool)
         .await?)
     }
 
-    /// Steps in the queue (ready) of any template, oldest first.
+    /// The object workflow `id` is of, if the workflow exists.
+    pub async fn workflow_object(&self, id: i64) -> Result<Option<String>> {
+        Ok(
+            sqlx::query_scalar("select object_id from workdo.workflows where id = $1")
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+
+    /// The kinds of event an object's history holds, by name.
+    pub async fn event_kinds(&self, object: &str) -> Result<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "select distinct kind from workdo.events where object_id = $1 order by kind",
+        )
+        .bind(object)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Steps in the queue (ready) of any template, oldest first; not a skip-queue step (no
+    /// worker ever takes it: its ready is not "queued").
     pub async fn queue_all_ready(&self, limit: i64) -> Result<Vec<StepRow>> {
         Ok(sqlx::query_as(
-            "select * from workdo.steps where status = 'ready' and active order by run_at, id limit $1",
+            "select s.* from workdo.steps s
+              where s.status = 'ready' and s.active
+                and not exists (
+                      select 1 from workdo.workflows w
+                        join workdo.templates t on t.id = w.template_id,
+                             jsonb_array_elements(t.spec -> 'steps') st
+                       where w.id = s.workflow_id and st ->> 'name' = s.name
+                         and (st ->> 'skip_queue')::boolean)
+              order by s.run_at, s.id limit $1",
         )
         .bind(limit)
         .fetch_all(&self.pool)
@@ -507,7 +553,7 @@ impl Store {
     /// Ready steps per template step and lane, with the age in seconds of the oldest.
     pub async fn queue_depths(&self) -> Result<Vec<(String, String, String, i64, f64)>> {
         Ok(sqlx::query_as(
-            "select template, name, lane, count(*),
+            "select template, workdo.facet_name(name), lane, count(*),
                     extract(epoch from now() - min(run_at))::float8
                from workdo.steps where status = 'ready' and active
               group by 1, 2, 3",

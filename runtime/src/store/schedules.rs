@@ -128,6 +128,29 @@ impl Store {
         .await?)
     }
 
+    /// Fire schedule `name` now, as if its tick had come: it starts (or signals) what it would,
+    /// through the same path as a due tick, so it fires once however many runtimes run; its next
+    /// regular tick stays where the cron puts it. A disabled schedule is not fired.
+    pub async fn schedule_fire_now(&self, name: &str) -> Result<Vec<Fired>> {
+        let enabled: Option<bool> = sqlx::query_scalar(
+            "update workdo.schedules set next_fire_at = least(next_fire_at, now())
+              where name = $1 returning enabled",
+        )
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?;
+        match enabled {
+            None => return Err(StoreError::Schedule(format!("no schedule {name:?}"))),
+            Some(false) => {
+                return Err(StoreError::Schedule(format!(
+                    "schedule {name:?} is disabled: enable it first (workdo schedules enable {name})"
+                )));
+            }
+            Some(true) => {}
+        }
+        self.schedules_fire_due().await
+    }
+
     /// Fire every due schedule once: start its workflows and move its next fire time past now,
     /// in one transaction per schedule.
     pub async fn schedules_fire_due(&self) -> Result<Vec<Fired>> {

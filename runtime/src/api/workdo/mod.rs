@@ -84,6 +84,7 @@ pub(super) async fn workflows_of_object_slash(
     workflows_of_object(state, c, d).await
 }
 
+/// The workflow service's `<workflows>` document of an object.
 #[utoipa::path(get, path = "/objects/{druid}/workflows", tag = "workflow service", params(("druid" = String, Path)), responses((status = 200, description = "<workflows> of the object", content_type = "application/xml", body = String)))]
 pub(super) async fn workflows_of_object(
     State(s): State<AppState>,
@@ -113,6 +114,7 @@ pub(super) async fn workflows_of_object(
     Ok(xml(out))
 }
 
+/// The workflow service's `<workflow>` document of one of an object's workflows.
 #[utoipa::path(get, path = "/objects/{druid}/workflows/{workflow}", tag = "workflow service", params(("druid" = String, Path), ("workflow" = String, Path)), responses((status = 200, description = "<workflow>", content_type = "application/xml", body = String)))]
 pub(super) async fn workflow_of_object(
     State(s): State<AppState>,
@@ -315,6 +317,7 @@ pub(super) async fn update_process(
     }))
 }
 
+/// Skip every unfinished step of an object's workflow (the workflow service's skip-all).
 #[utoipa::path(post, path = "/objects/{druid}/workflows/{workflow}/skip-all", tag = "workflow service", params(("druid" = String, Path), ("workflow" = String, Path)), responses((status = 204, description = "Every unfinished step skipped, in one transaction")))]
 pub(super) async fn skip_all(
     State(s): State<AppState>,
@@ -347,6 +350,7 @@ pub(super) async fn skip_all(
     }
 }
 
+/// Delete one of an object's workflows (the workflow service's route).
 #[utoipa::path(delete, path = "/objects/{druid}/workflows/{workflow}", tag = "workflow service", params(("druid" = String, Path), ("workflow" = String, Path), ("version" = Option<i32>, Query, description = "object version")), responses((status = 204, description = "Deleted")))]
 pub(super) async fn delete_one(
     State(s): State<AppState>,
@@ -371,6 +375,7 @@ pub(super) async fn delete_one(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Delete an object's workflows of a template, every version (the workflow service's route).
 #[utoipa::path(delete, path = "/objects/{druid}/workflows", tag = "workflow service", params(("druid" = String, Path)), responses((status = 204, description = "Every workflow of the object deleted")))]
 pub(super) async fn delete_all(
     State(s): State<AppState>,
@@ -461,6 +466,9 @@ pub(super) async fn workflow_queue(
             s.store.step_known(ct, cs).await?;
         }
         let properties = super::work::property_params(&pairs)?;
+        if s.store.step_paused(&t, &st).await? {
+            return Ok(xml(r#"<objects count="0"></objects>"#.into())); // paused: robots wait
+        }
         s.store
             .queue_waiting_with(
                 &t,
@@ -483,6 +491,7 @@ pub(super) async fn workflow_queue(
     Ok(xml(out))
 }
 
+/// The lanes of a step's waiting work (the workflow service's `lane_ids`).
 #[utoipa::path(get, path = "/workflow_queue/lane_ids", tag = "workflow service", params(("step" = String, Query, description = "WF:STEP")), responses((status = 200, description = "<lanes> with queued work for the step", content_type = "application/xml", body = String)))]
 pub(super) async fn lane_ids(
     State(s): State<AppState>,
@@ -529,6 +538,7 @@ pub(super) async fn all_queued(
     Ok(xml(out))
 }
 
+/// The names of the loaded templates, as the workflow service lists them.
 #[utoipa::path(get, path = "/workflow_templates", tag = "workflow service", responses((status = 200, description = "Template names", body = Vec<String>)))]
 pub(super) async fn template_names(
     State(s): State<AppState>,
@@ -544,6 +554,7 @@ pub(super) async fn template_names(
     Ok(Json(names))
 }
 
+/// A template's processes and their prerequisites, as the workflow service gives them.
 #[utoipa::path(get, path = "/workflow_templates/{name}", tag = "workflow service", params(("name" = String, Path)), responses((status = 200, description = "The template's processes with their prerequisites", body = Processes)))]
 pub(super) async fn template_processes(
     State(s): State<AppState>,

@@ -92,10 +92,16 @@ fn process_xml(out: &mut String, s: &StepRow, context: &str, skip_queue: bool) {
         esc(&wire_status(&s.status, skip_queue)),
         esc(&s.name),
     );
-    if let Some(m) = &s.error_message {
+    // A step queued or running again keeps its last error for workdo's own views; the
+    // service's clients see errors on steps in error only, as the service shows them.
+    let again = matches!(
+        Status::parse(&s.status),
+        Some(Status::Ready | Status::Started)
+    );
+    if let Some(m) = s.error_message.as_ref().filter(|_| !again) {
         let _ = write!(out, r#" errorMessage="{}""#, esc(m));
     }
-    if let Some(t) = &s.error_text {
+    if let Some(t) = s.error_text.as_ref().filter(|_| !again) {
         let _ = write!(out, r#" errorText="{}""#, esc(t));
     }
     out.push_str("/>");
