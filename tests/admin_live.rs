@@ -270,7 +270,7 @@ async fn the_page_follows_the_work_narrows_by_url_and_draws_graphs() {
     .await;
     wait_text(&c, "Next 50", "the first page links to the next").await;
     let first = c
-        .find_all(Locator::Css("#history tr"))
+        .find_all(Locator::Css("#history tbody tr"))
         .await
         .expect("rows")
         .len();
@@ -286,7 +286,7 @@ async fn the_page_follows_the_work_narrows_by_url_and_draws_graphs() {
             .await
             .expect("count");
     let rest = c
-        .find_all(Locator::Css("#history tr"))
+        .find_all(Locator::Css("#history tbody tr"))
         .await
         .expect("rows")
         .len() as i64;

@@ -323,6 +323,16 @@ fn every_command_has_an_example_and_every_option_a_description() {
         help.contains("workdo start accessionWF druid:bb123cd4567"),
         "{help}"
     );
+    // The global options are shown once, in `workdo --help`; a subcommand points there.
+    assert!(
+        !help.contains("--database-url <") && help.contains("see workdo --help"),
+        "{help}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_workdo"))
+        .arg("--help")
+        .output()
+        .expect("workdo --help");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--database-url <"));
 }
 
 /// `--log-level` and `--log-format` refuse what they cannot use, naming it.

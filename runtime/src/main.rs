@@ -1,5 +1,3 @@
-use clap::Parser;
-
 fn main() -> std::process::ExitCode {
     // `workdo __noop-function`: a no-op step function (exec or warm), for `workdo bench`.
     if std::env::args().nth(1).as_deref() == Some("__noop-function") {
@@ -16,7 +14,7 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run() -> std::process::ExitCode {
-    let cli = workdo::cli::Cli::parse();
+    let cli = workdo::cli::Cli::parse_args();
     let telemetry = match workdo::telemetry::init(&cli.log_options()) {
         Ok(t) => t,
         Err(e) => {

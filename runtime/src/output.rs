@@ -85,9 +85,34 @@ pub fn human_duration(secs: f64) -> String {
     }
 }
 
+/// What a step's "note / error" column says: a step in `retrying` shows its error and when it
+/// runs again; one that failed and is queued or running again keeps its last error in sight
+/// (`last error: …`) until it completes; otherwise its error, else its note.
+pub fn step_remark(
+    status: &str,
+    error: Option<&str>,
+    note: Option<&str>,
+    run_at: chrono::DateTime<chrono::Utc>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> String {
+    match (status, error) {
+        ("retrying", Some(e)) => {
+            let wait = (run_at - now).num_milliseconds() as f64 / 1000.0;
+            if wait > 0.0 {
+                format!("{e} — runs again in {}", human_duration(wait))
+            } else {
+                format!("{e} — runs again now")
+            }
+        }
+        ("ready" | "started", Some(e)) => format!("last error: {e}"),
+        (_, Some(e)) => e.to_string(),
+        (_, None) => note.unwrap_or("").to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::human_duration;
+    use super::{human_duration, step_remark};
 
     #[test]
     fn durations_read_as_people_say_them() {
@@ -97,5 +122,24 @@ mod tests {
         assert_eq!(human_duration(11_100.0), "3 h 05 min");
         assert_eq!(human_duration(187_200.0), "2 d 4 h");
         assert_eq!(human_duration(f64::NAN), "");
+    }
+
+    #[test]
+    fn a_retry_keeps_its_error_in_sight() {
+        let now = chrono::Utc::now();
+        let later = now + chrono::Duration::seconds(90);
+        assert_eq!(
+            step_remark("retrying", Some("timeout"), None, later, now),
+            "timeout — runs again in 1 min 30 s"
+        );
+        assert_eq!(
+            step_remark("ready", Some("timeout"), Some("n"), now, now),
+            "last error: timeout"
+        );
+        assert_eq!(step_remark("error", Some("bad"), None, now, now), "bad");
+        assert_eq!(
+            step_remark("completed", None, Some("done"), now, now),
+            "done"
+        );
     }
 }

@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 mod args;
 pub mod files;
 mod graph;
+mod help;
 mod housekeeping;
 mod idempotent;
 mod inputs;
@@ -224,6 +225,25 @@ pub enum Command {
         after_help = "Example: workdo skip --object druid:bb123cd4567 --template accessionWF --step rights-metadata"
     )]
     Skip(FilterArgs),
+    /// Pause a queue: no worker in any process claims TEMPLATE:STEP's ready steps (nor hands
+    /// them to Sidekiq) until `workdo resume`; running calls finish. Without a step, lists the
+    /// paused ones.
+    #[command(
+        after_help = "Examples:\n  workdo pause accessionWF:shelve --reason \"storage maintenance\"\n  workdo pause"
+    )]
+    Pause {
+        /// TEMPLATE:STEP (a generated step's queue: TEMPLATE:BRICKLET/STEP).
+        step: Option<String>,
+        /// Why, shown on the page and by `workdo pause`.
+        #[arg(long, requires = "step")]
+        reason: Option<String>,
+    },
+    /// Resume a paused queue: its workers claim again at once.
+    #[command(after_help = "Example: workdo resume accessionWF:shelve")]
+    Resume {
+        /// TEMPLATE:STEP
+        step: String,
+    },
     /// Why a step is not running.
     #[command(after_help = "Example: workdo why druid:bb123cd4567 accessionWF end-accession")]
     Why {
@@ -500,7 +520,25 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
         Command::Queues(cmd) => steps::queues(&store, cmd, json, out).await?,
         Command::Status { template } => {
             let facets = store.facets(template.as_deref()).await?;
-            crate::output::emit(out, json, &facets, |o| show::status_table(o, &facets))?;
+            let paused = store.paused_list().await?;
+            crate::output::emit(out, json, &facets, |o| {
+                show::status_table(o, &facets)?;
+                for p in &paused {
+                    writeln!(
+                        o,
+                        "paused: {}:{} since {} by {}{}",
+                        p.template,
+                        p.step,
+                        p.paused_at.format("%Y-%m-%d %H:%M:%S"),
+                        p.paused_by,
+                        p.reason
+                            .as_deref()
+                            .map(|r| format!(" ({r})"))
+                            .unwrap_or_default()
+                    )?;
+                }
+                Ok(())
+            })?;
         }
         Command::Step(StepCmd::Set(args)) => steps::set(&store, args, json, out).await?,
         Command::Prioritize {
@@ -510,13 +548,20 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
         } => steps::prioritize(&store, priority, &filter, all, json, out).await?,
         Command::Retry { filter, again } => steps::retry(&store, &filter, again, json, out).await?,
         Command::Skip(filter) => steps::skip(&store, &filter, json, out).await?,
+        Command::Pause { step, reason } => {
+            steps::pause(&store, step.as_deref(), reason.as_deref(), json, out).await?
+        }
+        Command::Resume { step } => steps::resume(&store, &step, json, out).await?,
         Command::Why {
             object,
             template,
             step,
         } => steps::why(&store, &object, &template, step.as_deref(), json, out).await?,
         Command::Db(_) | Command::Bench { .. } => {}
-        Command::Up(args) => up::up(&store, args, &cli.data_dir, &database, out).await?,
+        Command::Up(args) => {
+            let private = target.cluster.is_some();
+            up::up(&store, args, &cli.data_dir, &database, private, out).await?
+        }
         Command::Serve(args) => up::serve(store, &args).await?,
         Command::Tokens(cmd) => tokens::run(&store, cmd, json, out).await?,
         Command::Run {

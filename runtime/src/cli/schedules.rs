@@ -37,6 +37,18 @@ pub(super) async fn run(
             store.schedule_enable(&name, false).await?;
             writeln!(out, "schedule {name} disabled")?;
         }
+        SchedulesCmd::Fire { name } => {
+            let fired = store.schedule_fire_now(&name).await?;
+            let mine = fired.iter().find(|f| f.schedule == name);
+            emit(out, json, &fired, |o| match mine {
+                Some(f) => writeln!(
+                    o,
+                    "schedule {name} fired: {} workflows started, {} jobs signalled",
+                    f.started, f.signalled
+                ),
+                None => writeln!(o, "schedule {name} fired by a running runtime"),
+            })?;
+        }
         SchedulesCmd::Delete { name } => {
             store.schedule_delete(&name).await?;
             writeln!(out, "schedule {name} deleted")?;

@@ -69,10 +69,13 @@ pub(super) async fn object(
                             .map(crate::output::human_duration)
                             .unwrap_or_default(),
                         s.lifecycle.clone().unwrap_or_default(),
-                        s.error_message
-                            .clone()
-                            .or_else(|| s.note.clone())
-                            .unwrap_or_default(),
+                        crate::output::step_remark(
+                            &s.status,
+                            s.error_message.as_deref(),
+                            s.note.as_deref(),
+                            s.run_at,
+                            chrono::Utc::now(),
+                        ),
                     ]
                 }),
             )?;

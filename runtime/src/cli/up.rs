@@ -169,6 +169,7 @@ pub(super) async fn up(
     args: UpArgs,
     data_dir: &std::path::Path,
     database: &str,
+    private: bool,
     out: &mut impl Write,
 ) -> Result<()> {
     let Some(n) = args.demo else {
@@ -253,16 +254,50 @@ pub(super) async fn up(
     let runtime = tokio::spawn(runtime::run(store.clone(), config, bindings, token.clone()));
     let signals = shutdown_on_signal()?;
     let draw = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tokio::select! {
-        watched = demo::watch(store, run, draw) => watched?,
-        () = signals.cancelled() => {}
+    let finished = tokio::select! {
+        watched = demo::watch(store, run, draw) => { watched?; true }
+        () = signals.cancelled() => false,
+    };
+    let serve_on = finished && (args.serve || std::io::IsTerminal::is_terminal(&std::io::stdin()));
+    match &server {
+        Some((_, at, _)) if serve_on => {
+            demo::summary(store, run, started, out).await?;
+            writeln!(
+                out,
+                "\nthe admin page keeps serving at http://{at}/ (and the runtime keeps running) until Ctrl-C\n\
+                 next: workdo status · workdo queue googleScannedBookWF:google-download --errors · workdo show OBJECT · workdo up --demo 50 for another run"
+            )?;
+            if private {
+                writeln!(
+                    out,
+                    "the private database in {} keeps running after Ctrl-C; stop it with: workdo db stop",
+                    data_dir.display()
+                )?;
+            }
+            out.flush()?;
+            signals.cancelled().await;
+            token.cancel();
+            runtime.await??;
+            if let Some((s, _, _)) = server {
+                s.await??;
+            }
+        }
+        _ => {
+            token.cancel();
+            runtime.await??;
+            if let Some((s, _, _)) = server {
+                s.await??;
+            }
+            demo::summary(store, run, started, out).await?;
+            if private {
+                writeln!(
+                    out,
+                    "the private database in {} keeps running; stop it with: workdo db stop",
+                    data_dir.display()
+                )?;
+            }
+        }
     }
-    token.cancel();
-    runtime.await??;
-    if let Some((s, _, _)) = server {
-        s.await??;
-    }
-    demo::summary(store, run, started, out).await?;
     Ok(())
 }
 

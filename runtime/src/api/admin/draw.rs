@@ -7,85 +7,44 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, Duration, DurationRound, Utc};
 
-use super::esc;
+use super::{esc, layout};
 use crate::model::machine::Machine;
 use crate::model::template::StepSpec;
 use crate::store::{StepRow, Throughput};
 
-/// A node: its label (also its tooltip, with the second line), a second line, a CSS class.
+/// A node: its label (also its tooltip, with the second line), a second line, a CSS class, and
+/// the subnet it belongs to (its generator), drawn as a dashed frame round its members.
 struct Node {
     label: String,
     sub: String,
     class: String,
+    group: Option<String>,
 }
 
-/// An edge: from, to, a label, dashed.
+/// An edge: from, to, a label, dashed, on the path a machine took.
 struct Edge {
     from: usize,
     to: usize,
     label: Option<String>,
     dashed: bool,
+    taken: bool,
 }
 
-const W: i64 = 170;
-const H: i64 = 42;
-const GAP_X: i64 = 26;
-const GAP_Y: i64 = 44;
+/// The longest label drawn whole; a longer one keeps its start and its end (where instance
+/// numbers are) around an ellipsis, the whole of it in the tooltip.
+const LABEL_MAX: usize = 48;
 
-/// Layers: without `roots` (a DAG), each node one below its deepest prerequisite; with
-/// `roots` (a machine, whose transitions may loop), breadth-first distance from them. Nodes
-/// nothing reaches go on a last layer of their own.
-fn layers(n: usize, edges: &[Edge], roots: &[usize]) -> Vec<usize> {
-    let mut layer = vec![usize::MAX; n];
-    if roots.is_empty() {
-        for (i, l) in layer.iter_mut().enumerate() {
-            if !edges.iter().any(|e| e.to == i && e.from != i) {
-                *l = 0;
-            }
-        }
-        // Longest paths settle within n passes in a DAG; the bound keeps a cycle finite.
-        for _ in 0..n {
-            let mut changed = false;
-            for e in edges {
-                if e.from == e.to || layer[e.from] == usize::MAX {
-                    continue;
-                }
-                let want = layer[e.from] + 1;
-                if want < n && (layer[e.to] == usize::MAX || layer[e.to] < want) {
-                    layer[e.to] = want;
-                    changed = true;
-                }
-            }
-            if !changed {
-                break;
-            }
-        }
-    } else {
-        let mut queue: std::collections::VecDeque<usize> = roots.iter().copied().collect();
-        for &r in roots {
-            layer[r] = 0;
-        }
-        while let Some(a) = queue.pop_front() {
-            for e in edges.iter().filter(|e| e.from == a) {
-                if layer[e.to] == usize::MAX {
-                    layer[e.to] = layer[a] + 1;
-                    queue.push_back(e.to);
-                }
-            }
-        }
+fn fit(label: &str) -> String {
+    let n = label.chars().count();
+    if n <= LABEL_MAX {
+        return label.to_string();
     }
-    let last = layer
-        .iter()
-        .filter(|&&l| l != usize::MAX)
-        .max()
-        .map_or(0, |l| l + 1);
-    layer
-        .into_iter()
-        .map(|l| if l == usize::MAX { last } else { l })
-        .collect()
+    let head: String = label.chars().take(LABEL_MAX / 2 - 1).collect();
+    let tail: String = label.chars().skip(n - LABEL_MAX / 2).collect();
+    format!("{head}…{tail}")
 }
 
-/// Lay the nodes out in layers, top to bottom, and draw them.
+/// Lay the nodes out (`layout.rs`) and draw them.
 fn svg(id: &str, title: &str, nodes: &[Node], edges: &[Edge], roots: &[usize]) -> String {
     if nodes.is_empty() {
         return String::new();
@@ -102,89 +61,99 @@ fn svg(id: &str, title: &str, nodes: &[Node], edges: &[Edge], roots: &[usize]) -
         })
         .collect();
     let id = id.as_str();
-    let layer = layers(nodes.len(), edges, roots);
-    let mut at = vec![(0i64, 0i64); nodes.len()];
-    let mut per_layer: BTreeMap<usize, i64> = BTreeMap::new();
-    for (i, &l) in layer.iter().enumerate() {
-        let k = per_layer.entry(l).or_insert(0);
-        at[i] = (10 + *k * (W + GAP_X), 10 + l as i64 * (H + GAP_Y));
-        *k += 1;
-    }
-    let width = per_layer.values().max().copied().unwrap_or(1) * (W + GAP_X) + 20;
-    let height = (per_layer.keys().max().copied().unwrap_or(0) as i64 + 1) * (H + GAP_Y) + 10;
+    let shown: Vec<String> = nodes.iter().map(|n| fit(&n.label)).collect();
+    let spec: Vec<(usize, usize, Option<&str>)> = edges
+        .iter()
+        .map(|e| (e.from, e.to, e.label.as_deref()))
+        .collect();
+    let l = layout::layout(&layout::Input {
+        // The second line is smaller (11 px against 13).
+        widths: nodes
+            .iter()
+            .zip(&shown)
+            .map(|(n, label)| label.chars().count().max(n.sub.chars().count() * 6 / 7))
+            .collect(),
+        edges: &spec,
+        roots,
+    });
+    let (width, height) = (l.width.ceil(), l.height.ceil());
     let mut s = format!(
         "<svg class=graph id=\"{}\" role=img viewBox=\"0 0 {width} {height}\" width={width} height={height} xmlns=\"http://www.w3.org/2000/svg\"><title>{}</title><defs><marker id=\"{}-arrow\" viewBox=\"0 0 10 10\" refX=9 refY=5 markerWidth=7 markerHeight=7 orient=auto-start-reverse><path d=\"M0,0L10,5L0,10z\" fill=currentColor /></marker></defs>",
         esc(id),
         esc(title),
         esc(id)
     );
-    for e in edges {
-        let (ax, ay) = at[e.from];
-        let (bx, by) = at[e.to];
+    // Subnets: a dashed frame round each generator's steps, behind them.
+    let mut groups: BTreeMap<&str, (f64, f64, f64, f64)> = BTreeMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        if let Some(g) = &n.group {
+            let (x, y, w) = l.boxes[i];
+            let r = groups.entry(g).or_insert((x, y, x + w, y + layout::H));
+            *r = (
+                r.0.min(x),
+                r.1.min(y),
+                r.2.max(x + w),
+                r.3.max(y + layout::H),
+            );
+        }
+    }
+    for (g, (x0, y0, x1, y1)) in &groups {
+        let _ = write!(
+            s,
+            "<g class=subnet data-subnet=\"{}\"><rect x={:.0} y={:.0} width={:.0} height={:.0} rx=8 /><text x={:.0} y={:.0} font-size=10 class=sub>subnet of {}</text></g>",
+            esc(g),
+            x0 - 6.0,
+            y0 - 14.0,
+            x1 - x0 + 12.0,
+            y1 - y0 + 20.0,
+            x0 - 2.0,
+            y0 - 4.0,
+            esc(g)
+        );
+    }
+    for (e, path) in edges.iter().zip(&l.paths) {
         let dash = if e.dashed {
             " stroke-dasharray=\"5 4\""
         } else {
             ""
         };
-        let (x1, y1, x2, y2) = (ax + W / 2, ay + H, bx + W / 2, by);
-        let path = if e.from == e.to {
-            // A self-loop on the node's right side.
-            format!("M{},{} c40,-20 40,{} 0,{}", ax + W, ay + 10, H, H - 20)
-        } else if by > ay {
-            format!("M{x1},{y1} L{x2},{y2}")
-        } else {
-            // Back or sideways (a machine's loop): curve round the right.
-            format!(
-                "M{},{} C{},{} {},{} {},{}",
-                ax + W,
-                ay + H / 2,
-                ax + W + 60,
-                ay + H / 2,
-                bx + W + 60,
-                by + H / 2,
-                bx + W,
-                by + H / 2
-            )
-        };
+        let d: Vec<String> = path
+            .iter()
+            .enumerate()
+            .map(|(k, (x, y))| format!("{}{x:.1},{y:.1}", if k == 0 { 'M' } else { 'L' }))
+            .collect();
         let _ = write!(
             s,
-            "<path class=edge d=\"{path}\" fill=none stroke=currentColor{dash} marker-end=\"url(#{}-arrow)\" />",
+            "<path class=\"edge{}\" d=\"{}\" fill=none stroke=currentColor{dash} marker-end=\"url(#{}-arrow)\" />",
+            if e.taken { " taken" } else { "" },
+            d.join(" "),
             esc(id)
         );
-        if let Some(label) = &e.label {
-            let (lx, ly) = if e.from == e.to {
-                (ax + W + 34, ay + H / 2)
-            } else if by > ay {
-                ((x1 + x2) / 2 + 4, (y1 + y2) / 2)
-            } else {
-                (ax.max(bx) + W + 40, (ay + by) / 2 + H / 2)
-            };
+    }
+    for (e, at) in edges.iter().zip(&l.labels) {
+        if let (Some(label), Some((x, y))) = (&e.label, at) {
             let _ = write!(
                 s,
-                "<text class=label x={lx} y={ly} font-size=11>{}</text>",
+                "<text class=label x={x:.1} y={y:.1} font-size=11>{}</text>",
                 esc(label)
             );
         }
     }
     for (i, n) in nodes.iter().enumerate() {
-        let (x, y) = at[i];
-        let short: String = if n.label.chars().count() > 22 {
-            n.label.chars().take(21).chain(['…']).collect()
-        } else {
-            n.label.clone()
-        };
+        let (x, y, w) = l.boxes[i];
+        let h = layout::H;
         let _ = write!(
             s,
-            "<g class=\"node {}\" data-node=\"{}\"><title>{} — {}</title><rect x={x} y={y} width={W} height={H} rx=6 /><text x={} y={} font-size=13 text-anchor=middle>{}</text><text x={} y={} font-size=11 text-anchor=middle class=sub>{}</text></g>",
+            "<g class=\"node {}\" data-node=\"{}\"><title>{} — {}</title><rect x={x:.1} y={y:.1} width={w:.1} height={h} rx=6 /><text x={:.1} y={:.1} font-size=13 text-anchor=middle>{}</text><text x={:.1} y={:.1} font-size=11 text-anchor=middle class=sub>{}</text></g>",
             esc(&n.class),
             esc(&n.label),
             esc(&n.label),
             esc(&n.sub),
-            x + W / 2,
-            y + 17,
-            esc(&short),
-            x + W / 2,
-            y + 33,
+            x + w / 2.0,
+            if n.sub.is_empty() { y + 26.0 } else { y + 17.0 },
+            esc(&shown[i]),
+            x + w / 2.0,
+            y + 33.0,
             esc(&n.sub)
         );
     }
@@ -196,17 +165,33 @@ fn svg(id: &str, title: &str, nodes: &[Node], edges: &[Edge], roots: &[usize]) -
 pub(super) fn workflow(id: &str, steps: &[StepRow]) -> String {
     let nodes: Vec<Node> = steps
         .iter()
-        .map(|st| Node {
-            label: st.name.clone(),
-            sub: match &st.generated {
-                Some(g) => format!(
-                    "{} · from {}",
-                    st.status,
-                    g["generator"].as_str().unwrap_or("?")
-                ),
-                None => st.status.clone(),
-            },
-            class: st.status.clone(),
+        .map(|st| {
+            // A generated step reads as its bricklet instance (`b4#2/keywords`), framed with
+            // its generator's subnet; a machine's call step as what it calls.
+            let generator = st
+                .generated
+                .as_ref()
+                .and_then(|g| g["generator"].as_str())
+                .map(String::from);
+            let label = match &generator {
+                Some(g) => st
+                    .name
+                    .strip_prefix(&format!("{g}/"))
+                    .unwrap_or(&st.name)
+                    .to_string(),
+                None => st.name.clone(),
+            };
+            let sub = if st.name.starts_with("call/") {
+                format!("{} · a machine's call", st.status)
+            } else {
+                st.status.clone()
+            };
+            Node {
+                label,
+                sub,
+                class: st.status.clone(),
+                group: generator,
+            }
         })
         .collect();
     let edges: Vec<Edge> = crate::graph::edges(steps)
@@ -216,6 +201,7 @@ pub(super) fn workflow(id: &str, steps: &[StepRow]) -> String {
             to,
             label: None,
             dashed,
+            taken: false,
         })
         .collect();
     svg(id, "workflow steps", &nodes, &edges, &[])
@@ -234,6 +220,7 @@ pub(super) fn template(id: &str, steps: &[StepSpec]) -> String {
             label: st.name.clone(),
             sub: st.lifecycle.clone().unwrap_or_default(),
             class: "spec".into(),
+            group: None,
         })
         .collect();
     let mut edges = Vec::new();
@@ -245,6 +232,7 @@ pub(super) fn template(id: &str, steps: &[StepSpec]) -> String {
                     to: i,
                     label: None,
                     dashed: false,
+                    taken: false,
                 });
             }
         }
@@ -252,9 +240,15 @@ pub(super) fn template(id: &str, steps: &[StepSpec]) -> String {
     svg(id, "template steps", &nodes, &edges, &[])
 }
 
-/// A machine's states and transitions (labelled by signal), `current` marked; global signals
-/// are listed under the drawing rather than drawn from every state.
-pub(super) fn machine(id: &str, m: &Machine, current: Option<&str>) -> String {
+/// A machine's states and transitions (labelled by signal), `current` marked and the
+/// transitions a job took (`taken`, from → to) drawn heavier; global signals are listed under
+/// the drawing rather than drawn from every state.
+pub(super) fn machine(
+    id: &str,
+    m: &Machine,
+    current: Option<&str>,
+    taken: &[(String, String)],
+) -> String {
     let names: Vec<&String> = m.states.keys().collect();
     let index: BTreeMap<&str, usize> = names
         .iter()
@@ -278,6 +272,7 @@ pub(super) fn machine(id: &str, m: &Machine, current: Option<&str>) -> String {
             } else {
                 "state".into()
             },
+            group: None,
         })
         .collect();
     let mut edges = Vec::new();
@@ -289,6 +284,7 @@ pub(super) fn machine(id: &str, m: &Machine, current: Option<&str>) -> String {
                     to: b,
                     label: Some(signal.clone()),
                     dashed: false,
+                    taken: taken.iter().any(|(f, t2)| f == name && t2 == t.target()),
                 });
             }
         }

@@ -15,10 +15,14 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+mod archive;
 mod draw;
+mod layout;
+mod machine;
 mod objects;
 mod overview;
 mod reports;
+mod search;
 
 use super::{Access, AppState};
 use crate::store::Role;
@@ -32,12 +36,17 @@ pub fn router() -> Router<AppState> {
         .route("/signout", post(signout))
         .route("/ui/steps", get(overview::steps))
         .route("/ui/steps/act", post(act))
+        .route("/ui/pause", post(pause))
+        .route("/ui/search", get(search::search))
+        .route("/ui/workflows/{id}", get(machine::workflow))
+        .route("/ui/archive/{id}", get(archive::workflow))
         .route("/ui/objects/{id}", get(objects::object))
         .route("/ui/objects/{id}/signal", post(objects::signal))
         .route("/ui/errors", get(reports::errors))
         .route("/ui/templates", get(reports::templates))
         .route("/ui/timings", get(reports::timings))
         .route("/ui/schedules", get(reports::schedules_alerts))
+        .route("/ui/schedules/act", post(reports::schedule_act))
         .route("/ui/app.css", get(stylesheet))
         .route("/ui/app.js", get(script))
         .layer(axum::middleware::from_fn(guard))
@@ -204,8 +213,9 @@ pub(super) fn page(title: &str, v: Option<&Viewer>, body: &str) -> Html<String> 
         None => String::new(),
     };
     Html(format!(
-        "<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width, initial-scale=1\"><title>{} · workdo</title><link rel=stylesheet href=/ui/app.css><script src=/ui/app.js defer></script></head><body><header><nav><a href=/ class=brand>workdo</a> <a href=/ui/errors>errors</a> <a href=/ui/templates>templates</a> <a href=/ui/timings>timings</a> <a href=/ui/schedules>schedules and alerts</a></nav> {who}</header><main><h1>{}</h1>{body}</main></body></html>",
+        "<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width, initial-scale=1\"><title>{} · workdo</title><link rel=stylesheet href=/ui/app.css><script src=/ui/app.js defer></script></head><body><header><nav><a href=/ class=brand>workdo</a> <a href=/ui/errors>errors</a> <a href=/ui/templates>templates</a> <a href=/ui/timings>timings</a> <a href=/ui/schedules>schedules and alerts</a></nav>{} {who}</header><main><h1>{}</h1>{body}</main></body></html>",
         esc(title),
+        search::form(""),
         esc(title)
     ))
 }
@@ -252,11 +262,40 @@ async fn act(State(s): State<AppState>, headers: HeaderMap, body: String) -> Res
         Ok(v) => v,
         Err(r) => return r,
     };
-    let ids: Vec<i64> = pairs
-        .iter()
-        .filter(|(k, _)| k == "id")
-        .filter_map(|(_, v)| v.parse().ok())
-        .collect();
+    // "All matching": the facet's steps found again now, not the page's rows.
+    let all = field(&pairs, "scope") == Some("all");
+    let ids: Vec<i64> = if all {
+        let (template, step, status) = (
+            field(&pairs, "template").unwrap_or(""),
+            field(&pairs, "step").unwrap_or(""),
+            field(&pairs, "status").unwrap_or(""),
+        );
+        let text = |k: &str| field(&pairs, k).map(str::to_string);
+        let filters = overview::Filters {
+            lane: text("lane"),
+            milestone: text("milestone"),
+            property: text("property"),
+            ..Default::default()
+        };
+        let filter = match filters.to_store() {
+            Ok(f) => f,
+            Err(e) => return failure(&e),
+        };
+        match s
+            .store
+            .steps_in_all(template, step, status, &filter, overview::ALL_MAX)
+            .await
+        {
+            Ok((_, ids)) => ids,
+            Err(e) => return failure(&e.to_string()),
+        }
+    } else {
+        pairs
+            .iter()
+            .filter(|(k, _)| k == "id")
+            .filter_map(|(_, v)| v.parse().ok())
+            .collect()
+    };
     let who = format!("ui:{}", v.role.as_str());
     // The chosen steps: retry acts on those in error, skip on those unfinished (the same
     // bulk commands as the CLI's, narrowed to the chosen ids).
@@ -295,7 +334,17 @@ async fn act(State(s): State<AppState>, headers: HeaderMap, body: String) -> Res
         )
             .into_response();
     }
-    let said = if changed == n {
+    let said = if all {
+        format!(
+            "{verb} {} steps: all that matched ({} when the page was shown).",
+            overview::count(changed as i64),
+            overview::count(
+                field(&pairs, "expected")
+                    .and_then(|e| e.parse().ok())
+                    .unwrap_or(n as i64)
+            )
+        )
+    } else if changed == n {
         format!("{verb} {changed} steps.")
     } else {
         format!(
@@ -304,6 +353,30 @@ async fn act(State(s): State<AppState>, headers: HeaderMap, body: String) -> Res
     };
     let sep = if back.contains('?') { '&' } else { '?' };
     Redirect::to(&format!("{back}{sep}done={}", enc(&said))).into_response()
+}
+
+/// Pause or resume a queue from the overview.
+async fn pause(State(s): State<AppState>, headers: HeaderMap, body: String) -> Response {
+    let pairs = form_pairs(&body);
+    let v = match actor(&s, &headers, &pairs).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let (Some(template), Some(step)) = (field(&pairs, "template"), field(&pairs, "step")) else {
+        return failure("the form names no template and step");
+    };
+    let done = if field(&pairs, "action") == Some("resume") {
+        s.store.step_resume(template, step).await.map(|_| "resumed")
+    } else {
+        s.store
+            .step_pause(template, step, &format!("ui:{}", v.role.as_str()), None)
+            .await
+            .map(|_| "paused")
+    };
+    match done {
+        Ok(_) => Redirect::to("/").into_response(),
+        Err(e) => failure(&e.to_string()),
+    }
 }
 
 /// A query string a page cannot use, as a page saying why (not the API's JSON).

@@ -16,6 +16,8 @@ use crate::store::{Role, Store};
 #[derive(Deserialize)]
 pub(super) struct History {
     after: Option<i64>,
+    /// Only events of this kind (comma-separated kinds allowed).
+    kind: Option<String>,
 }
 
 /// Events on one page of an object's history.
@@ -31,19 +33,34 @@ pub(super) async fn object(
         Ok(v) => v,
         Err(r) => return r,
     };
-    let after = match h {
-        Ok(Query(h)) => h.after,
+    let (after, kinds) = match h {
+        Ok(Query(h)) => (
+            h.after,
+            h.kind
+                .unwrap_or_default()
+                .split(',')
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .map(str::to_string)
+                .collect::<Vec<_>>(),
+        ),
         Err(e) => return unusable(&e),
     };
     let mut view = match s.store.object_view(&id, HISTORY_PAGE).await {
         Ok(view) => view,
         Err(e) => return failure(&e.to_string()),
     };
-    // Paging forward from `after`; without it, the latest page.
+    // Paging forward from `after` (from the start when narrowed to kinds); without it, the
+    // latest page.
+    let after = if kinds.is_empty() {
+        after
+    } else {
+        Some(after.unwrap_or(0))
+    };
     if let Some(after) = after {
         view.events = match s
             .store
-            .events(Some(&view.id), None, after.max(0), HISTORY_PAGE)
+            .events(Some(&view.id), None, after.max(0), HISTORY_PAGE, &kinds)
             .await
         {
             Ok(events) => events,
@@ -78,6 +95,7 @@ pub(super) async fn object(
         );
         if let Some(m) = &w.machine {
             let _ = write!(body, "<p>state <b class=state>{}</b></p>", esc(&m.state));
+            body.push_str(&super::machine::details(m));
             if v.role >= Role::Robot && !m.accepts.is_empty() {
                 let _ = write!(
                     body,
@@ -99,10 +117,36 @@ pub(super) async fn object(
             if let Ok(t) = s.store.template_by_id(w.workflow.template_id).await
                 && let Some(spec) = &t.spec.machine
             {
+                // The path the job took: its transitions, from its history.
+                let taken: Vec<(String, String)> = s
+                    .store
+                    .events(
+                        None,
+                        Some(w.workflow.id),
+                        0,
+                        1000,
+                        &["state_entered".to_string()],
+                    )
+                    .await
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|e| {
+                        let d = e.detail.as_ref()?;
+                        Some((
+                            d["from"].as_str()?.to_string(),
+                            d["state"].as_str()?.to_string(),
+                        ))
+                    })
+                    .collect();
                 let _ = write!(
                     body,
                     "{}<details><summary>as Mermaid</summary><pre class=mermaid>{}</pre></details>",
-                    draw::machine(&format!("machine-{}", w.workflow.id), spec, Some(&m.state)),
+                    draw::machine(
+                        &format!("machine-{}", w.workflow.id),
+                        spec,
+                        Some(&m.state),
+                        &taken
+                    ),
                     esc(&crate::graph::machine_mermaid(spec, Some(&m.state)))
                 );
             }
@@ -118,11 +162,13 @@ pub(super) async fn object(
                     esc(&st.status),
                     st.attempts,
                     st.max_attempts,
-                    esc(st
-                        .error_message
-                        .as_deref()
-                        .or(st.note.as_deref())
-                        .unwrap_or(""))
+                    esc(&crate::output::step_remark(
+                        &st.status,
+                        st.error_message.as_deref(),
+                        st.note.as_deref(),
+                        st.run_at,
+                        chrono::Utc::now()
+                    ))
                 );
             }
             body.push_str("</tbody></table>");
@@ -159,39 +205,55 @@ pub(super) async fn object(
             m.version
         );
     }
+    let archived = super::archive::section(&s.store, &view.id).await;
     let here = format!("/ui/objects/{}", enc(&view.id));
     let full = view.events.len() as i64 == HISTORY_PAGE;
+    let kq = if kinds.is_empty() {
+        String::new()
+    } else {
+        format!("&kind={}", enc(&kinds.join(",")))
+    };
     let nav = match (after, view.events.last()) {
         (None, _) if full => format!(
-            "<p>The latest {HISTORY_PAGE} events. <a href=\"{}?after=0\">From the beginning</a></p>",
+            "<p>The latest {HISTORY_PAGE} events. <a href=\"{}?after=0{kq}\">From the beginning</a></p>",
             esc(&here)
         ),
         (Some(_), Some(last)) if full => format!(
-            "<p><a href=\"{}\">Latest</a> · <a href=\"{}?after={}\" rel=next>Next {HISTORY_PAGE}</a></p>",
+            "<p><a href=\"{}\">Latest</a> · <a href=\"{}?after={}{}\" rel=next>Next {HISTORY_PAGE}</a></p>",
             esc(&here),
             esc(&here),
-            last.id
+            last.id,
+            esc(&kq)
         ),
         (Some(_), _) => format!("<p><a href=\"{}\">Latest</a></p>", esc(&here)),
         _ => String::new(),
     };
+    let kinds_here = s.store.event_kinds(&view.id).await.unwrap_or_default();
+    let mut filter = format!(
+        "<form method=get action=\"{}\" class=filters aria-label=\"history filter\"><label>kind<select name=kind id=kind><option value=\"\">every kind</option>",
+        esc(&here)
+    );
+    for k in &kinds_here {
+        let _ = write!(
+            filter,
+            "<option{}>{}</option>",
+            if kinds.contains(k) { " selected" } else { "" },
+            esc(k)
+        );
+    }
+    filter.push_str("</select></label><button>Show</button></form>");
     let _ = write!(
         body,
-        "</ul><h2>History</h2>{nav}<table id=history data-live><tbody>"
+        "</ul>{archived}<h2>History</h2>{filter}{nav}<table id=history data-live><thead><tr><th scope=col>when</th><th scope=col>kind</th><th scope=col>what happened</th></tr></thead><tbody>"
     );
     for e in &view.events {
         let _ = write!(
             body,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr data-kind=\"{}\"><td>{}</td><td><span class=kind>{}</span></td><td>{}</td></tr>",
+            esc(&e.kind),
             e.at.format("%Y-%m-%d %H:%M:%S%.3f"),
             esc(&e.kind),
-            esc(&format!(
-                "{}:{}",
-                e.template.as_deref().unwrap_or(""),
-                e.step.as_deref().unwrap_or("")
-            )),
-            esc(e.status.as_deref().unwrap_or("")),
-            esc(&summary(&e.kind, e.actor.as_deref(), e.detail.as_ref()))
+            esc(&happened(e))
         );
     }
     body.push_str("</tbody></table>");
@@ -385,6 +447,52 @@ fn summary(kind: &str, actor: Option<&str>, detail: Option<&serde_json::Value>) 
     }
 }
 
+/// One history row in words: where (`template:step`, or the template alone), the status it
+/// reached and the attempt, what the detail says, and who — never a dangling colon.
+fn happened(e: &crate::store::EventRow) -> String {
+    let place = match (e.template.as_deref(), e.step.as_deref()) {
+        (Some(t), Some(st)) if !t.is_empty() && !st.is_empty() => format!("{t}:{st}"),
+        (Some(t), _) if !t.is_empty() => t.to_string(),
+        (_, Some(st)) if !st.is_empty() => st.to_string(),
+        _ => String::new(),
+    };
+    let what = summary(&e.kind, e.actor.as_deref(), e.detail.as_ref());
+    let mut parts = Vec::new();
+    match e.kind.as_str() {
+        "workflow_started" => parts.push(format!("started {place}")),
+        "workflow_completed" => parts.push(format!("{place} completed")),
+        "object_registered" => parts.push("registered".to_string()),
+        "object_updated" => parts.push("properties or documents changed".to_string()),
+        _ => {
+            if !place.is_empty() {
+                parts.push(place);
+            }
+            if let Some(st) = e.status.as_deref().filter(|s| !s.is_empty()) {
+                parts.push(format!("→ {st}"));
+            }
+        }
+    }
+    if let Some(a) = e.attempt.filter(|a| *a > 0) {
+        parts.push(format!("(attempt {a})"));
+    }
+    if !what.is_empty() {
+        parts.push(what.clone());
+    } else if let Some(d) = &e.detail {
+        for key in ["message", "note", "reason"] {
+            if let Some(m) = d[key].as_str().filter(|m| !m.is_empty()) {
+                parts.push(format!("— {m}"));
+                break;
+            }
+        }
+    }
+    if let Some(a) = e.actor.as_deref().filter(|a| !a.is_empty())
+        && !what.contains(" by ")
+    {
+        parts.push(format!("by {a}"));
+    }
+    parts.join(" ")
+}
+
 #[cfg(test)]
 mod summary_tests {
     use serde_json::json;
@@ -402,5 +510,36 @@ mod summary_tests {
             "Review → Notified on notified"
         );
         assert_eq!(super::summary("completed", None, None), "");
+    }
+
+    #[test]
+    fn a_history_row_reads_as_one_line() {
+        let row = |kind: &str, template: Option<&str>, step: Option<&str>, status: Option<&str>| {
+            crate::store::EventRow {
+                id: 1,
+                at: chrono::Utc::now(),
+                workflow_id: Some(1),
+                template: template.map(String::from),
+                version: Some(1),
+                step: step.map(String::from),
+                kind: kind.into(),
+                status: status.map(String::from),
+                attempt: None,
+                actor: Some("robot".into()),
+                detail: Some(json!({"message": "scanner jammed"})),
+            }
+        };
+        assert_eq!(
+            super::happened(&row("workflow_started", Some("accessionWF"), None, None)),
+            "started accessionWF — scanner jammed by robot"
+        );
+        let line = super::happened(&row(
+            "status_changed",
+            Some("accessionWF"),
+            Some("shelve"),
+            Some("error"),
+        ));
+        assert_eq!(line, "accessionWF:shelve → error — scanner jammed by robot");
+        assert!(!super::happened(&row("x", None, None, None)).starts_with(':'));
     }
 }

@@ -37,13 +37,13 @@ pub(super) const LIVE: &str = "";
 /// Filters as the URL carries them; empty fields (a submitted form's) are absent.
 #[derive(Deserialize, Default)]
 pub(super) struct Filters {
-    template: Option<String>,
-    step: Option<String>,
-    status: Option<String>,
-    lane: Option<String>,
-    milestone: Option<String>,
+    pub(super) template: Option<String>,
+    pub(super) step: Option<String>,
+    pub(super) status: Option<String>,
+    pub(super) lane: Option<String>,
+    pub(super) milestone: Option<String>,
     /// `key=value`
-    property: Option<String>,
+    pub(super) property: Option<String>,
 }
 
 fn given(v: &Option<String>) -> Option<String> {
@@ -54,7 +54,7 @@ fn given(v: &Option<String>) -> Option<String> {
 
 impl Filters {
     /// The store's filter, or what is wrong with the URL's.
-    fn to_store(&self) -> Result<FacetFilter, String> {
+    pub(super) fn to_store(&self) -> Result<FacetFilter, String> {
         let property = match given(&self.property) {
             None => None,
             Some(p) => match p.split_once('=') {
@@ -134,6 +134,8 @@ pub(super) async fn overview(
         step.as_ref().is_none_or(|s| s == &x.step) && status.as_ref().is_none_or(|s| s == &x.status)
     });
     let depths = s.store.queue_depths().await.unwrap_or_default();
+    let paused = s.store.paused_list().await.unwrap_or_default();
+    let acts = v.role >= Role::Robot;
     let mut rows: Vec<(String, String)> = Vec::new();
     for f in &facets {
         let key = (f.template.clone(), f.step.clone());
@@ -153,7 +155,45 @@ pub(super) async fn overview(
     body.push_str("<th scope=col class=n>other</th><th scope=col class=n>oldest ready</th></tr></thead><tbody>");
     let carry = f.query();
     for (t, st) in &rows {
-        let _ = write!(body, "<tr><td>{}</td><td>{}</td>", esc(t), esc(st));
+        let pause = paused.iter().find(|p| &p.template == t && &p.step == st);
+        let switch = if acts {
+            format!(
+                "<form method=post action=/ui/pause class=inline><input type=hidden name=csrf value=\"{}\"><input type=hidden name=template value=\"{}\"><input type=hidden name=step value=\"{}\"><button class=small name=action value={} title=\"{}\">{}</button></form>",
+                esc(&v.csrf),
+                esc(t),
+                esc(st),
+                if pause.is_some() { "resume" } else { "pause" },
+                if pause.is_some() {
+                    "workers claim again"
+                } else {
+                    "no worker claims until resumed"
+                },
+                if pause.is_some() { "Resume" } else { "Pause" },
+            )
+        } else {
+            String::new()
+        };
+        let badge = match pause {
+            Some(p) => format!(
+                " <span class=paused data-paused=\"{}:{}\" title=\"paused {} by {}{}\">paused</span>",
+                esc(t),
+                esc(st),
+                p.paused_at.format("%Y-%m-%d %H:%M"),
+                esc(&p.paused_by),
+                esc(&p
+                    .reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default())
+            ),
+            None => String::new(),
+        };
+        let _ = write!(
+            body,
+            "<tr><td>{}</td><td>{}{badge} {switch}</td>",
+            esc(t),
+            esc(st)
+        );
         for c in COLUMNS {
             let n: i64 = facets
                 .iter()
@@ -230,9 +270,17 @@ pub(super) struct FacetQuery {
     lane: Option<String>,
     milestone: Option<String>,
     property: Option<String>,
+    /// Which page of [`PAGE`] rows, from 1.
+    page: Option<i64>,
     /// What the last action did (set by its redirect).
     done: Option<String>,
 }
+
+/// Rows on one page of a facet's steps.
+pub(super) const PAGE: i64 = 500;
+
+/// The most steps "all matching" acts on in one go.
+pub(super) const ALL_MAX: i64 = 100_000;
 
 pub(super) async fn steps(
     State(s): State<AppState>,
@@ -259,12 +307,20 @@ pub(super) async fn steps(
         Ok(filter) => filter,
         Err(e) => return failure(&e),
     };
-    let rows = match s
-        .store
-        .steps_in(&q.template, &q.step, &q.status, &filter, 500)
-        .await
-    {
-        Ok(r) => r,
+    let page_no = q.page.unwrap_or(1).max(1);
+    let (rows, total) = match tokio::try_join!(
+        s.store.steps_in(
+            &q.template,
+            &q.step,
+            &q.status,
+            &filter,
+            PAGE,
+            (page_no - 1).saturating_mul(PAGE)
+        ),
+        s.store
+            .steps_in_all(&q.template, &q.step, &q.status, &filter, 0)
+    ) {
+        Ok((r, (total, _))) => (r, total),
         Err(e) => return failure(&e.to_string()),
     };
     let acts = v.role >= Role::Robot;
@@ -283,20 +339,37 @@ pub(super) async fn steps(
     } else {
         String::new()
     };
-    let here = format!(
+    let base = format!(
         "/ui/steps?template={}&step={}&status={}{}",
         enc(&q.template),
         enc(&q.step),
         enc(&q.status),
         f.query()
     );
+    let here = if page_no > 1 {
+        format!("{base}&page={page_no}")
+    } else {
+        base.clone()
+    };
+    let pages = ((total + PAGE - 1) / PAGE).max(1);
+    let first = (page_no - 1) * PAGE + 1;
+    let shown = if rows.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; showing {}–{}",
+            count(first),
+            count(first + rows.len() as i64 - 1)
+        )
+    };
     let mut body = format!(
-        "<p id=summary data-live>{} steps of <b>{}:{}</b> in <b>{}</b>{narrowed} (most recently changed first).</p>",
-        rows.len(),
+        "<p id=summary data-live data-total={total}>{} steps of <b>{}:{}</b> in <b>{}</b>{narrowed}{shown} (most recently changed first).</p>",
+        count(total),
         esc(&q.template),
         esc(&q.step),
         esc(&q.status)
     );
+    let pager = pager(&base, page_no, pages);
     if let Some(done) = given(&q.done) {
         let _ = write!(body, "<p class=done role=status>{}</p>", esc(&done));
     }
@@ -307,8 +380,9 @@ pub(super) async fn steps(
             esc(&v.csrf),
             esc(&here)
         );
-        body.push_str("<p><label><input type=checkbox id=all> all</label> <button name=action value=retry id=retry data-verb=Retry>Retry chosen</button> <button name=action value=skip id=skip data-verb=Skip>Skip chosen</button> <label>priority <input name=priority id=priority type=number value=100 class=narrow></label> <button name=action value=prioritize id=prioritize data-verb=Prioritize>Prioritize chosen</button></p>");
+        body.push_str("<p><label><input type=checkbox id=all> all on this page</label> <button name=action value=retry id=retry data-verb=Retry>Retry chosen</button> <button name=action value=skip id=skip data-verb=Skip>Skip chosen</button> <label>priority <input name=priority id=priority type=number value=100 class=narrow></label> <button name=action value=prioritize id=prioritize data-verb=Prioritize>Prioritize chosen</button></p>");
     }
+    body.push_str(&pager);
     body.push_str("<table id=rows data-live><thead><tr><th></th><th scope=col>object</th><th scope=col class=n>workflow</th><th scope=col>step</th><th scope=col>lane</th><th scope=col class=n>attempts</th><th scope=col>message</th><th scope=col>changed</th></tr></thead><tbody>");
     for r in &rows {
         let check = if acts {
@@ -330,17 +404,23 @@ pub(super) async fn steps(
             esc(&r.lane),
             r.attempts,
             r.max_attempts,
-            esc(r
-                .error_message
-                .as_deref()
-                .or(r.note.as_deref())
-                .unwrap_or("")),
+            esc(&crate::output::step_remark(
+                &r.status,
+                r.error_message.as_deref(),
+                r.note.as_deref(),
+                r.run_at,
+                chrono::Utc::now()
+            )),
             r.updated_at.format("%Y-%m-%d %H:%M:%S")
         );
     }
     body.push_str("</tbody></table>");
     if acts {
         body.push_str("</form>");
+    }
+    body.push_str(&pager);
+    if acts && total > 0 {
+        body.push_str(&act_on_all(&v.csrf, &here, &q, &f, total));
     }
     body.push_str(LIVE);
     page(
@@ -349,4 +429,96 @@ pub(super) async fn steps(
         &body,
     )
     .into_response()
+}
+
+/// A count as people read it: `10,000`.
+pub(super) fn count(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 { format!("-{out}") } else { out }
+}
+
+/// Links to the previous and next pages, and where this one is.
+fn pager(base: &str, page_no: i64, pages: i64) -> String {
+    if pages <= 1 {
+        return String::new();
+    }
+    let link = |n: i64, text: &str, rel: &str| {
+        format!(
+            "<a href=\"{}&page={n}\" rel={rel} id=page-{rel}>{text}</a>",
+            esc(base)
+        )
+    };
+    let prev = if page_no > 1 {
+        link(page_no - 1, "← newer", "prev")
+    } else {
+        String::new()
+    };
+    let next = if page_no < pages {
+        link(page_no + 1, "older →", "next")
+    } else {
+        String::new()
+    };
+    format!(
+        "<nav class=pager aria-label=pages>{prev} <span>page {} of {}</span> {next}</nav>",
+        count(page_no),
+        count(pages)
+    )
+}
+
+/// Forms that act on every step the facet matches, not just the page shown: the server finds
+/// them again when the form arrives, and the browser first asks, naming how many.
+fn act_on_all(csrf: &str, back: &str, q: &FacetQuery, f: &Filters, total: i64) -> String {
+    let mut hidden = String::new();
+    for (name, v) in [
+        ("csrf", Some(csrf.to_string())),
+        ("back", Some(back.to_string())),
+        ("scope", Some("all".to_string())),
+        ("template", Some(q.template.clone())),
+        ("step", Some(q.step.clone())),
+        ("status", Some(q.status.clone())),
+        ("lane", given(&f.lane)),
+        ("milestone", given(&f.milestone)),
+        ("property", given(&f.property)),
+        ("expected", Some(total.to_string())),
+    ] {
+        if let Some(v) = v {
+            let _ = write!(
+                hidden,
+                "<input type=hidden name={name} value=\"{}\">",
+                esc(&v)
+            );
+        }
+    }
+    let n = count(total);
+    let what = format!("{}:{} in {}", q.template, q.step, q.status);
+    let form = |action: &str, verb: &str, extra: &str| {
+        format!(
+            "<form method=post action=/ui/steps/act class=inline id=all-{action} data-confirm=\"{}\">{hidden}<input type=hidden name=action value={action}>{extra}<button>{verb} all {n} matching</button></form>",
+            esc(&format!(
+                "{verb} all {n} steps of {what}{}?",
+                if total > ALL_MAX {
+                    format!(" (the first {} of them)", count(ALL_MAX))
+                } else {
+                    String::new()
+                }
+            ))
+        )
+    };
+    format!(
+        "<div class=all-matching>{}{}{}</div>",
+        form("retry", "Retry", ""),
+        form("skip", "Skip", ""),
+        form(
+            "prioritize",
+            "Prioritize",
+            "<input name=priority type=number value=100 class=narrow aria-label=priority> "
+        )
+    )
 }

@@ -145,7 +145,12 @@ pub(super) async fn templates(State(s): State<AppState>, headers: HeaderMap) -> 
             }
         }
         if let Some(m) = &t.spec.machine {
-            body.push_str(&draw::machine(&format!("template-{}", t.name), m, None));
+            body.push_str(&draw::machine(
+                &format!("template-{}", t.name),
+                m,
+                None,
+                &[],
+            ));
         } else if !t.spec.steps.is_empty() {
             body.push_str("<table><thead><tr><th scope=col>step</th><th scope=col>after</th></tr></thead><tbody>");
             for st in &t.spec.steps {
@@ -233,12 +238,26 @@ pub(super) async fn schedules_alerts(State(s): State<AppState>, headers: HeaderM
         Err(e) => return failure(&e.to_string()),
     };
     let mut body = String::from(
-        "<h2>Schedules</h2><table id=schedules><thead><tr><th scope=col>schedule</th><th scope=col>cron</th><th scope=col>template</th><th scope=col>enabled</th><th scope=col>next fire</th><th scope=col>last fired</th></tr></thead><tbody>",
+        "<h2>Schedules</h2><table id=schedules><thead><tr><th scope=col>schedule</th><th scope=col>cron</th><th scope=col>template</th><th scope=col>enabled</th><th scope=col>next fire</th><th scope=col>last fired</th><th></th></tr></thead><tbody>",
     );
+    let acts = v.role >= crate::store::Role::Robot;
     for r in &schedules {
+        let buttons = if acts {
+            format!(
+                "<form method=post action=/ui/schedules/act class=inline><input type=hidden name=csrf value=\"{}\"><input type=hidden name=name value=\"{}\"><button class=small name=action value={}>{}</button> <button class=small name=action value=fire{}>Fire now</button></form>",
+                esc(&v.csrf),
+                esc(&r.name),
+                if r.enabled { "disable" } else { "enable" },
+                if r.enabled { "Disable" } else { "Enable" },
+                if r.enabled { "" } else { " disabled" }
+            )
+        } else {
+            String::new()
+        };
         let _ = write!(
             body,
-            "<tr><td>{}</td><td><code>{}</code> {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr data-schedule=\"{}\"><td>{}</td><td><code>{}</code> {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{buttons}</td></tr>",
+            esc(&r.name),
             esc(&r.name),
             esc(&r.cron),
             esc(&r.timezone),
@@ -298,4 +317,29 @@ pub(super) async fn schedules_alerts(State(s): State<AppState>, headers: HeaderM
         body.push_str("</tbody></table>");
     }
     page("Schedules and alerts", Some(&v), &body).into_response()
+}
+
+/// Enable, disable or fire a schedule from the schedules page.
+pub(super) async fn schedule_act(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let pairs = super::form_pairs(&body);
+    if let Err(r) = super::actor(&s, &headers, &pairs).await {
+        return r;
+    }
+    let Some(name) = super::field(&pairs, "name") else {
+        return failure("the form names no schedule");
+    };
+    let done = match super::field(&pairs, "action") {
+        Some("enable") => s.store.schedule_enable(name, true).await,
+        Some("disable") => s.store.schedule_enable(name, false).await,
+        Some("fire") => s.store.schedule_fire_now(name).await.map(|_| ()),
+        other => return failure(&format!("unknown schedule action {other:?}")),
+    };
+    match done {
+        Ok(()) => axum::response::Redirect::to("/ui/schedules").into_response(),
+        Err(e) => failure(&e.to_string()),
+    }
 }

@@ -1,0 +1,361 @@
+//! What an operator's day needs from the CLI and the engine: numbers kept exactly or refused,
+//! `--object` repeatable with unknown objects named, a file registered whole or not at all, a
+//! retry that keeps its last error in sight, queues paused and resumed (claims, the robots'
+//! queue route, `why`), generated steps counted under their bricklet step, and `up --demo`
+//! serving its page until Ctrl-C.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use chrono::Utc;
+use support::{db, load};
+use workdo::model::status::Status;
+use workdo::store::{Change, StartRequest, StepResult};
+
+const LEASE: Duration = Duration::from_secs(60);
+
+fn workdo(url: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_workdo"))
+        .args(args)
+        .env("DATABASE_URL", url)
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("workdo");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn numbers_objects_and_files_are_taken_exactly_or_refused() {
+    let t = db().await;
+    // A 20-digit barcode as a JSON number: refused, naming it and the fix; nothing stored.
+    let (code, _, stderr) = workdo(
+        &t.url,
+        &[
+            "objects",
+            "add",
+            "obj:a",
+            "--property-json",
+            "barcode=36105010362304123456",
+        ],
+    );
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("36105010362304123456") && stderr.contains("as a string"),
+        "{stderr}"
+    );
+    let none: i64 = sqlx::query_scalar("select count(*) from workdo.objects")
+        .fetch_one(t.pool())
+        .await
+        .expect("count");
+    assert_eq!(none, 0);
+    // As a string it is kept digit for digit; a number a double holds stays a number.
+    let (code, _, stderr) = workdo(
+        &t.url,
+        &[
+            "objects",
+            "add",
+            "obj:a",
+            "--property",
+            "barcode=36105010362304123456",
+            "--property-json",
+            "year=1854",
+        ],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let props: serde_json::Value =
+        sqlx::query_scalar("select properties from workdo.objects where id = 'obj:a'")
+            .fetch_one(t.pool())
+            .await
+            .expect("props");
+    assert_eq!(
+        props,
+        serde_json::json!({"barcode": "36105010362304123456", "year": 1854})
+    );
+
+    // A JSON-lines file is registered whole or not at all: a bad number on line 3 keeps lines
+    // 1 and 2 out too, and the error names file and line.
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("objects.jsonl");
+    std::fs::write(
+        &file,
+        "{\"id\": \"obj:b\"}\n{\"id\": \"obj:c\"}\n{\"id\": \"obj:d\", \"properties\": {\"n\": 0.1000000000000000055511151231257827}}\n",
+    )
+    .expect("file");
+    let (code, _, stderr) = workdo(
+        &t.url,
+        &["objects", "add", "--from", &file.display().to_string()],
+    );
+    assert_ne!(code, Some(0));
+    assert!(stderr.contains("objects.jsonl:3"), "{stderr}");
+    let kept: i64 = sqlx::query_scalar("select count(*) from workdo.objects")
+        .fetch_one(t.pool())
+        .await
+        .expect("count");
+    assert_eq!(kept, 1, "only obj:a");
+
+    // --object is repeatable; an object never registered is named, exit 2.
+    load(&t.store, "r.yaml", "name: repWF\nsteps:\n  - { name: a }\n").await;
+    let req = StartRequest::new("repWF", &["obj:a", "obj:b", "obj:c"]);
+    t.store.workflow_start(&req).await.expect("start");
+    let (code, stdout, stderr) = workdo(
+        &t.url,
+        &[
+            "skip",
+            "--template",
+            "repWF",
+            "--object",
+            "obj:a",
+            "--object",
+            "obj:c",
+        ],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("2 steps skipped"), "{stdout}");
+    let (code, _, stderr) = workdo(
+        &t.url,
+        &["skip", "--object", "obj:b", "--object", "obj:nope"],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("obj:nope"), "{stderr}");
+    let b: String = sqlx::query_scalar(
+        "select status from workdo.steps where object_id = 'obj:b' and template = 'repWF'",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("status");
+    assert_eq!(b, "ready", "nothing skipped when one name is wrong");
+}
+
+#[tokio::test]
+async fn a_retry_keeps_its_last_error_and_a_paused_queue_claims_nothing() {
+    workdo::install_crypto();
+    let t = db().await;
+    load(
+        &t.store,
+        "q.yaml",
+        "name: qWF\nsteps:\n  - { name: fetch }\n  - { name: shelve, prereqs: [fetch] }\n",
+    )
+    .await;
+    let req = StartRequest::new("qWF", &["obj:one", "obj:two"]);
+    t.store.workflow_start(&req).await.expect("start");
+    let claimed = t
+        .store
+        .step_claim("qWF", "fetch", None, 1, "test", LEASE)
+        .await
+        .expect("claim");
+    let c = &claimed[0];
+    let mut ch = Change::new(c.id, Status::Retrying, "failed");
+    ch.lease = Some(c.lease_token);
+    ch.run_at = Some(Utc::now());
+    ch.error_message = Some("scanner timeout".into());
+    t.store
+        .results_commit(
+            &[StepResult {
+                change: ch,
+                object_id: c.object_id.clone(),
+                workflow_id: c.workflow_id,
+                effects: Default::default(),
+            }],
+            "test",
+        )
+        .await
+        .expect("commit");
+    assert_eq!(t.store.steps_promote_due(10).await.expect("promote"), 1);
+    let row = support::step(t.pool(), &c.object_id, "fetch").await;
+    assert_eq!(row.status, "ready");
+    assert_eq!(
+        row.error_message.as_deref(),
+        Some("scanner timeout"),
+        "due again, its last error still in sight"
+    );
+    let (_, shown, _) = workdo(&t.url, &["show", &c.object_id]);
+    assert!(shown.contains("last error: scanner timeout"), "{shown}");
+
+    // Paused: no claim, the robots' queue route answers empty, `why` says so; resumed: claims.
+    let (code, stdout, stderr) = workdo(
+        &t.url,
+        &["pause", "qWF:fetch", "--reason", "scanner service down"],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("qWF:fetch paused"), "{stdout}");
+    let (code, _, stderr) = workdo(&t.url, &["pause", "qWF:fetchh"]);
+    assert_eq!(code, Some(2), "a misspelt step is named: {stderr}");
+    assert!(stderr.contains("fetchh"), "{stderr}");
+    let none = t
+        .store
+        .step_claim("qWF", "fetch", None, 10, "test", LEASE)
+        .await
+        .expect("claim");
+    assert!(none.is_empty(), "paused: nothing claimed");
+    let (_, why, _) = workdo(&t.url, &["why", &c.object_id, "qWF", "fetch"]);
+    assert!(
+        why.contains("paused") && why.contains("scanner service down"),
+        "{why}"
+    );
+    let (_, listed, _) = workdo(&t.url, &["status"]);
+    assert!(listed.contains("paused: qWF:fetch"), "{listed}");
+    let base = support::serve_api(&t.store, workdo::api::Access::Open).await;
+    let queue = reqwest::get(format!("{base}/workflow_queue?waiting=qWF:fetch"))
+        .await
+        .expect("queue")
+        .text()
+        .await
+        .expect("body");
+    assert!(queue.contains(r#"count="0""#), "{queue}");
+    let (code, stdout, _) = workdo(&t.url, &["resume", "qWF:fetch"]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("qWF:fetch resumed"), "{stdout}");
+    let both = t
+        .store
+        .step_claim("qWF", "fetch", None, 10, "test", LEASE)
+        .await
+        .expect("claim");
+    assert_eq!(
+        both.len(),
+        2,
+        "resumed: the retry and the other are claimed"
+    );
+}
+
+#[tokio::test]
+async fn generated_steps_are_counted_under_their_bricklet_step() {
+    let t = db().await;
+    let file = support::workflows_dir().join("lectureWF.yaml");
+    let loaded = workdo::cli::files::parse_file(&file).expect("lectureWF");
+    t.store.template_save(&loaded).await.expect("saved");
+    let druid = "druid:bb123cd4567";
+    support::put_document(
+        &t,
+        druid,
+        "lecture",
+        include_str!("fixtures/documents/lecture.xml"),
+    )
+    .await;
+    t.store
+        .workflow_start(&StartRequest::new("lectureWF", &[druid]))
+        .await
+        .expect("start");
+    let bindings = workdo::runtime::bindings(&t.store, &[])
+        .await
+        .expect("bindings");
+    for step in ["get-docs", "feature-extraction"] {
+        let b = bindings.iter().find(|b| b.step == step).expect("a binding");
+        workdo::runtime::inject::run_now(&t.store, b, &support::config(), &[druid.to_string()])
+            .await
+            .expect("run");
+    }
+    // Instances, one facet each before; now one row per bricklet step.
+    let instances: i64 = sqlx::query_scalar(
+        "select count(*) from workdo.steps where name like 'feature-extraction/b4#%/keywords'",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("instances");
+    assert!(instances >= 2, "the lecture composes several b4 instances");
+    let facets = t.store.facets(Some("lectureWF")).await.expect("facets");
+    assert!(facets.iter().all(|f| !f.step.contains('#')), "{facets:?}");
+    let keywords: i64 = facets
+        .iter()
+        .filter(|f| f.step == "feature-extraction/b4/keywords")
+        .map(|f| f.count)
+        .sum();
+    assert_eq!(keywords, instances);
+    // The drill-down lists every instance.
+    let status: String = sqlx::query_scalar(
+        "select status from workdo.steps where name like 'feature-extraction/b4#%/keywords' limit 1",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("status");
+    let (n, ids) = t
+        .store
+        .steps_in_all(
+            "lectureWF",
+            "feature-extraction/b4/keywords",
+            &status,
+            &Default::default(),
+            1000,
+        )
+        .await
+        .expect("steps");
+    let in_status: i64 = facets
+        .iter()
+        .filter(|f| f.step == "feature-extraction/b4/keywords" && f.status == status)
+        .map(|f| f.count)
+        .sum();
+    assert_eq!((n, ids.len() as i64), (in_status, in_status));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_keeps_serving_its_page_until_ctrl_c() {
+    use std::io::BufRead as _;
+    workdo::install_crypto();
+    let t = db().await;
+    let data = tempfile::tempdir().expect("dir");
+    let mut demo = Command::new(env!("CARGO_BIN_EXE_workdo"))
+        .args([
+            "up",
+            "--demo",
+            "3",
+            "--serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--open",
+            "--workspace",
+        ])
+        .arg(data.path())
+        .env("DATABASE_URL", &t.url)
+        .env("RUST_LOG", "error")
+        .current_dir(support::workflows_dir().join(".."))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the demo");
+    let stdout = demo.stdout.take().expect("stdout");
+    let lines = tokio::task::spawn_blocking(move || {
+        let mut seen = Vec::new();
+        for l in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let done = l.contains("next: workdo status");
+            seen.push(l);
+            if done {
+                break;
+            }
+        }
+        seen
+    })
+    .await
+    .expect("join");
+    let said = lines.join("\n");
+    let at = lines
+        .iter()
+        .find_map(|l| l.split("keeps serving at ").nth(1))
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or_else(|| panic!("the demo says where it keeps serving:\n{said}"))
+        .to_string();
+    assert!(said.contains("next: workdo status"), "{said}");
+    // The demo is over, and the page still answers.
+    let page = reqwest::get(&at).await.expect("the page after the demo");
+    assert_eq!(page.status(), 200, "{at}");
+    // Ctrl-C stops it cleanly.
+    let pid = demo.id().to_string();
+    let killed = Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let status = tokio::task::spawn_blocking(move || demo.wait())
+        .await
+        .expect("join")
+        .expect("wait");
+    assert!(status.success(), "{status}");
+}
