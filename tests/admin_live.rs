@@ -472,7 +472,7 @@ async fn the_demo_serves_the_page_and_says_where() {
     }
     let page = reqwest::get(&url).await.expect("the page answers");
     assert_eq!(page.status().as_u16(), 200);
-    assert!(page.text().await.expect("body").contains("id=facets"));
+    assert!(page.text().await.expect("body").contains("id=\"facets\""));
     let rest: Vec<String> =
         tokio::task::spawn_blocking(move || lines.map_while(Result::ok).collect())
             .await

@@ -266,6 +266,48 @@ async fn generated_steps_are_counted_under_their_bricklet_step() {
         .map(|f| f.count)
         .sum();
     assert_eq!(keywords, instances);
+    // Pausing the row the overview shows pauses the queue every instance is claimed from.
+    assert!(
+        t.store
+            .step_pause(
+                "lectureWF",
+                "feature-extraction/b1/key-frames",
+                "test",
+                None
+            )
+            .await
+            .expect("pause")
+    );
+    let claim = || async {
+        sqlx::query_scalar::<_, i64>(
+            "select count(*) from workdo.claim_queue('lectureWF:b1/key-frames', null, 10, 'test', 60)",
+        )
+        .fetch_one(t.pool())
+        .await
+        .expect("claim")
+    };
+    assert_eq!(claim().await, 0, "paused");
+    assert!(
+        t.store
+            .step_resume("lectureWF", "b1/key-frames")
+            .await
+            .expect("resume")
+    );
+    assert!(claim().await > 0, "resumed");
+    // A machine's calls are counted under the function they call.
+    let call: String = sqlx::query_scalar("select workdo.facet_name('call/notify-reviewer#12')")
+        .fetch_one(t.pool())
+        .await
+        .expect("facet name");
+    assert_eq!(call, "call/notify-reviewer");
+    assert_eq!(
+        workdo::store::queue_key("feature-extraction/b4#2/keywords"),
+        "b4/keywords"
+    );
+    assert_eq!(
+        workdo::store::queue_key("call/notify-reviewer#3"),
+        "call/notify-reviewer"
+    );
     // The drill-down lists every instance.
     let status: String = sqlx::query_scalar(
         "select status from workdo.steps where name like 'feature-extraction/b4#%/keywords' limit 1",

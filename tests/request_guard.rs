@@ -119,7 +119,7 @@ async fn the_page_refuses_other_sites_and_cannot_be_framed() {
         "inline handlers"
     );
     let csrf = html
-        .split("name=csrf value=\"")
+        .split("name=\"csrf\" value=\"")
         .nth(1)
         .and_then(|r| r.split('"').next())
         .unwrap_or_default()

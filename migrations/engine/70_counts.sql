@@ -6,15 +6,16 @@
 
 -- workdo.facet_name: the name a step is counted under. A generated step
 -- (`generator/bricklet#n/step`, 0011) is counted under its bricklet step
--- (`generator/bricklet/step`): one row however many instances, so the overview does not grow
--- with every instance; the page lists the instances when asked.
+-- (`generator/bricklet/step`), a machine's call (`call/f#n`) under `call/f`: one row however
+-- many instances, so the overview does not grow with every instance; the page lists the
+-- instances when asked.
 CREATE OR REPLACE FUNCTION workdo.facet_name(p_name text)
  RETURNS text
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
 AS $function$
     select case when strpos(p_name, '#') = 0 then p_name
-                else regexp_replace(p_name, '#[0-9]+/', '/', 'g') end
+                else regexp_replace(p_name, '#[0-9]+(/|$)', '\1', 'g') end
 $function$;
 
 CREATE OR REPLACE FUNCTION workdo.step_counts_inserted()

@@ -229,7 +229,7 @@ pub enum Command {
     /// them to Sidekiq) until `workdo resume`; running calls finish. Without a step, lists the
     /// paused ones.
     #[command(
-        after_help = "Examples:\n  workdo pause accessionWF:shelve --reason \"storage maintenance\"\n  workdo pause"
+        after_help = "Examples:\n  workdo pause googleScannedBookWF:shelve --reason \"storage maintenance\"\n  workdo pause"
     )]
     Pause {
         /// TEMPLATE:STEP (a generated step's queue: TEMPLATE:BRICKLET/STEP).
@@ -239,7 +239,7 @@ pub enum Command {
         reason: Option<String>,
     },
     /// Resume a paused queue: its workers claim again at once.
-    #[command(after_help = "Example: workdo resume accessionWF:shelve")]
+    #[command(after_help = "Example: workdo resume googleScannedBookWF:shelve")]
     Resume {
         /// TEMPLATE:STEP
         step: String,

@@ -74,26 +74,33 @@ fn changed(literal: &str) -> Option<String> {
         return None; // the parser refuses it with its own message
     }
     let stored = serde_json::Number::from_f64(value)?.to_string();
-    (decimal(literal)? != decimal(&stored)?).then_some(stored)
+    match (decimal(literal), decimal(&stored)) {
+        (Some(written), Some(kept)) => (written != kept).then_some(stored),
+        // An exponent beyond any machine number (`1e-99999999999999999999999999999999999999999`):
+        // what is kept is not what was written.
+        _ => Some(stored),
+    }
 }
 
 /// A decimal literal's value as (negative, significant digits, exponent of the last digit),
-/// with zeros trimmed, so two literals compare equal exactly when their values are.
-fn decimal(literal: &str) -> Option<(bool, String, i64)> {
+/// with zeros trimmed, so two literals compare equal exactly when their values are. `None`
+/// when its exponent is beyond 128 bits.
+fn decimal(literal: &str) -> Option<(bool, String, i128)> {
     let (negative, rest) = match literal.strip_prefix('-') {
         Some(r) => (true, r),
         None => (false, literal),
     };
     let (mantissa, exponent) = match rest.find(['e', 'E']) {
-        Some(at) => (&rest[..at], rest[at + 1..].parse::<i64>().ok()?),
+        Some(at) => (&rest[..at], rest[at + 1..].parse::<i128>().ok()?),
         None => (rest, 0),
     };
     let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
     let mut digits = format!("{whole}{fraction}");
-    let mut exponent = exponent - fraction.len() as i64;
     let trailing = digits.len() - digits.trim_end_matches('0').len();
     digits.truncate(digits.len() - trailing);
-    exponent += trailing as i64;
+    let exponent = exponent
+        .saturating_sub(fraction.len() as i128)
+        .saturating_add(trailing as i128);
     let digits = digits.trim_start_matches('0').to_string();
     if digits.is_empty() {
         return Some((false, String::new(), 0));
@@ -132,6 +139,9 @@ mod tests {
             "-9223372036854775809",
             "0.1000000000000000055511151231257827",
             "3.14159265358979323846",
+            "1e-99999999999999999999",
+            "1.5e-9223372036854775808",
+            "1.5e-170141183460469231731687303715884105728000",
         ] {
             assert!(check_exact(bad).is_err(), "{bad}");
         }

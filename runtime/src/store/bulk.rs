@@ -220,7 +220,8 @@ async fn matching_ids(
         "select s.id from workdo.steps s
           where s.active
             and (s.status in ('completed', 'skipped')) = $8
-            and (cardinality($1::text[]) = 0 or s.object_id = any($1))
+            and (cardinality($1::text[]) = 0
+                 or s.workflow_id in (select w.id from workdo.workflows w where w.object_id = any($1)))
             and ($2::text is null or s.template = $2)
             and ($3::text is null or s.name = $3)
             and ($4::text is null or s.status = $4)

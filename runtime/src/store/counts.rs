@@ -16,6 +16,16 @@ pub struct Throughput {
     pub failed: i64,
 }
 
+/// Completions and failed attempts of one step in one minute.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct StepThroughput {
+    pub minute: DateTime<Utc>,
+    pub template: String,
+    pub step: String,
+    pub completed: i64,
+    pub failed: i64,
+}
+
 /// What the overview narrows to: a template, a lane, objects that reached a milestone,
 /// objects whose property `.0` reads `.1` (as text, so `barcode=3610…` matches the string).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -102,6 +112,20 @@ impl Store {
 
     /// Completed and failed attempts per minute and template over the last `minutes`
     /// minutes, oldest first (minutes with neither are absent).
+    /// Per step and minute, the completions and failed attempts of the last `minutes`
+    /// minutes (the overview's sparklines).
+    pub async fn throughput_by_step(&self, minutes: i32) -> Result<Vec<StepThroughput>> {
+        Ok(sqlx::query_as(
+            "select minute, template, name as step, completed, failed
+               from workdo.step_throughput
+              where minute >= date_trunc('minute', now()) - make_interval(mins => $1)
+              order by template, name, minute",
+        )
+        .bind(minutes)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     pub async fn throughput(&self, minutes: i32) -> Result<Vec<Throughput>> {
         self.step_counts_rollup().await?;
         let rows = sqlx::query_as(

@@ -58,7 +58,7 @@ const ENGINE: &[(&str, &str)] = &[
 pub const ENGINE_VERSION: i32 = 19;
 
 /// The SHA-256 of the engine files of [`ENGINE_VERSION`] ([`engine_sha256`]).
-pub const ENGINE_SHA256: &str = "6399775f4fefbd82e7c6d75e8eed74f15fea9541c08cda0b6d5609e87af9ce72";
+pub const ENGINE_SHA256: &str = "8c8059f0298167008415326726faec69485742dd43ef6a33eb37c52435c7c161";
 
 /// The oldest engine version whose binaries still work on this engine (its functions keep the
 /// signatures and meaning those binaries call them with). A binary older than this refuses to

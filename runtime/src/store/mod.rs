@@ -25,7 +25,7 @@ mod machine;
 mod objects;
 pub use objects::NewObject;
 mod paused;
-pub use paused::Paused;
+pub use paused::{Paused, queue_key};
 mod queries;
 mod queues;
 mod recompose;
@@ -42,7 +42,7 @@ pub use demo::{DemoProgress, DemoSummary, DemoTotals};
 pub use schedules::{Fired, ScheduleRow};
 
 pub use bulk::StepFilter;
-pub use counts::{FacetFilter, Throughput};
+pub use counts::{FacetFilter, StepThroughput, Throughput};
 pub use dispatch::{Bricklets, Dispatch, activation};
 pub use handoff::{Handoff, HandoffEntry, HandoffRow};
 pub use housekeeping::{Archived, ErrorGroup, ObjectRow, OutboxEntry, Timing, WorkflowListRow};

@@ -132,9 +132,12 @@ impl Store {
     /// through the same path as a due tick, so it fires once however many runtimes run; its next
     /// regular tick stays where the cron puts it. A disabled schedule is not fired.
     pub async fn schedule_fire_now(&self, name: &str) -> Result<Vec<Fired>> {
+        // Checked and moved in one statement: a disabled schedule is left as it was.
         let enabled: Option<bool> = sqlx::query_scalar(
-            "update workdo.schedules set next_fire_at = least(next_fire_at, now())
-              where name = $1 returning enabled",
+            "with s as (select name, enabled from workdo.schedules where name = $1 for update),
+                  moved as (update workdo.schedules t set next_fire_at = least(t.next_fire_at, now())
+                              from s where t.name = s.name and s.enabled returning t.name)
+             select enabled from s",
         )
         .bind(name)
         .fetch_optional(&self.pool)
@@ -148,12 +151,17 @@ impl Store {
             }
             Some(true) => {}
         }
-        self.schedules_fire_due().await
+        self.fire_due(Some(name)).await
     }
 
     /// Fire every due schedule once: start its workflows and move its next fire time past now,
     /// in one transaction per schedule.
     pub async fn schedules_fire_due(&self) -> Result<Vec<Fired>> {
+        self.fire_due(None).await
+    }
+
+    /// [`Store::schedules_fire_due`], or (`only`) that one schedule if it is due.
+    async fn fire_due(&self, only: Option<&str>) -> Result<Vec<Fired>> {
         let mut fired = Vec::new();
         loop {
             let mut tx = self.pool.begin().await?;
@@ -161,9 +169,10 @@ impl Store {
                 "select name, cron, timezone, template, objects, restart, enabled, next_fire_at, last_fired_at,
                         signal, state
                    from workdo.schedules
-                  where enabled and next_fire_at <= now()
+                  where enabled and next_fire_at <= now() and ($1::text is null or name = $1)
                   order by next_fire_at limit 1 for update skip locked",
             )
+            .bind(only)
             .fetch_optional(&mut *tx)
             .await?;
             let Some(row) = due else { break };

@@ -1,13 +1,14 @@
 //! Pictures for the admin page, drawn on the server as inline SVG (no script, no CDN): a
 //! workflow's steps (generated subnets dashed), a template's steps, a machine's states, and
-//! the throughput of each template over the last hour. Every label goes through `esc`.
+//! the throughput of each template over the last hour; maud escapes every label.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use chrono::{DateTime, Duration, DurationRound, Utc};
 
-use super::{esc, layout};
+use maud::{Markup, html};
+
+use super::layout;
 use crate::model::machine::Machine;
 use crate::model::template::StepSpec;
 use crate::store::{StepRow, Throughput};
@@ -45,9 +46,9 @@ fn fit(label: &str) -> String {
 }
 
 /// Lay the nodes out (`layout.rs`) and draw them.
-fn svg(id: &str, title: &str, nodes: &[Node], edges: &[Edge], roots: &[usize]) -> String {
+fn svg(id: &str, title: &str, nodes: &[Node], edges: &[Edge], roots: &[usize]) -> Markup {
     if nodes.is_empty() {
-        return String::new();
+        return html! {};
     }
     // The id names the arrow marker in `url(#…)`: keep it to characters that need no quoting.
     let id: String = id
@@ -60,7 +61,6 @@ fn svg(id: &str, title: &str, nodes: &[Node], edges: &[Edge], roots: &[usize]) -
             }
         })
         .collect();
-    let id = id.as_str();
     let shown: Vec<String> = nodes.iter().map(|n| fit(&n.label)).collect();
     let spec: Vec<(usize, usize, Option<&str>)> = edges
         .iter()
@@ -77,12 +77,6 @@ fn svg(id: &str, title: &str, nodes: &[Node], edges: &[Edge], roots: &[usize]) -
         roots,
     });
     let (width, height) = (l.width.ceil(), l.height.ceil());
-    let mut s = format!(
-        "<svg class=graph id=\"{}\" role=img viewBox=\"0 0 {width} {height}\" width={width} height={height} xmlns=\"http://www.w3.org/2000/svg\"><title>{}</title><defs><marker id=\"{}-arrow\" viewBox=\"0 0 10 10\" refX=9 refY=5 markerWidth=7 markerHeight=7 orient=auto-start-reverse><path d=\"M0,0L10,5L0,10z\" fill=currentColor /></marker></defs>",
-        esc(id),
-        esc(title),
-        esc(id)
-    );
     // Subnets: a dashed frame round each generator's steps, behind them.
     let mut groups: BTreeMap<&str, (f64, f64, f64, f64)> = BTreeMap::new();
     for (i, n) in nodes.iter().enumerate() {
@@ -97,72 +91,52 @@ fn svg(id: &str, title: &str, nodes: &[Node], edges: &[Edge], roots: &[usize]) -
             );
         }
     }
-    for (g, (x0, y0, x1, y1)) in &groups {
-        let _ = write!(
-            s,
-            "<g class=subnet data-subnet=\"{}\"><rect x={:.0} y={:.0} width={:.0} height={:.0} rx=8 /><text x={:.0} y={:.0} font-size=10 class=sub>subnet of {}</text></g>",
-            esc(g),
-            x0 - 6.0,
-            y0 - 14.0,
-            x1 - x0 + 12.0,
-            y1 - y0 + 20.0,
-            x0 - 2.0,
-            y0 - 4.0,
-            esc(g)
-        );
-    }
-    for (e, path) in edges.iter().zip(&l.paths) {
-        let dash = if e.dashed {
-            " stroke-dasharray=\"5 4\""
-        } else {
-            ""
-        };
-        let d: Vec<String> = path
-            .iter()
+    let arrow = format!("url(#{id}-arrow)");
+    let d = |path: &[(f64, f64)]| -> String {
+        path.iter()
             .enumerate()
             .map(|(k, (x, y))| format!("{}{x:.1},{y:.1}", if k == 0 { 'M' } else { 'L' }))
-            .collect();
-        let _ = write!(
-            s,
-            "<path class=\"edge{}\" d=\"{}\" fill=none stroke=currentColor{dash} marker-end=\"url(#{}-arrow)\" />",
-            if e.taken { " taken" } else { "" },
-            d.join(" "),
-            esc(id)
-        );
-    }
-    for (e, at) in edges.iter().zip(&l.labels) {
-        if let (Some(label), Some((x, y))) = (&e.label, at) {
-            let _ = write!(
-                s,
-                "<text class=label x={x:.1} y={y:.1} font-size=11>{}</text>",
-                esc(label)
-            );
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let h = layout::H;
+    html! {
+        svg.graph id=(id) role="img" viewBox={ "0 0 " (width) " " (height) } width=(width) height=(height) xmlns="http://www.w3.org/2000/svg" {
+            title { (title) }
+            defs {
+                marker id={ (id) "-arrow" } viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse" {
+                    path d="M0,0L10,5L0,10z" fill="currentColor" {}
+                }
+            }
+            @for (g, (x0, y0, x1, y1)) in &groups {
+                g.subnet data-subnet=(g) {
+                    rect x=(format!("{:.0}", x0 - 6.0)) y=(format!("{:.0}", y0 - 14.0)) width=(format!("{:.0}", x1 - x0 + 12.0)) height=(format!("{:.0}", y1 - y0 + 20.0)) rx="8" {}
+                    text.sub x=(format!("{:.0}", x0 - 2.0)) y=(format!("{:.0}", y0 - 4.0)) font-size="10" { "subnet of " (g) }
+                }
+            }
+            @for (e, path) in edges.iter().zip(&l.paths) {
+                path class=(if e.taken { "edge taken" } else { "edge" }) d=(d(path)) fill="none" stroke="currentColor" stroke-dasharray=[e.dashed.then_some("5 4")] marker-end=(arrow) {}
+            }
+            @for (e, at) in edges.iter().zip(&l.labels) {
+                @if let (Some(label), Some((x, y))) = (&e.label, at) {
+                    text.label x=(format!("{x:.1}")) y=(format!("{y:.1}")) font-size="11" { (label) }
+                }
+            }
+            @for (i, n) in nodes.iter().enumerate() {
+                @let (x, y, w) = l.boxes[i];
+                g class={ "node " (n.class) } data-node=(n.label) {
+                    title { (n.label) " — " (n.sub) }
+                    rect x=(format!("{x:.1}")) y=(format!("{y:.1}")) width=(format!("{w:.1}")) height=(h) rx="6" {}
+                    text x=(format!("{:.1}", x + w / 2.0)) y=(format!("{:.1}", if n.sub.is_empty() { y + 26.0 } else { y + 17.0 })) font-size="13" text-anchor="middle" { (shown[i]) }
+                    text.sub x=(format!("{:.1}", x + w / 2.0)) y=(format!("{:.1}", y + 33.0)) font-size="11" text-anchor="middle" { (n.sub) }
+                }
+            }
         }
     }
-    for (i, n) in nodes.iter().enumerate() {
-        let (x, y, w) = l.boxes[i];
-        let h = layout::H;
-        let _ = write!(
-            s,
-            "<g class=\"node {}\" data-node=\"{}\"><title>{} — {}</title><rect x={x:.1} y={y:.1} width={w:.1} height={h} rx=6 /><text x={:.1} y={:.1} font-size=13 text-anchor=middle>{}</text><text x={:.1} y={:.1} font-size=11 text-anchor=middle class=sub>{}</text></g>",
-            esc(&n.class),
-            esc(&n.label),
-            esc(&n.label),
-            esc(&n.sub),
-            x + w / 2.0,
-            if n.sub.is_empty() { y + 26.0 } else { y + 17.0 },
-            esc(&shown[i]),
-            x + w / 2.0,
-            y + 33.0,
-            esc(&n.sub)
-        );
-    }
-    s.push_str("</svg>");
-    s
 }
 
 /// A workflow's steps with their statuses; a generator's composed steps hang from it, dashed.
-pub(super) fn workflow(id: &str, steps: &[StepRow]) -> String {
+pub(super) fn workflow(id: &str, steps: &[StepRow]) -> Markup {
     let nodes: Vec<Node> = steps
         .iter()
         .map(|st| {
@@ -208,7 +182,7 @@ pub(super) fn workflow(id: &str, steps: &[StepRow]) -> String {
 }
 
 /// A template's steps and their prerequisites.
-pub(super) fn template(id: &str, steps: &[StepSpec]) -> String {
+pub(super) fn template(id: &str, steps: &[StepSpec]) -> Markup {
     let index: BTreeMap<&str, usize> = steps
         .iter()
         .enumerate()
@@ -248,7 +222,7 @@ pub(super) fn machine(
     m: &Machine,
     current: Option<&str>,
     taken: &[(String, String)],
-) -> String {
+) -> Markup {
     let names: Vec<&String> = m.states.keys().collect();
     let index: BTreeMap<&str, usize> = names
         .iter()
@@ -290,23 +264,23 @@ pub(super) fn machine(
         }
     }
     let roots: Vec<usize> = index.get(m.initial.as_str()).copied().into_iter().collect();
-    let mut s = svg(id, "machine states", &nodes, &edges, &roots);
-    if !m.global.is_empty() {
-        s.push_str("<p class=globals>from any state: ");
-        let list: Vec<String> = m
-            .global
-            .iter()
-            .map(|(signal, t)| format!("<b>{}</b> → {}", esc(signal), esc(t.target())))
-            .collect();
-        s.push_str(&list.join(", "));
-        s.push_str("</p>");
+    html! {
+        (svg(id, "machine states", &nodes, &edges, &roots))
+        @if !m.global.is_empty() {
+            p.globals {
+                "from any state: "
+                @for (i, (signal, t)) in m.global.iter().enumerate() {
+                    @if i > 0 { ", " }
+                    b { (signal) } " → " (t.target())
+                }
+            }
+        }
     }
-    s
 }
 
 /// Per template, completed steps (up) and failed attempts (down) per minute over the last
 /// `minutes` minutes ending at `now`, as one small bar chart each.
-pub(super) fn throughput(rows: &[Throughput], now: DateTime<Utc>, minutes: i64) -> String {
+pub(super) fn throughput(rows: &[Throughput], now: DateTime<Utc>, minutes: i64) -> Markup {
     let end = now.duration_trunc(Duration::minutes(1)).unwrap_or(now);
     let start = end - Duration::minutes(minutes - 1);
     let mut per: BTreeMap<&str, Vec<(i64, i64)>> = BTreeMap::new();
@@ -322,51 +296,40 @@ pub(super) fn throughput(rows: &[Throughput], now: DateTime<Utc>, minutes: i64) 
         v[slot as usize].1 += r.failed;
     }
     if per.is_empty() {
-        return format!("<p>Nothing completed or failed in the last {minutes} minutes.</p>");
+        return html! { p { "Nothing completed or failed in the last " (minutes) " minutes." } };
     }
     let (bw, half) = (8i64, 36i64);
     let width = bw * minutes + 2;
-    let mut s = String::from("<table id=throughput><tbody>");
-    for (template, slots) in &per {
-        let peak = slots
-            .iter()
-            .map(|(c, f)| (*c).max(*f))
-            .max()
-            .unwrap_or(0)
-            .max(1);
-        let (done, failed): (i64, i64) = slots.iter().fold((0, 0), |(a, b), (c, f)| (a + c, b + f));
-        let _ = write!(
-            s,
-            "<tr data-template=\"{}\"><td>{}<br><small><span class=completed>{done} completed</span>, <span class=error>{failed} failed</span></small></td><td><svg role=img viewBox=\"0 0 {width} {}\" width={width} height={} xmlns=\"http://www.w3.org/2000/svg\"><title>{}: completed and failed per minute, last {minutes} minutes</title><line x1=0 x2={width} y1={half} y2={half} stroke=currentColor stroke-opacity=.3 />",
-            esc(template),
-            esc(template),
-            2 * half,
-            2 * half,
-            esc(template)
-        );
-        for (i, (c, f)) in slots.iter().enumerate() {
-            let x = 1 + i as i64 * bw;
-            let at = (start + Duration::minutes(i as i64)).format("%H:%M");
-            if *c > 0 {
-                let h = (c * (half - 2) / peak).max(1);
-                let _ = write!(
-                    s,
-                    "<rect class=bar-completed x={x} y={} width={} height={h}><title>{at}: {c} completed</title></rect>",
-                    half - h,
-                    bw - 1
-                );
+    html! {
+        table #throughput { tbody {
+            @for (template, slots) in &per {
+                @let peak = slots.iter().map(|(c, f)| (*c).max(*f)).max().unwrap_or(0).max(1);
+                @let (done, failed) = slots.iter().fold((0, 0), |(a, b), (c, f)| (a + c, b + f));
+                tr data-template=(template) {
+                    td {
+                        (template) br;
+                        small { span.completed { (done) " completed" } ", " span.error { (failed) " failed" } }
+                    }
+                    td {
+                        svg role="img" viewBox={ "0 0 " (width) " " (2 * half) } width=(width) height=(2 * half) xmlns="http://www.w3.org/2000/svg" {
+                            title { (template) ": completed and failed per minute, last " (minutes) " minutes" }
+                            line x1="0" x2=(width) y1=(half) y2=(half) stroke="currentColor" stroke-opacity=".3" {}
+                            @for (i, (c, f)) in slots.iter().enumerate() {
+                                @let x = 1 + i as i64 * bw;
+                                @let at = (start + Duration::minutes(i as i64)).format("%H:%M");
+                                @if *c > 0 {
+                                    @let h = (c * (half - 2) / peak).max(1);
+                                    rect.bar-completed x=(x) y=(half - h) width=(bw - 1) height=(h) { title { (at) ": " (c) " completed" } }
+                                }
+                                @if *f > 0 {
+                                    @let h = (f * (half - 2) / peak).max(1);
+                                    rect.bar-failed x=(x) y=(half) width=(bw - 1) height=(h) { title { (at) ": " (f) " failed" } }
+                                }
+                            }
+                        }
+                    }
+                }
             }
-            if *f > 0 {
-                let h = (f * (half - 2) / peak).max(1);
-                let _ = write!(
-                    s,
-                    "<rect class=bar-failed x={x} y={half} width={} height={h}><title>{at}: {f} failed</title></rect>",
-                    bw - 1
-                );
-            }
-        }
-        s.push_str("</svg></td></tr>");
+        } }
     }
-    s.push_str("</tbody></table>");
-    s
 }

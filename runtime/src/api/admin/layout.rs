@@ -163,8 +163,14 @@ pub fn layout(input: &Input) -> Layout {
         }
         c
     };
-    let mut best = (crossings(&order, &pos), order.clone());
-    for sweep in 0..8 {
+    // Counting crossings is quadratic in a layer's edges: a big subnet (thousands of
+    // instances) gets one barycenter sweep, uncounted, so the page stays fast.
+    let small = total <= 300;
+    let mut best = (
+        if small { crossings(&order, &pos) } else { 0 },
+        order.clone(),
+    );
+    for sweep in 0..(if small { 8 } else { 1 }) {
         let downward = sweep % 2 == 0;
         let rows: Vec<usize> = if downward {
             (1..depth).collect()
@@ -187,6 +193,10 @@ pub fn layout(input: &Input) -> Layout {
             keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
             order[l] = keyed.into_iter().map(|k| k.2).collect();
             place(&order, &mut pos);
+        }
+        if !small {
+            best.1 = order.clone();
+            continue;
         }
         let c = crossings(&order, &pos);
         if c < best.0 {

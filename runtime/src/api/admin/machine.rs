@@ -2,93 +2,71 @@
 //! its inbox, its parent and its children, each linked; and `/ui/workflows/{id}`, which opens
 //! any workflow on its object's page (a parent or child named by id).
 
-use std::fmt::Write as _;
-
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Redirect, Response};
+use maud::{Markup, html};
 use serde_json::Value;
 
-use super::{enc, esc, failure, viewer};
+use super::{failure, object_url, viewer};
 use crate::api::AppState;
 use crate::store::MachineView;
 
-/// The job's details below its state and signal buttons.
-pub(super) fn details(m: &MachineView) -> String {
-    let mut out = String::new();
-    if m.suspended {
-        out.push_str("<p class=suspended>suspended: it takes no signals until resumed</p>");
-    }
-    let text = |v: &Value| match v {
+fn text(v: &Value) -> String {
+    match v {
         Value::String(s) => s.clone(),
         Value::Null => String::new(),
         other => other.to_string(),
-    };
-    match &m.variables {
-        Value::Object(vars) if !vars.is_empty() => {
-            out.push_str("<h3>Variables</h3><table class=variables><tbody>");
-            for (k, v) in vars {
-                let _ = write!(
-                    out,
-                    "<tr><th scope=row>{}</th><td><code>{}</code></td></tr>",
-                    esc(k),
-                    esc(&v.to_string())
-                );
+    }
+}
+
+/// The job's details below its state and signal buttons.
+pub(super) fn details(m: &MachineView) -> Markup {
+    html! {
+        @if m.suspended { p.suspended { "suspended: it takes no signals until resumed" } }
+        @match &m.variables {
+            Value::Object(vars) if !vars.is_empty() => {
+                h3 { "Variables" }
+                table.variables { tbody {
+                    @for (k, v) in vars {
+                        tr { th scope="row" { (k) } td { code { (v.to_string()) } } }
+                    }
+                } }
             }
-            out.push_str("</tbody></table>");
+            _ => { p.mute { "no variables" } }
         }
-        _ => out.push_str("<p class=mute>no variables</p>"),
-    }
-    if !m.alarms.is_empty() {
-        out.push_str("<h3>Alarms pending</h3><ul class=alarms>");
-        for a in &m.alarms {
-            let _ = write!(
-                out,
-                "<li><b>{}</b> due {} (set in {})</li>",
-                esc(&text(&a["signal"])),
-                esc(&text(&a["due_at"])),
-                esc(&text(&a["state"]))
-            );
+        @if !m.alarms.is_empty() {
+            h3 { "Alarms pending" }
+            ul.alarms {
+                @for a in &m.alarms {
+                    li { b { (text(&a["signal"])) } " due " (text(&a["due_at"])) " (set in " (text(&a["state"])) ")" }
+                }
+            }
         }
-        out.push_str("</ul>");
-    }
-    if !m.inbox.is_empty() {
-        out.push_str("<h3>Signals waiting</h3><ul class=inbox>");
-        for i in &m.inbox {
-            let _ = write!(
-                out,
-                "<li><b>{}</b> from {} at {}</li>",
-                esc(&text(&i["signal"])),
-                esc(&text(&i["actor"])),
-                esc(&text(&i["at"]))
-            );
+        @if !m.inbox.is_empty() {
+            h3 { "Signals waiting" }
+            ul.inbox {
+                @for i in &m.inbox {
+                    li { b { (text(&i["signal"])) } " from " (text(&i["actor"])) " at " (text(&i["at"])) }
+                }
+            }
         }
-        out.push_str("</ul>");
-    }
-    if let Some(p) = m.parent {
-        let _ = write!(
-            out,
-            "<p>parent: <a class=parent href=\"/ui/workflows/{p}\">workflow {p}</a></p>"
-        );
-    }
-    if !m.children.is_empty() {
-        out.push_str("<h3>Children</h3><ul class=children>");
-        for c in &m.children {
-            let object = text(&c["object"]);
-            let _ = write!(
-                out,
-                "<li><a href=\"/ui/objects/{}#wf-{}\">{} on {}</a> (workflow {}, {})</li>",
-                esc(&enc(&object)),
-                esc(&text(&c["workflow_id"])),
-                esc(&text(&c["template"])),
-                esc(&object),
-                esc(&text(&c["workflow_id"])),
-                esc(&text(&c["status"]))
-            );
+        @if let Some(p) = m.parent {
+            p { "parent: " a.parent href={ "/ui/workflows/" (p) } { "workflow " (p) } }
         }
-        out.push_str("</ul>");
+        @if !m.children.is_empty() {
+            h3 { "Children" }
+            ul.children {
+                @for c in &m.children {
+                    @let object = text(&c["object"]);
+                    li {
+                        a href={ (object_url(&object)) "#wf-" (text(&c["workflow_id"])) } { (text(&c["template"])) " on " (object) }
+                        " (workflow " (text(&c["workflow_id"])) ", " (text(&c["status"])) ")"
+                    }
+                }
+            }
+        }
     }
-    out
 }
 
 /// `/ui/workflows/{id}`: the workflow on its object's page.
@@ -105,7 +83,7 @@ pub(super) async fn workflow(
     };
     match s.store.workflow_object(id).await {
         Ok(Some(object)) => {
-            Redirect::to(&format!("/ui/objects/{}#wf-{id}", enc(&object))).into_response()
+            Redirect::to(&format!("{}#wf-{id}", object_url(&object))).into_response()
         }
         Ok(None) => failure(&format!("no workflow {id} (it may have been archived)")),
         Err(e) => failure(&e.to_string()),

@@ -5,24 +5,31 @@
 //! graphs, a machine's signals as buttons, milestones, history), `/signin` and `/signout`. A
 //! sign-in form takes a token and keeps it in an HTTP-only, same-site cookie; `--open` needs
 //! none. Viewer tokens see; robot and admin tokens act. Every action is a POST carrying a CSRF
-//! token derived from the session's token, and every value on a page is escaped.
+//! token derived from the session's token. Pages are maud templates, which escape every value
+//! they splice; the cookie is axum-extra's.
 use axum::Form;
 use axum::Router;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
+use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
+use maud::{DOCTYPE, Markup, html};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+mod actions;
 mod archive;
+mod documents;
 mod draw;
+mod history;
 mod layout;
 mod machine;
 mod objects;
 mod overview;
 mod reports;
 mod search;
+mod steps;
 
 use super::{Access, AppState};
 use crate::store::Role;
@@ -34,9 +41,9 @@ pub fn router() -> Router<AppState> {
         .route("/", get(overview::overview))
         .route("/signin", get(signin_form).post(signin))
         .route("/signout", post(signout))
-        .route("/ui/steps", get(overview::steps))
-        .route("/ui/steps/act", post(act))
-        .route("/ui/pause", post(pause))
+        .route("/ui/steps", get(steps::steps))
+        .route("/ui/steps/act", post(actions::act))
+        .route("/ui/pause", post(actions::pause))
         .route("/ui/search", get(search::search))
         .route("/ui/workflows/{id}", get(machine::workflow))
         .route("/ui/archive/{id}", get(archive::workflow))
@@ -128,27 +135,16 @@ pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
     matches!((authority, host), (Some(a), Some(h)) if !a.is_empty() && a.eq_ignore_ascii_case(h))
 }
 
-/// Text safe in HTML, attributes included.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// A query-string value, percent-encoded.
 pub(super) fn enc(s: &str) -> String {
     serde_urlencoded::to_string([("v", s)])
         .map(|q| q.trim_start_matches("v=").to_string())
         .unwrap_or_default()
+}
+
+/// An object's page.
+pub(super) fn object_url(id: &str) -> String {
+    format!("/ui/objects/{}", enc(id))
 }
 
 /// Who is looking: a role, and the token whose hash is the CSRF token of its forms.
@@ -158,17 +154,9 @@ pub(super) struct Viewer {
 }
 
 fn cookie_token(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .find_map(|kv| {
-            kv.trim()
-                .strip_prefix(COOKIE)
-                .and_then(|r| r.strip_prefix('='))
-                .map(str::to_string)
-        })
+    CookieJar::from_headers(headers)
+        .get(COOKIE)
+        .map(|c| c.value().to_string())
 }
 
 /// The secret CSRF tokens are made with: random, new in every process, never sent anywhere.
@@ -203,21 +191,44 @@ pub(super) async fn viewer(s: &AppState, headers: &HeaderMap) -> Result<Viewer, 
     }
 }
 
-pub(super) fn page(title: &str, v: Option<&Viewer>, body: &str) -> Html<String> {
-    let who = match v {
-        Some(v) => format!(
-            "<form method=post action=/signout class=who><span>{}</span> <input type=hidden name=csrf value=\"{}\"><button>Sign out</button></form>",
-            v.role.as_str(),
-            esc(&v.csrf)
-        ),
-        None => String::new(),
-    };
-    Html(format!(
-        "<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width, initial-scale=1\"><title>{} · workdo</title><link rel=stylesheet href=/ui/app.css><script src=/ui/app.js defer></script></head><body><header><nav><a href=/ class=brand>workdo</a> <a href=/ui/errors>errors</a> <a href=/ui/templates>templates</a> <a href=/ui/timings>timings</a> <a href=/ui/schedules>schedules and alerts</a></nav>{} {who}</header><main><h1>{}</h1>{body}</main></body></html>",
-        esc(title),
-        search::form(""),
-        esc(title)
-    ))
+/// The page around a body: the header with the sections, the search box and who is signed
+/// in; the title as the heading.
+pub(super) fn page(title: &str, v: Option<&Viewer>, body: Markup) -> Html<String> {
+    Html(
+        html! {
+            (DOCTYPE)
+            html lang="en" {
+                head {
+                    meta charset="utf-8";
+                    meta name="viewport" content="width=device-width, initial-scale=1";
+                    title { (title) " · workdo" }
+                    link rel="stylesheet" href="/ui/app.css";
+                    script src="/ui/app.js" defer {}
+                }
+                body {
+                    header {
+                        nav {
+                            a.brand href="/" { "workdo" } " "
+                            a href="/ui/errors" { "errors" } " "
+                            a href="/ui/templates" { "templates" } " "
+                            a href="/ui/timings" { "timings" } " "
+                            a href="/ui/schedules" { "schedules and alerts" }
+                        }
+                        (search::form(""))
+                        @if let Some(v) = v {
+                            form.who method="post" action="/signout" {
+                                span { (v.role.as_str()) } " "
+                                input type="hidden" name="csrf" value=(v.csrf);
+                                button { "Sign out" }
+                            }
+                        }
+                    }
+                    main { h1 { (title) } (body) }
+                }
+            }
+        }
+        .into_string(),
+    )
 }
 
 /// A form's fields, repeated `id`s kept.
@@ -256,129 +267,6 @@ pub(super) async fn actor(
     Ok(v)
 }
 
-async fn act(State(s): State<AppState>, headers: HeaderMap, body: String) -> Response {
-    let pairs = form_pairs(&body);
-    let v = match actor(&s, &headers, &pairs).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    // "All matching": the facet's steps found again now, not the page's rows.
-    let all = field(&pairs, "scope") == Some("all");
-    let ids: Vec<i64> = if all {
-        let (template, step, status) = (
-            field(&pairs, "template").unwrap_or(""),
-            field(&pairs, "step").unwrap_or(""),
-            field(&pairs, "status").unwrap_or(""),
-        );
-        let text = |k: &str| field(&pairs, k).map(str::to_string);
-        let filters = overview::Filters {
-            lane: text("lane"),
-            milestone: text("milestone"),
-            property: text("property"),
-            ..Default::default()
-        };
-        let filter = match filters.to_store() {
-            Ok(f) => f,
-            Err(e) => return failure(&e),
-        };
-        match s
-            .store
-            .steps_in_all(template, step, status, &filter, overview::ALL_MAX)
-            .await
-        {
-            Ok((_, ids)) => ids,
-            Err(e) => return failure(&e.to_string()),
-        }
-    } else {
-        pairs
-            .iter()
-            .filter(|(k, _)| k == "id")
-            .filter_map(|(_, v)| v.parse().ok())
-            .collect()
-    };
-    let who = format!("ui:{}", v.role.as_str());
-    // The chosen steps: retry acts on those in error, skip on those unfinished (the same
-    // bulk commands as the CLI's, narrowed to the chosen ids).
-    let n = ids.len();
-    let chosen = crate::store::StepFilter {
-        ids: Some(ids),
-        ..Default::default()
-    };
-    let (done, verb) = match field(&pairs, "action") {
-        Some("prioritize") => {
-            let Some(priority) =
-                field(&pairs, "priority").and_then(|p| p.trim().parse::<i32>().ok())
-            else {
-                return failure("the priority is not a whole number");
-            };
-            (
-                s.store.steps_prioritize(&chosen, priority, &who).await,
-                format!("Gave priority {priority} to"),
-            )
-        }
-        Some("skip") => (s.store.steps_skip(&chosen, &who).await, "Skipped".into()),
-        _ => (s.store.steps_retry(&chosen, &who).await, "Retried".into()),
-    };
-    let changed = match done {
-        Ok(changed) => changed,
-        Err(e) => return failure(&e.to_string()),
-    };
-    // Back to the list only when it is one of ours (no open redirect), saying what was done.
-    let back = field(&pairs, "back")
-        .filter(|b| b.starts_with("/ui/") && !b.starts_with("//"))
-        .unwrap_or("/ui/errors");
-    if back.chars().any(|c| c.is_control()) {
-        return (
-            StatusCode::BAD_REQUEST,
-            "the form's back address contains a control character",
-        )
-            .into_response();
-    }
-    let said = if all {
-        format!(
-            "{verb} {} steps: all that matched ({} when the page was shown).",
-            overview::count(changed as i64),
-            overview::count(
-                field(&pairs, "expected")
-                    .and_then(|e| e.parse().ok())
-                    .unwrap_or(n as i64)
-            )
-        )
-    } else if changed == n {
-        format!("{verb} {changed} steps.")
-    } else {
-        format!(
-            "{verb} {changed} of the {n} chosen steps; the others had moved on (finished, or no longer in that status)."
-        )
-    };
-    let sep = if back.contains('?') { '&' } else { '?' };
-    Redirect::to(&format!("{back}{sep}done={}", enc(&said))).into_response()
-}
-
-/// Pause or resume a queue from the overview.
-async fn pause(State(s): State<AppState>, headers: HeaderMap, body: String) -> Response {
-    let pairs = form_pairs(&body);
-    let v = match actor(&s, &headers, &pairs).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let (Some(template), Some(step)) = (field(&pairs, "template"), field(&pairs, "step")) else {
-        return failure("the form names no template and step");
-    };
-    let done = if field(&pairs, "action") == Some("resume") {
-        s.store.step_resume(template, step).await.map(|_| "resumed")
-    } else {
-        s.store
-            .step_pause(template, step, &format!("ui:{}", v.role.as_str()), None)
-            .await
-            .map(|_| "paused")
-    };
-    match done {
-        Ok(_) => Redirect::to("/").into_response(),
-        Err(e) => failure(&e.to_string()),
-    }
-}
-
 /// A query string a page cannot use, as a page saying why (not the API's JSON).
 pub(super) fn unusable(e: &axum::extract::rejection::QueryRejection) -> Response {
     failure(&format!("this address cannot be used: {}", e.body_text()))
@@ -390,10 +278,7 @@ pub(super) fn failure(message: &str) -> Response {
         page(
             "Not done",
             None,
-            &format!(
-                "<p class=error>{}</p><p><a href=/>Back</a></p>",
-                esc(message)
-            ),
+            html! { p.error { (message) } p { a href="/" { "Back" } } },
         ),
     )
         .into_response()
@@ -405,17 +290,17 @@ struct SigninQuery {
 }
 
 async fn signin_form(Query(q): Query<SigninQuery>) -> Html<String> {
-    let note = if q.expired.is_some() {
-        "<p class=error>That token is unknown, expired or revoked.</p>"
-    } else {
-        ""
-    };
     page(
         "Sign in",
         None,
-        &format!(
-            "{note}<form method=post action=/signin><label>Token <input name=token id=token type=password autocomplete=off required></label> <button id=signin>Sign in</button></form><p>Create one with <code>workdo tokens create --role viewer</code> (or robot, admin).</p>"
-        ),
+        html! {
+            @if q.expired.is_some() { p.error { "That token is unknown, expired or revoked." } }
+            form method="post" action="/signin" {
+                label { "Token " input #token name="token" type="password" autocomplete="off" required; }
+                " " button #signin { "Sign in" }
+            }
+            p { "Create one with " code { "workdo tokens create --role viewer" } " (or robot, admin)." }
+        },
     )
 }
 
@@ -424,22 +309,31 @@ struct SigninForm {
     token: String,
 }
 
-async fn signin(State(s): State<AppState>, Form(f): Form<SigninForm>) -> Response {
+/// The session cookie: HTTP-only, same-site, the whole page's.
+fn session(value: String) -> Cookie<'static> {
+    Cookie::build((COOKIE, value))
+        .http_only(true)
+        .same_site(SameSite::Strict)
+        .path("/")
+        .build()
+}
+
+async fn signin(State(s): State<AppState>, jar: CookieJar, Form(f): Form<SigninForm>) -> Response {
     let token = f.token.trim();
     match s.store.token_auth(token).await {
-        Ok(Some((_, None))) => (
-            [(
-                header::SET_COOKIE,
-                format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"),
-            )],
-            Redirect::to("/"),
-        )
-            .into_response(),
+        Ok(Some((_, None))) => {
+            (jar.add(session(token.to_string())), Redirect::to("/")).into_response()
+        }
         _ => Redirect::to("/signin?expired=1").into_response(),
     }
 }
 
-async fn signout(State(s): State<AppState>, headers: HeaderMap, body: String) -> Response {
+async fn signout(
+    State(s): State<AppState>,
+    jar: CookieJar,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
     let pairs = form_pairs(&body);
     if let Ok(v) = viewer(&s, &headers).await
         && field(&pairs, "csrf") != Some(v.csrf.as_str())
@@ -450,12 +344,5 @@ async fn signout(State(s): State<AppState>, headers: HeaderMap, body: String) ->
         )
             .into_response();
     }
-    (
-        [(
-            header::SET_COOKIE,
-            format!("{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
-        )],
-        Redirect::to("/signin"),
-    )
-        .into_response()
+    (jar.remove(session(String::new())), Redirect::to("/signin")).into_response()
 }

@@ -1,23 +1,23 @@
-//! The overview (template × step × status counts, the age of each queue's head, throughput per
-//! minute) and a facet's list of steps with retry, skip and prioritize. Both narrow to a
-//! template, lane, milestone or property given in the URL, and refresh their `data-live`
-//! regions in place: the page fetches itself and swaps those regions, so a chosen checkbox,
-//! a half-typed filter and the scroll position stay put.
-
-use std::fmt::Write as _;
+//! The overview: template × step × status counts, the age of each queue's head, a sparkline of
+//! each step's completions over the last hour, Pause/Resume per step, and throughput per
+//! template. It narrows to a template, step, status, lane, milestone or property given in the
+//! URL, and refreshes its `data-live` regions in place: the page fetches itself and swaps those
+//! regions, so a half-typed filter and the scroll position stay put.
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Duration, DurationRound, Utc};
+use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::{draw, enc, esc, failure, page, unusable, viewer};
+use super::{draw, failure, page, unusable, viewer};
 use crate::api::AppState;
-use crate::store::{FacetFilter, Role};
+use crate::store::{FacetFilter, Role, StepThroughput, queue_key};
 
 /// The statuses as columns, in the order a step goes through them.
-const COLUMNS: [&str; 8] = [
+pub(super) const COLUMNS: [&str; 8] = [
     "waiting",
     "scheduled",
     "ready",
@@ -27,12 +27,6 @@ const COLUMNS: [&str; 8] = [
     "completed",
     "skipped",
 ];
-
-/// Every few seconds, fetch this page again and swap each `data-live` element's content with
-/// the same element's in the fresh page (by id), keeping the boxes the user ticked; a region
-/// the user is typing in is left alone. A sign-in redirect or an error leaves the page as it
-/// is; a hidden tab does not poll.
-pub(super) const LIVE: &str = "";
 
 /// Filters as the URL carries them; empty fields (a submitted form's) are absent.
 #[derive(Deserialize, Default)]
@@ -46,7 +40,7 @@ pub(super) struct Filters {
     pub(super) property: Option<String>,
 }
 
-fn given(v: &Option<String>) -> Option<String> {
+pub(super) fn given(v: &Option<String>) -> Option<String> {
     v.as_ref()
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
@@ -72,38 +66,49 @@ impl Filters {
         })
     }
 
-    /// The filters but the template as query parameters (`&name=value…`), to carry into a
-    /// facet's link (which names its template).
-    fn query(&self) -> String {
-        let mut q = String::new();
-        for (name, v) in [
+    /// The filters but the template as query pairs, to carry into a facet's link (which names
+    /// its template).
+    pub(super) fn carried(&self) -> Vec<(&'static str, String)> {
+        [
             ("lane", &self.lane),
             ("milestone", &self.milestone),
             ("property", &self.property),
-        ] {
-            if let Some(v) = given(v) {
-                let _ = write!(q, "&{name}={}", enc(&v));
-            }
-        }
-        q
+        ]
+        .into_iter()
+        .filter_map(|(name, v)| given(v).map(|v| (name, v)))
+        .collect()
     }
 
-    fn form(&self) -> String {
-        let field = |name: &str, label: &str, v: &Option<String>, hint: &str| {
-            format!(
-                "<label>{label}<input name={name} id=filter-{name} value=\"{}\" placeholder=\"{hint}\"></label>",
-                esc(&given(v).unwrap_or_default())
-            )
-        };
-        format!(
-            "<form class=filters method=get action=/ aria-label=filters>{}{}{}{}{}{}<button>Filter</button> <a href=/>clear</a></form>",
-            field("template", "template", &self.template, "any"),
-            field("step", "step", &self.step, "any"),
-            field("status", "status", &self.status, "any"),
-            field("lane", "lane", &self.lane, "any"),
-            field("milestone", "reached milestone", &self.milestone, "any"),
-            field("property", "property", &self.property, "key=value"),
-        )
+    fn form(&self) -> Markup {
+        let fields = [
+            ("template", "template", &self.template, "any"),
+            ("step", "step", &self.step, "any"),
+            ("status", "status", &self.status, "any"),
+            ("lane", "lane", &self.lane, "any"),
+            ("milestone", "reached milestone", &self.milestone, "any"),
+            ("property", "property", &self.property, "key=value"),
+        ];
+        html! {
+            form.filters method="get" action="/" aria-label="filters" {
+                @for (name, label, v, hint) in fields {
+                    label {
+                        (label)
+                        input name=(name) id={ "filter-" (name) } value=(given(v).unwrap_or_default()) placeholder=(hint);
+                    }
+                }
+                button { "Filter" }
+                " "
+                a href="/" { "clear" }
+            }
+        }
+    }
+}
+
+/// A URL with its query, each value percent-encoded.
+pub(super) fn url(path: &str, pairs: &[(&str, String)]) -> String {
+    match serde_urlencoded::to_string(pairs) {
+        Ok(q) if !q.is_empty() => format!("{path}?{q}"),
+        _ => path.to_string(),
     }
 }
 
@@ -135,6 +140,7 @@ pub(super) async fn overview(
     });
     let depths = s.store.queue_depths().await.unwrap_or_default();
     let paused = s.store.paused_list().await.unwrap_or_default();
+    let by_step = s.store.throughput_by_step(60).await.unwrap_or_default();
     let acts = v.role >= Role::Robot;
     let mut rows: Vec<(String, String)> = Vec::new();
     for f in &facets {
@@ -143,113 +149,130 @@ pub(super) async fn overview(
             rows.push(key);
         }
     }
-    let now = chrono::Utc::now();
-    let mut body = format!(
-        "<p>Steps of every template by status; a count lists its steps. The counts and the chart follow the work as it happens.</p>{}<div id=counts data-live><p class=asof>as of {}</p><table id=facets><thead><tr><th scope=col>template</th><th scope=col>step</th>",
-        f.form(),
-        now.format("%H:%M:%S")
-    );
-    for c in COLUMNS {
-        let _ = write!(body, "<th scope=col class=n>{c}</th>");
-    }
-    body.push_str("<th scope=col class=n>other</th><th scope=col class=n>oldest ready</th></tr></thead><tbody>");
-    let carry = f.query();
-    for (t, st) in &rows {
-        let pause = paused.iter().find(|p| &p.template == t && &p.step == st);
-        let switch = if acts {
-            format!(
-                "<form method=post action=/ui/pause class=inline><input type=hidden name=csrf value=\"{}\"><input type=hidden name=template value=\"{}\"><input type=hidden name=step value=\"{}\"><button class=small name=action value={} title=\"{}\">{}</button></form>",
-                esc(&v.csrf),
-                esc(t),
-                esc(st),
-                if pause.is_some() { "resume" } else { "pause" },
-                if pause.is_some() {
-                    "workers claim again"
-                } else {
-                    "no worker claims until resumed"
-                },
-                if pause.is_some() { "Resume" } else { "Pause" },
-            )
-        } else {
-            String::new()
-        };
-        let badge = match pause {
-            Some(p) => format!(
-                " <span class=paused data-paused=\"{}:{}\" title=\"paused {} by {}{}\">paused</span>",
-                esc(t),
-                esc(st),
-                p.paused_at.format("%Y-%m-%d %H:%M"),
-                esc(&p.paused_by),
-                esc(&p
-                    .reason
-                    .as_deref()
-                    .map(|r| format!(": {r}"))
-                    .unwrap_or_default())
-            ),
-            None => String::new(),
-        };
-        let _ = write!(
-            body,
-            "<tr><td>{}</td><td>{}{badge} {switch}</td>",
-            esc(t),
-            esc(st)
-        );
-        for c in COLUMNS {
-            let n: i64 = facets
-                .iter()
-                .filter(|f| &f.template == t && &f.step == st && f.status == c)
-                .map(|f| f.count)
-                .sum();
-            if n == 0 {
-                body.push_str("<td class=n></td>");
-            } else {
-                let _ = write!(
-                    body,
-                    "<td class=\"n {c}\"><a data-facet=\"{}:{}:{c}\" href=\"{}\">{n}</a></td>",
-                    esc(t),
-                    esc(st),
-                    esc(&format!(
-                        "/ui/steps?template={}&step={}&status={c}{carry}",
-                        enc(t),
-                        enc(st),
-                    )),
-                );
-            }
-        }
-        let other: i64 = facets
+    let now = Utc::now();
+    let carry = f.carried();
+    let count_of = |t: &str, st: &str, c: &str| -> i64 {
+        facets
             .iter()
-            .filter(|f| &f.template == t && &f.step == st && !COLUMNS.contains(&f.status.as_str()))
+            .filter(|f| f.template == t && f.step == st && f.status == c)
             .map(|f| f.count)
-            .sum();
-        // How long the oldest ready step of this queue has waited (over its lanes).
-        let oldest = depths
-            .iter()
-            .filter(|d| &d.0 == t && &d.1 == st && filter.lane.as_ref().is_none_or(|l| l == &d.2))
-            .map(|d| d.4)
-            .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
-        let _ = write!(
-            body,
-            "<td class=n>{}</td><td class=n>{}</td></tr>",
-            if other > 0 {
-                other.to_string()
-            } else {
-                String::new()
-            },
-            oldest.map(age).unwrap_or_default()
-        );
-    }
-    body.push_str("</tbody></table></div>");
+            .sum()
+    };
     let throughput = s.store.throughput(60).await.unwrap_or_default();
     let throughput: Vec<_> = throughput
         .into_iter()
         .filter(|r| filter.template.as_ref().is_none_or(|t| t == &r.template))
         .collect();
-    let _ = write!(
-        body,
-        "<h2>Completed and failed per minute, last hour</h2><div id=chart data-live>{}</div>{LIVE}",
-        draw::throughput(&throughput, now, 60)
-    );
-    page("Overview", Some(&v), &body).into_response()
+    let body = html! {
+        p { "Steps of every template by status; a count lists its steps. The counts and the chart follow the work as it happens." }
+        (f.form())
+        div #counts data-live {
+            p.asof { "as of " (now.format("%H:%M:%S")) }
+            table #facets {
+                thead { tr {
+                    th scope="col" { "template" }
+                    th scope="col" { "step" }
+                    @for c in COLUMNS { th scope="col" class="n" { (c) } }
+                    th scope="col" class="n" { "other" }
+                    th scope="col" class="n" { "oldest ready" }
+                    th scope="col" { "last hour" }
+                } }
+                tbody {
+                    @for (t, st) in &rows {
+                        @let pause = paused.iter().find(|p| &p.template == t && p.step == queue_key(st));
+                        tr {
+                            td { (t) }
+                            td {
+                                (st)
+                                @if let Some(p) = pause {
+                                    " "
+                                    span.paused data-paused={ (t) ":" (st) } title={ "paused " (p.paused_at.format("%Y-%m-%d %H:%M")) " by " (p.paused_by) (p.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()) } { "paused" }
+                                }
+                                @if acts {
+                                    " "
+                                    form.inline method="post" action="/ui/pause" {
+                                        input type="hidden" name="csrf" value=(v.csrf);
+                                        input type="hidden" name="template" value=(t);
+                                        input type="hidden" name="step" value=(st);
+                                        @if pause.is_some() {
+                                            button.small name="action" value="resume" title="workers claim again" { "Resume" }
+                                        } @else {
+                                            button.small name="action" value="pause" title="no worker claims until resumed" { "Pause" }
+                                        }
+                                    }
+                                }
+                            }
+                            @for c in COLUMNS {
+                                @let n = count_of(t, st, c);
+                                @if n == 0 {
+                                    td.n {}
+                                } @else {
+                                    td class={ "n " (c) } {
+                                        a data-facet={ (t) ":" (st) ":" (c) } href=(facet_url(t, st, c, &carry)) { (n) }
+                                    }
+                                }
+                            }
+                            @let other: i64 = facets.iter().filter(|f| &f.template == t && &f.step == st && !COLUMNS.contains(&f.status.as_str())).map(|f| f.count).sum();
+                            td.n { @if other > 0 { (other) } }
+                            // How long the oldest ready step of this queue has waited (over its lanes).
+                            @let oldest = depths.iter().filter(|d| &d.0 == t && &d.1 == st && filter.lane.as_ref().is_none_or(|l| l == &d.2)).map(|d| d.4).fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+                            td.n { (oldest.map(age).unwrap_or_default()) }
+                            td { (sparkline(&by_step, t, st, now)) }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Completed and failed per minute, last hour" }
+        div #chart data-live { (draw::throughput(&throughput, now, 60)) }
+    };
+    page("Overview", Some(&v), body).into_response()
+}
+
+/// A facet's list, its filters carried.
+fn facet_url(t: &str, st: &str, c: &str, carry: &[(&'static str, String)]) -> String {
+    let mut pairs = vec![
+        ("template", t.to_string()),
+        ("step", st.to_string()),
+        ("status", c.to_string()),
+    ];
+    pairs.extend(carry.iter().cloned());
+    url("/ui/steps", &pairs)
+}
+
+/// A step's completions per minute over the last hour as a small line (failed attempts as
+/// red ticks under it); empty when nothing happened.
+fn sparkline(rows: &[StepThroughput], t: &str, st: &str, now: DateTime<Utc>) -> Markup {
+    let end = now.duration_trunc(Duration::minutes(1)).unwrap_or(now);
+    let start = end - Duration::minutes(59);
+    let mut done = [0i64; 60];
+    let mut failed = [0i64; 60];
+    for r in rows.iter().filter(|r| r.template == t && r.step == st) {
+        let slot = (r.minute - start).num_minutes();
+        if (0..60).contains(&slot) {
+            done[slot as usize] += r.completed;
+            failed[slot as usize] += r.failed;
+        }
+    }
+    let (total, fails): (i64, i64) = (done.iter().sum(), failed.iter().sum());
+    if total == 0 && fails == 0 {
+        return html! {};
+    }
+    let peak = done.iter().copied().max().unwrap_or(0).max(1) as f64;
+    let points: Vec<String> = done
+        .iter()
+        .enumerate()
+        .map(|(i, d)| format!("{},{:.1}", i * 2, 16.0 - 14.0 * (*d as f64) / peak))
+        .collect();
+    html! {
+        svg.spark role="img" viewBox="0 0 120 20" width="120" height="20" xmlns="http://www.w3.org/2000/svg" {
+            title { (t) ":" (st) ": " (total) " completed, " (fails) " failed in the last hour" }
+            polyline points=(points.join(" ")) fill="none" stroke="currentColor" {}
+            @for (i, f) in failed.iter().enumerate() {
+                @if *f > 0 { rect.bar-failed x=(i * 2) y="17" width="2" height="3" {} }
+            }
+        }
+    }
 }
 
 /// Seconds as a short age: `42 s`, `7 min`, `3 h`, `2 d`.
@@ -260,175 +283,6 @@ fn age(secs: f64) -> String {
         s if s < 172_800.0 => format!("{:.0} h", s / 3600.0),
         s => format!("{:.0} d", s / 86_400.0),
     }
-}
-
-#[derive(Deserialize)]
-pub(super) struct FacetQuery {
-    template: String,
-    step: String,
-    status: String,
-    lane: Option<String>,
-    milestone: Option<String>,
-    property: Option<String>,
-    /// Which page of [`PAGE`] rows, from 1.
-    page: Option<i64>,
-    /// What the last action did (set by its redirect).
-    done: Option<String>,
-}
-
-/// Rows on one page of a facet's steps.
-pub(super) const PAGE: i64 = 500;
-
-/// The most steps "all matching" acts on in one go.
-pub(super) const ALL_MAX: i64 = 100_000;
-
-pub(super) async fn steps(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    q: Result<Query<FacetQuery>, QueryRejection>,
-) -> Response {
-    let v = match viewer(&s, &headers).await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    let q = match q {
-        Ok(Query(q)) => q,
-        Err(e) => return unusable(&e),
-    };
-    let f = Filters {
-        template: None,
-        step: None,
-        status: None,
-        lane: q.lane.clone(),
-        milestone: q.milestone.clone(),
-        property: q.property.clone(),
-    };
-    let filter = match f.to_store() {
-        Ok(filter) => filter,
-        Err(e) => return failure(&e),
-    };
-    let page_no = q.page.unwrap_or(1).max(1);
-    let (rows, total) = match tokio::try_join!(
-        s.store.steps_in(
-            &q.template,
-            &q.step,
-            &q.status,
-            &filter,
-            PAGE,
-            (page_no - 1).saturating_mul(PAGE)
-        ),
-        s.store
-            .steps_in_all(&q.template, &q.step, &q.status, &filter, 0)
-    ) {
-        Ok((r, (total, _))) => (r, total),
-        Err(e) => return failure(&e.to_string()),
-    };
-    let acts = v.role >= Role::Robot;
-    let narrowed = if filter.narrows() {
-        let mut parts = Vec::new();
-        if let Some(l) = &filter.lane {
-            parts.push(format!("lane <b>{}</b>", esc(l)));
-        }
-        if let Some(m) = &filter.milestone {
-            parts.push(format!("reached <b>{}</b>", esc(m)));
-        }
-        if let Some((k, val)) = &filter.property {
-            parts.push(format!("<b>{}</b> = <b>{}</b>", esc(k), esc(val)));
-        }
-        format!(", {}", parts.join(", "))
-    } else {
-        String::new()
-    };
-    let base = format!(
-        "/ui/steps?template={}&step={}&status={}{}",
-        enc(&q.template),
-        enc(&q.step),
-        enc(&q.status),
-        f.query()
-    );
-    let here = if page_no > 1 {
-        format!("{base}&page={page_no}")
-    } else {
-        base.clone()
-    };
-    let pages = ((total + PAGE - 1) / PAGE).max(1);
-    let first = (page_no - 1) * PAGE + 1;
-    let shown = if rows.is_empty() {
-        String::new()
-    } else {
-        format!(
-            "; showing {}–{}",
-            count(first),
-            count(first + rows.len() as i64 - 1)
-        )
-    };
-    let mut body = format!(
-        "<p id=summary data-live data-total={total}>{} steps of <b>{}:{}</b> in <b>{}</b>{narrowed}{shown} (most recently changed first).</p>",
-        count(total),
-        esc(&q.template),
-        esc(&q.step),
-        esc(&q.status)
-    );
-    let pager = pager(&base, page_no, pages);
-    if let Some(done) = given(&q.done) {
-        let _ = write!(body, "<p class=done role=status>{}</p>", esc(&done));
-    }
-    if acts {
-        let _ = write!(
-            body,
-            "<form method=post action=/ui/steps/act id=act data-chosen><input type=hidden name=csrf value=\"{}\"><input type=hidden name=back value=\"{}\">",
-            esc(&v.csrf),
-            esc(&here)
-        );
-        body.push_str("<p><label><input type=checkbox id=all> all on this page</label> <button name=action value=retry id=retry data-verb=Retry>Retry chosen</button> <button name=action value=skip id=skip data-verb=Skip>Skip chosen</button> <label>priority <input name=priority id=priority type=number value=100 class=narrow></label> <button name=action value=prioritize id=prioritize data-verb=Prioritize>Prioritize chosen</button></p>");
-    }
-    body.push_str(&pager);
-    body.push_str("<table id=rows data-live><thead><tr><th></th><th scope=col>object</th><th scope=col class=n>workflow</th><th scope=col>step</th><th scope=col>lane</th><th scope=col class=n>attempts</th><th scope=col>message</th><th scope=col>changed</th></tr></thead><tbody>");
-    for r in &rows {
-        let check = if acts {
-            format!(
-                "<input type=checkbox name=id value={} aria-label=\"choose {}\">",
-                r.id,
-                esc(&r.object_id)
-            )
-        } else {
-            String::new()
-        };
-        let _ = write!(
-            body,
-            "<tr><td>{check}</td><td><a href=\"/ui/objects/{}\">{}</a></td><td class=n>{}</td><td>{}</td><td>{}</td><td class=n>{}/{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&enc(&r.object_id)),
-            esc(&r.object_id),
-            r.workflow_id,
-            esc(&r.name),
-            esc(&r.lane),
-            r.attempts,
-            r.max_attempts,
-            esc(&crate::output::step_remark(
-                &r.status,
-                r.error_message.as_deref(),
-                r.note.as_deref(),
-                r.run_at,
-                chrono::Utc::now()
-            )),
-            r.updated_at.format("%Y-%m-%d %H:%M:%S")
-        );
-    }
-    body.push_str("</tbody></table>");
-    if acts {
-        body.push_str("</form>");
-    }
-    body.push_str(&pager);
-    if acts && total > 0 {
-        body.push_str(&act_on_all(&v.csrf, &here, &q, &f, total));
-    }
-    body.push_str(LIVE);
-    page(
-        &format!("{}:{} {}", q.template, q.step, q.status),
-        Some(&v),
-        &body,
-    )
-    .into_response()
 }
 
 /// A count as people read it: `10,000`.
@@ -442,83 +296,4 @@ pub(super) fn count(n: i64) -> String {
         out.push(c);
     }
     if n < 0 { format!("-{out}") } else { out }
-}
-
-/// Links to the previous and next pages, and where this one is.
-fn pager(base: &str, page_no: i64, pages: i64) -> String {
-    if pages <= 1 {
-        return String::new();
-    }
-    let link = |n: i64, text: &str, rel: &str| {
-        format!(
-            "<a href=\"{}&page={n}\" rel={rel} id=page-{rel}>{text}</a>",
-            esc(base)
-        )
-    };
-    let prev = if page_no > 1 {
-        link(page_no - 1, "← newer", "prev")
-    } else {
-        String::new()
-    };
-    let next = if page_no < pages {
-        link(page_no + 1, "older →", "next")
-    } else {
-        String::new()
-    };
-    format!(
-        "<nav class=pager aria-label=pages>{prev} <span>page {} of {}</span> {next}</nav>",
-        count(page_no),
-        count(pages)
-    )
-}
-
-/// Forms that act on every step the facet matches, not just the page shown: the server finds
-/// them again when the form arrives, and the browser first asks, naming how many.
-fn act_on_all(csrf: &str, back: &str, q: &FacetQuery, f: &Filters, total: i64) -> String {
-    let mut hidden = String::new();
-    for (name, v) in [
-        ("csrf", Some(csrf.to_string())),
-        ("back", Some(back.to_string())),
-        ("scope", Some("all".to_string())),
-        ("template", Some(q.template.clone())),
-        ("step", Some(q.step.clone())),
-        ("status", Some(q.status.clone())),
-        ("lane", given(&f.lane)),
-        ("milestone", given(&f.milestone)),
-        ("property", given(&f.property)),
-        ("expected", Some(total.to_string())),
-    ] {
-        if let Some(v) = v {
-            let _ = write!(
-                hidden,
-                "<input type=hidden name={name} value=\"{}\">",
-                esc(&v)
-            );
-        }
-    }
-    let n = count(total);
-    let what = format!("{}:{} in {}", q.template, q.step, q.status);
-    let form = |action: &str, verb: &str, extra: &str| {
-        format!(
-            "<form method=post action=/ui/steps/act class=inline id=all-{action} data-confirm=\"{}\">{hidden}<input type=hidden name=action value={action}>{extra}<button>{verb} all {n} matching</button></form>",
-            esc(&format!(
-                "{verb} all {n} steps of {what}{}?",
-                if total > ALL_MAX {
-                    format!(" (the first {} of them)", count(ALL_MAX))
-                } else {
-                    String::new()
-                }
-            ))
-        )
-    };
-    format!(
-        "<div class=all-matching>{}{}{}</div>",
-        form("retry", "Retry", ""),
-        form("skip", "Skip", ""),
-        form(
-            "prioritize",
-            "Prioritize",
-            "<input name=priority type=number value=100 class=narrow aria-label=priority> "
-        )
-    )
 }

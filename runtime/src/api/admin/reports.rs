@@ -1,14 +1,14 @@
 //! The admin page's reports: errors grouped by message (with a retry per group), templates
-//! with their versions, and timings per template step.
-
-use std::fmt::Write as _;
+//! with their versions (an index first), timings per template step, schedules (enable,
+//! disable, fire now) and the alert outbox.
 
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use maud::html;
 use serde::Deserialize;
 
-use super::{draw, esc, failure, page, unusable, viewer};
+use super::{draw, failure, object_url, page, unusable, viewer};
 use crate::api::AppState;
 use crate::store::Role;
 
@@ -37,59 +37,58 @@ pub(super) async fn errors(
         Ok(g) => g,
         Err(e) => return failure(&e.to_string()),
     };
-    let mut body = done
-        .map(|d| format!("<p class=done role=status>{}</p>", esc(&d)))
-        .unwrap_or_default();
-    let _ = write!(
-        body,
-        "<p>{} steps in error, in {} groups.</p><table id=errors><thead><tr><th scope=col>step</th><th scope=col>message</th><th scope=col class=n>steps</th><th scope=col>first</th><th scope=col>last</th><th></th></tr></thead><tbody>",
-        groups.iter().map(|g| g.count).sum::<i64>(),
-        groups.len()
-    );
-    for g in &groups {
-        let retry = if v.role >= Role::Robot {
-            let mut f = format!(
-                "<form method=post action=/ui/steps/act data-confirm=\"Retry {} steps?\"><input type=hidden name=csrf value=\"{}\"><input type=hidden name=back value=/ui/errors><input type=hidden name=action value=retry>",
-                g.count,
-                esc(&v.csrf)
-            );
-            for id in &g.ids {
-                let _ = write!(f, "<input type=hidden name=id value={id}>");
+    let acts = v.role >= Role::Robot;
+    let body = html! {
+        @if let Some(d) = &done { p.done role="status" { (d) } }
+        p { (groups.iter().map(|g| g.count).sum::<i64>()) " steps in error, in " (groups.len()) " groups." }
+        table #errors {
+            thead { tr {
+                th scope="col" { "step" }
+                th scope="col" { "message" }
+                th scope="col" class="n" { "steps" }
+                th scope="col" { "first" }
+                th scope="col" { "last" }
+                th {}
+            } }
+            tbody {
+                @for g in &groups {
+                    tr {
+                        td { (g.template) ":" (g.step) }
+                        td {
+                            // One message as written; a group of several shows their shape and the latest.
+                            @if g.count > 1 && g.message != g.example {
+                                (g.message) " (e.g. " (g.example) ")"
+                            } @else {
+                                (g.example)
+                            }
+                            @if let Some(t) = &g.text {
+                                details { summary { "text" } pre { (t) } }
+                            }
+                        }
+                        td.n { (g.count) }
+                        td { (g.first.format("%Y-%m-%d %H:%M:%S")) }
+                        td { (g.last.format("%Y-%m-%d %H:%M:%S")) }
+                        td {
+                            @if acts {
+                                form method="post" action="/ui/steps/act" data-confirm={ "Retry " (g.count) " steps?" } {
+                                    input type="hidden" name="csrf" value=(v.csrf);
+                                    input type="hidden" name="back" value="/ui/errors";
+                                    input type="hidden" name="action" value="retry";
+                                    @for id in &g.ids { input type="hidden" name="id" value=(id); }
+                                    button.retry-group { "Retry all" }
+                                }
+                            }
+                        }
+                    }
+                }
             }
-            f.push_str("<button class=retry-group>Retry all</button></form>");
-            f
-        } else {
-            String::new()
-        };
-        let _ = write!(
-            body,
-            "<tr><td>{}:{}</td><td>{}{}</td><td class=n>{}</td><td>{}</td><td>{}</td><td>{retry}</td></tr>",
-            esc(&g.template),
-            esc(&g.step),
-            // One message as written; a group of several shows their shape and the latest.
-            esc(&if g.count > 1 && g.message != g.example {
-                format!("{} (e.g. {})", g.message, g.example)
-            } else {
-                g.example.clone()
-            }),
-            g.text
-                .as_deref()
-                .map(|t| format!(
-                    "<details><summary>text</summary><pre>{}</pre></details>",
-                    esc(t)
-                ))
-                .unwrap_or_default(),
-            g.count,
-            g.first.format("%Y-%m-%d %H:%M:%S"),
-            g.last.format("%Y-%m-%d %H:%M:%S")
-        );
-    }
-    body.push_str("</tbody></table>");
-    page("Errors", Some(&v), &body).into_response()
+        }
+    };
+    page("Errors", Some(&v), body).into_response()
 }
 
 /// Every template and bricklet with its versions (SHA-256, when loaded, which is current) and
-/// its steps with their prerequisites.
+/// its steps with their prerequisites, after an index of them all.
 pub(super) async fn templates(State(s): State<AppState>, headers: HeaderMap) -> Response {
     let v = match viewer(&s, &headers).await {
         Ok(v) => v,
@@ -100,77 +99,77 @@ pub(super) async fn templates(State(s): State<AppState>, headers: HeaderMap) -> 
         Err(e) => return failure(&e.to_string()),
     };
     current.extend(s.store.bricklet_list().await.unwrap_or_default());
-    let mut body = String::from("<div id=templates>");
-    for t in &current {
-        let kind = if t.spec.machine.is_some() {
+    let kind = |t: &crate::store::TemplateRow| {
+        if t.spec.machine.is_some() {
             "machine"
         } else if t.kind == "bricklet" {
             "bricklet"
         } else {
             "steps"
-        };
-        let _ = write!(
-            body,
-            "<section><h2>{} <small>({kind})</small></h2><ul>",
-            esc(&t.name)
-        );
-        for version in s.store.template_versions(&t.name).await.unwrap_or_default() {
-            let _ = write!(
-                body,
-                "<li><code>{}</code> loaded {}{}</li>",
-                esc(&version.sha256[..12]),
-                version.loaded_at.format("%Y-%m-%d %H:%M:%S"),
-                if version.is_current {
-                    " — current"
-                } else {
-                    ""
-                }
-            );
         }
-        body.push_str("</ul>");
-        // What this binary cannot run (a template a newer workdo loaded): its steps wait.
-        for st in &t.spec.steps {
-            if let Some(crate::model::template::FunctionSpec {
-                runner: crate::model::template::Runner::Builtin { name },
-                ..
-            }) = &st.function
-                && let Some(why) = crate::model::template::unknown_builtin(name)
-            {
-                let _ = write!(
-                    body,
-                    "<p class=\"error cannot-run\">This workdo cannot run step {}: {}. Its steps wait in their queue until a workdo that can runs them.</p>",
-                    esc(&st.name),
-                    esc(&why)
-                );
-            }
-        }
-        if let Some(m) = &t.spec.machine {
-            body.push_str(&draw::machine(
-                &format!("template-{}", t.name),
-                m,
-                None,
-                &[],
-            ));
-        } else if !t.spec.steps.is_empty() {
-            body.push_str("<table><thead><tr><th scope=col>step</th><th scope=col>after</th></tr></thead><tbody>");
-            for st in &t.spec.steps {
-                let _ = write!(
-                    body,
-                    "<tr><td>{}</td><td>{}</td></tr>",
-                    esc(&st.name),
-                    esc(&st.prereqs.join(", "))
-                );
-            }
-            body.push_str("</tbody></table>");
-            body.push_str(&draw::template(
-                &format!("template-{}", t.name),
-                &t.spec.steps,
-            ));
-        }
-        body.push_str("</section>");
+    };
+    let mut versions = Vec::with_capacity(current.len());
+    for t in &current {
+        versions.push(s.store.template_versions(&t.name).await.unwrap_or_default());
     }
-    body.push_str("</div>");
-    page("Templates", Some(&v), &body).into_response()
+    let body = html! {
+        table #template-index {
+            thead { tr {
+                th scope="col" { "template" }
+                th scope="col" { "kind" }
+                th scope="col" class="n" { "steps or states" }
+                th scope="col" class="n" { "versions" }
+            } }
+            tbody {
+                @for (t, vs) in current.iter().zip(&versions) {
+                    tr {
+                        td { a href={ "#t-" (t.name) } { (t.name) } }
+                        td { (kind(t)) }
+                        td.n { (t.spec.machine.as_ref().map_or(t.spec.steps.len(), |m| m.states.len())) }
+                        td.n { (vs.len()) }
+                    }
+                }
+            }
+        }
+        div #templates {
+            @for (t, vs) in current.iter().zip(&versions) {
+                section id={ "t-" (t.name) } {
+                    h2 { (t.name) " " small { "(" (kind(t)) ")" } }
+                    ul {
+                        @for version in vs {
+                            li {
+                                code { (version.sha256.chars().take(12).collect::<String>()) }
+                                " loaded " (version.loaded_at.format("%Y-%m-%d %H:%M:%S"))
+                                @if version.is_current { " — current" }
+                            }
+                        }
+                    }
+                    // What this binary cannot run (a template a newer workdo loaded): its steps wait.
+                    @for st in &t.spec.steps {
+                        @if let Some(crate::model::template::FunctionSpec { runner: crate::model::template::Runner::Builtin { name }, .. }) = &st.function {
+                            @if let Some(why) = crate::model::template::unknown_builtin(name) {
+                                p class="error cannot-run" { "This workdo cannot run step " (st.name) ": " (why) ". Its steps wait in their queue until a workdo that can runs them." }
+                            }
+                        }
+                    }
+                    @if let Some(m) = &t.spec.machine {
+                        (draw::machine(&format!("template-{}", t.name), m, None, &[]))
+                    } @else if !t.spec.steps.is_empty() {
+                        table {
+                            thead { tr { th scope="col" { "step" } th scope="col" { "after" } } }
+                            tbody {
+                                @for st in &t.spec.steps {
+                                    tr { td { (st.name) } td { (st.prereqs.join(", ")) } }
+                                }
+                            }
+                        }
+                        (draw::template(&format!("template-{}", t.name), &t.spec.steps))
+                    }
+                }
+            }
+        }
+    };
+    page("Templates", Some(&v), body).into_response()
 }
 
 #[derive(Deserialize)]
@@ -201,29 +200,43 @@ pub(super) async fn timings(
         Err(e) => return failure(&e.to_string()),
     };
     let ms = |x: Option<f64>| x.map(crate::output::human_duration).unwrap_or_default();
-    let mut body = format!(
-        "<form><label>last <input name=hours type=number min=1 value={hours}> hours</label> <button>show</button></form><table id=timings><thead><tr><th scope=col>step</th><th scope=col class=n>finished</th><th scope=col class=n>elapsed p50</th><th scope=col class=n>p95</th><th scope=col class=n>p99</th><th scope=col class=n>wait p50</th><th scope=col class=n>p95</th><th scope=col class=n>p99</th></tr></thead><tbody>"
-    );
-    for r in &rows {
-        let _ = write!(
-            body,
-            "<tr><td>{}:{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td></tr>",
-            esc(&r.template),
-            esc(&r.step),
-            r.finished,
-            ms(r.elapsed_p50),
-            ms(r.elapsed_p95),
-            ms(r.elapsed_p99),
-            ms(r.wait_p50),
-            ms(r.wait_p95),
-            ms(r.wait_p99)
-        );
-    }
-    body.push_str("</tbody></table>");
-    page("Timings", Some(&v), &body).into_response()
+    let body = html! {
+        form {
+            label { "last " input name="hours" type="number" min="1" value=(hours); " hours" }
+            " " button { "show" }
+        }
+        table #timings {
+            thead { tr {
+                th scope="col" { "step" }
+                th scope="col" class="n" { "finished" }
+                th scope="col" class="n" { "elapsed p50" }
+                th scope="col" class="n" { "p95" }
+                th scope="col" class="n" { "p99" }
+                th scope="col" class="n" { "wait p50" }
+                th scope="col" class="n" { "p95" }
+                th scope="col" class="n" { "p99" }
+            } }
+            tbody {
+                @for r in &rows {
+                    tr {
+                        td { (r.template) ":" (r.step) }
+                        td.n { (r.finished) }
+                        td.n { (ms(r.elapsed_p50)) }
+                        td.n { (ms(r.elapsed_p95)) }
+                        td.n { (ms(r.elapsed_p99)) }
+                        td.n { (ms(r.wait_p50)) }
+                        td.n { (ms(r.wait_p95)) }
+                        td.n { (ms(r.wait_p99)) }
+                    }
+                }
+            }
+        }
+    };
+    page("Timings", Some(&v), body).into_response()
 }
 
-/// Schedules with their next fire time, and the alert outbox (pending, sent, failed).
+/// Schedules with their next fire time (enable, disable, fire now), the alert outbox (pending,
+/// sent, failed) and the hand-off to Sidekiq.
 pub(super) async fn schedules_alerts(State(s): State<AppState>, headers: HeaderMap) -> Response {
     let v = match viewer(&s, &headers).await {
         Ok(v) => v,
@@ -237,86 +250,102 @@ pub(super) async fn schedules_alerts(State(s): State<AppState>, headers: HeaderM
         Ok(r) => r,
         Err(e) => return failure(&e.to_string()),
     };
-    let mut body = String::from(
-        "<h2>Schedules</h2><table id=schedules><thead><tr><th scope=col>schedule</th><th scope=col>cron</th><th scope=col>template</th><th scope=col>enabled</th><th scope=col>next fire</th><th scope=col>last fired</th><th></th></tr></thead><tbody>",
-    );
-    let acts = v.role >= crate::store::Role::Robot;
-    for r in &schedules {
-        let buttons = if acts {
-            format!(
-                "<form method=post action=/ui/schedules/act class=inline><input type=hidden name=csrf value=\"{}\"><input type=hidden name=name value=\"{}\"><button class=small name=action value={}>{}</button> <button class=small name=action value=fire{}>Fire now</button></form>",
-                esc(&v.csrf),
-                esc(&r.name),
-                if r.enabled { "disable" } else { "enable" },
-                if r.enabled { "Disable" } else { "Enable" },
-                if r.enabled { "" } else { " disabled" }
-            )
-        } else {
-            String::new()
-        };
-        let _ = write!(
-            body,
-            "<tr data-schedule=\"{}\"><td>{}</td><td><code>{}</code> {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{buttons}</td></tr>",
-            esc(&r.name),
-            esc(&r.name),
-            esc(&r.cron),
-            esc(&r.timezone),
-            esc(&r.does()),
-            if r.enabled { "yes" } else { "no" },
-            r.next_fire_at.format("%Y-%m-%d %H:%M:%S UTC"),
-            r.last_fired_at
-                .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
-                .unwrap_or_default()
-        );
-    }
-    body.push_str("</tbody></table><h2>Alert outbox</h2><table id=outbox><thead><tr><th scope=col>created</th><th scope=col>kind</th><th scope=col>about</th><th scope=col>status</th><th scope=col class=n>attempts</th><th scope=col>last error</th></tr></thead><tbody>");
-    for r in &outbox {
-        let _ = write!(
-            body,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td class=n>{}</td><td>{}</td></tr>",
-            r.created_at.format("%Y-%m-%d %H:%M:%S"),
-            esc(&r.kind),
-            esc(&format!(
-                "{}:{} {}",
-                r.template.as_deref().unwrap_or(""),
-                r.step.as_deref().unwrap_or(""),
-                r.object_id.as_deref().unwrap_or("")
-            )),
-            if r.last_error.is_some() && r.status == "pending" {
-                "error"
-            } else {
-                ""
-            },
-            esc(&r.status),
-            r.attempts,
-            esc(r.last_error.as_deref().unwrap_or(""))
-        );
-    }
-    body.push_str("</tbody></table>");
     // The hand-off to Sidekiq robots, when a runtime pushes: each readiness and its push.
     let handoff = s.store.handoff_list(200).await.unwrap_or_default();
-    if !handoff.is_empty() {
-        body.push_str("<h2>Handed off to Sidekiq</h2><table id=handoff><thead><tr><th scope=col>ready</th><th scope=col>object</th><th scope=col>step</th><th scope=col>queue</th><th scope=col>pushed</th><th scope=col class=n>attempts</th><th scope=col>last error</th></tr></thead><tbody>");
-        for h in &handoff {
-            let _ = write!(
-                body,
-                "<tr><td>{}</td><td><a href=\"/ui/objects/{}\">{}</a></td><td>{}:{}</td><td>{}</td><td>{}</td><td class=n>{}</td><td class=error>{}</td></tr>",
-                h.created_at.format("%Y-%m-%d %H:%M:%S"),
-                super::enc(&h.object_id),
-                esc(&h.object_id),
-                esc(&h.template),
-                esc(&h.step),
-                esc(h.queue.as_deref().unwrap_or("")),
-                h.pushed_at
-                    .map(|p| p.format("%H:%M:%S").to_string())
-                    .unwrap_or_else(|| "waiting".into()),
-                h.attempts,
-                esc(h.last_error.as_deref().unwrap_or(""))
-            );
+    let acts = v.role >= Role::Robot;
+    let when = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%d %H:%M:%S UTC").to_string();
+    let body = html! {
+        h2 { "Schedules" }
+        table #schedules {
+            thead { tr {
+                th scope="col" { "schedule" }
+                th scope="col" { "cron" }
+                th scope="col" { "template" }
+                th scope="col" { "enabled" }
+                th scope="col" { "next fire" }
+                th scope="col" { "last fired" }
+                th {}
+            } }
+            tbody {
+                @for r in &schedules {
+                    tr data-schedule=(r.name) {
+                        td { (r.name) }
+                        td { code { (r.cron) } " " (r.timezone) }
+                        td { (r.does()) }
+                        td { @if r.enabled { "yes" } @else { "no" } }
+                        td { (when(r.next_fire_at)) }
+                        td { (r.last_fired_at.map(when).unwrap_or_default()) }
+                        td {
+                            @if acts {
+                                form.inline method="post" action="/ui/schedules/act" {
+                                    input type="hidden" name="csrf" value=(v.csrf);
+                                    input type="hidden" name="name" value=(r.name);
+                                    @if r.enabled {
+                                        button.small name="action" value="disable" { "Disable" }
+                                    } @else {
+                                        button.small name="action" value="enable" { "Enable" }
+                                    }
+                                    " "
+                                    button.small name="action" value="fire" disabled[!r.enabled] { "Fire now" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
         }
-        body.push_str("</tbody></table>");
-    }
-    page("Schedules and alerts", Some(&v), &body).into_response()
+        h2 { "Alert outbox" }
+        table #outbox {
+            thead { tr {
+                th scope="col" { "created" }
+                th scope="col" { "kind" }
+                th scope="col" { "about" }
+                th scope="col" { "status" }
+                th scope="col" class="n" { "attempts" }
+                th scope="col" { "last error" }
+            } }
+            tbody {
+                @for r in &outbox {
+                    tr {
+                        td { (r.created_at.format("%Y-%m-%d %H:%M:%S")) }
+                        td { (r.kind) }
+                        td { (r.template.as_deref().unwrap_or("")) ":" (r.step.as_deref().unwrap_or("")) " " (r.object_id.as_deref().unwrap_or("")) }
+                        td class=(if r.last_error.is_some() && r.status == "pending" { "error" } else { "" }) { (r.status) }
+                        td.n { (r.attempts) }
+                        td { (r.last_error.as_deref().unwrap_or("")) }
+                    }
+                }
+            }
+        }
+        @if !handoff.is_empty() {
+            h2 { "Handed off to Sidekiq" }
+            table #handoff {
+                thead { tr {
+                    th scope="col" { "ready" }
+                    th scope="col" { "object" }
+                    th scope="col" { "step" }
+                    th scope="col" { "queue" }
+                    th scope="col" { "pushed" }
+                    th scope="col" class="n" { "attempts" }
+                    th scope="col" { "last error" }
+                } }
+                tbody {
+                    @for h in &handoff {
+                        tr {
+                            td { (h.created_at.format("%Y-%m-%d %H:%M:%S")) }
+                            td { a href=(object_url(&h.object_id)) { (h.object_id) } }
+                            td { (h.template) ":" (h.step) }
+                            td { (h.queue.as_deref().unwrap_or("")) }
+                            td { (h.pushed_at.map(|p| p.format("%H:%M:%S").to_string()).unwrap_or_else(|| "waiting".into())) }
+                            td.n { (h.attempts) }
+                            td.error { (h.last_error.as_deref().unwrap_or("")) }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    page("Schedules and alerts", Some(&v), body).into_response()
 }
 
 /// Enable, disable or fire a schedule from the schedules page.

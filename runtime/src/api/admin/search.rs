@@ -2,15 +2,14 @@
 //! page; an id prefix (`bb123`, `druid:bb1`) lists the objects it starts; `key=value` lists the
 //! objects whose property `key` reads `value`.
 
-use std::fmt::Write as _;
-
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Redirect, Response};
+use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::{enc, esc, failure, page, unusable, viewer};
+use super::{failure, object_url, page, unusable, viewer};
 use crate::api::AppState;
 
 #[derive(Deserialize)]
@@ -22,11 +21,12 @@ pub(super) struct Search {
 const FOUND_MAX: i64 = 200;
 
 /// The search box, as the header of every page shows it.
-pub(super) fn form(q: &str) -> String {
-    format!(
-        "<form method=get action=/ui/search role=search class=search><input type=search name=q id=q value=\"{}\" placeholder=\"object id, id prefix or key=value\" aria-label=search></form>",
-        esc(q)
-    )
+pub(super) fn form(q: &str) -> Markup {
+    html! {
+        form.search method="get" action="/ui/search" role="search" {
+            input #q type="search" name="q" value=(q) placeholder="object id, id prefix or key=value" aria-label="search";
+        }
+    }
 }
 
 pub(super) async fn search(
@@ -42,10 +42,11 @@ pub(super) async fn search(
         Ok(Query(q)) => q.q.unwrap_or_default().trim().to_string(),
         Err(e) => return unusable(&e),
     };
-    let mut body = String::new();
     if q.is_empty() {
-        body.push_str("<p>Search by object id (it opens the object), an id's beginning (<code>bb123</code>, <code>druid:bb1</code>), or a property as <code>key=value</code> (<code>barcode=36105010362304</code>).</p>");
-        return page("Search", Some(&v), &body).into_response();
+        let body = html! {
+            p { "Search by object id (it opens the object), an id's beginning (" code { "bb123" } ", " code { "druid:bb1" } "), or a property as " code { "key=value" } " (" code { "barcode=36105010362304" } ")." }
+        };
+        return page("Search", Some(&v), body).into_response();
     }
     let (prefixes, property) = match q.split_once('=') {
         Some((k, val)) if !k.trim().is_empty() => (
@@ -57,7 +58,7 @@ pub(super) async fn search(
             if let Ok(id) = crate::model::object_id::normalize(&q)
                 && let Ok(true) = s.store.object_exists(&id).await
             {
-                return Redirect::to(&format!("/ui/objects/{}", enc(&id))).into_response();
+                return Redirect::to(&object_url(&id)).into_response();
             }
             let mut prefixes = vec![q.clone()];
             if !q.contains(':') {
@@ -79,34 +80,38 @@ pub(super) async fn search(
         Err(e) => return failure(&e.to_string()),
     };
     let more = found.len() as i64 > FOUND_MAX;
-    let what = match &property {
-        Some((k, val)) => format!("whose <b>{}</b> is <b>{}</b>", esc(k), esc(val)),
-        None => format!("whose id starts with <b>{}</b>", esc(&q)),
+    let body = html! {
+        p #found {
+            @if more { "More than " }
+            (found.len().min(FOUND_MAX as usize)) " objects "
+            @match &property {
+                Some((k, val)) => { "whose " b { (k) } " is " b { (val) } }
+                None => { "whose id starts with " b { (q) } }
+            }
+            "."
+        }
+        @if !found.is_empty() {
+            table #results {
+                thead { tr {
+                    th scope="col" { "object" }
+                    th scope="col" class="n" { "workflows" }
+                    th scope="col" class="n" { "active" }
+                    th scope="col" { "properties" }
+                    th scope="col" { "changed" }
+                } }
+                tbody {
+                    @for o in found.iter().take(FOUND_MAX as usize) {
+                        tr {
+                            td { a href=(object_url(&o.id)) { (o.id) } }
+                            td.n { (o.workflows) }
+                            td.n { (o.active_workflows) }
+                            td { code { (o.properties.to_string().chars().take(160).collect::<String>()) } }
+                            td { (o.updated_at.format("%Y-%m-%d %H:%M:%S")) }
+                        }
+                    }
+                }
+            }
+        }
     };
-    let _ = write!(
-        body,
-        "<p id=found>{}{} objects {what}.</p>",
-        if more { "More than " } else { "" },
-        found.len().min(FOUND_MAX as usize)
-    );
-    if found.is_empty() {
-        return page(&format!("Search: {q}"), Some(&v), &body).into_response();
-    }
-    body.push_str("<table id=results><thead><tr><th scope=col>object</th><th scope=col class=n>workflows</th><th scope=col class=n>active</th><th scope=col>properties</th><th scope=col>changed</th></tr></thead><tbody>");
-    for o in found.iter().take(FOUND_MAX as usize) {
-        let props = o.properties.to_string();
-        let props: String = props.chars().take(160).collect();
-        let _ = write!(
-            body,
-            "<tr><td><a href=\"/ui/objects/{}\">{}</a></td><td class=n>{}</td><td class=n>{}</td><td><code>{}</code></td><td>{}</td></tr>",
-            esc(&enc(&o.id)),
-            esc(&o.id),
-            o.workflows,
-            o.active_workflows,
-            esc(&props),
-            o.updated_at.format("%Y-%m-%d %H:%M:%S")
-        );
-    }
-    body.push_str("</tbody></table>");
-    page(&format!("Search: {q}"), Some(&v), &body).into_response()
+    page(&format!("Search: {q}"), Some(&v), body).into_response()
 }
