@@ -401,3 +401,42 @@ async fn the_demo_keeps_serving_its_page_until_ctrl_c() {
         .expect("wait");
     assert!(status.success(), "{status}");
 }
+
+#[tokio::test]
+async fn the_overview_tells_queued_from_not_queued_and_outside_work() {
+    workdo::install_crypto();
+    let t = db().await;
+    support::load(
+        &t.store,
+        "sq.xml",
+        r#"<workflow-def id="sqWF" repository="dor"><process name="logged" skip-queue="true" sequence="1"/></workflow-def>"#,
+    )
+    .await;
+    load(
+        &t.store,
+        "h.yaml",
+        "name: handWF\nsteps:\n  - { name: inspect }\n",
+    )
+    .await;
+    for template in ["sqWF", "handWF"] {
+        t.store
+            .workflow_start(&StartRequest::new(template, &["obj:o1"]))
+            .await
+            .expect("start");
+    }
+    let base = support::serve_api(&t.store, workdo::api::Access::Open).await;
+    let page = reqwest::get(format!("{base}/"))
+        .await
+        .expect("overview")
+        .text()
+        .await
+        .expect("body");
+    let row = |step: &str| {
+        page.split("<tr>")
+            .find(|r| r.contains(&format!("<td>{step}")))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(row("logged").contains("not queued"), "{}", row("logged"));
+    assert!(row("inspect").contains("(outside)"), "{}", row("inspect"));
+}

@@ -112,6 +112,46 @@ impl Store {
 
     /// Completed and failed attempts per minute and template over the last `minutes`
     /// minutes, oldest first (minutes with neither are absent).
+    /// How long the head of each queue (the step a worker claims next: highest priority, then
+    /// longest ready) has waited, in seconds, for the given (template, step) rows of the
+    /// overview (a generated step's row is its bricklet step's queue), optionally in one lane.
+    /// One index probe each, however many steps are ready.
+    pub async fn queue_heads(
+        &self,
+        rows: &[(String, String)],
+        lane: Option<&str>,
+    ) -> Result<Vec<Option<f64>>> {
+        let mut out = Vec::with_capacity(rows.len());
+        for (template, step) in rows {
+            let age: Option<f64> = if step.contains('/') {
+                sqlx::query_scalar(
+                    "select extract(epoch from now() - run_at)::float8 from workdo.steps
+                      where queue = $1 and status = 'ready' and active
+                        and ($2::text is null or lane = $2)
+                      order by priority desc, run_at, id limit 1",
+                )
+                .bind(format!("{template}:{}", super::queue_key(step)))
+                .bind(lane)
+                .fetch_optional(&self.pool)
+                .await?
+            } else {
+                sqlx::query_scalar(
+                    "select extract(epoch from now() - run_at)::float8 from workdo.steps
+                      where template = $1 and name = $2 and status = 'ready' and active
+                        and ($3::text is null or lane = $3)
+                      order by priority desc, run_at, id limit 1",
+                )
+                .bind(template)
+                .bind(step)
+                .bind(lane)
+                .fetch_optional(&self.pool)
+                .await?
+            };
+            out.push(age);
+        }
+        Ok(out)
+    }
+
     /// Per step and minute, the completions and failed attempts of the last `minutes`
     /// minutes (the overview's sparklines).
     pub async fn throughput_by_step(&self, minutes: i32) -> Result<Vec<StepThroughput>> {

@@ -138,7 +138,7 @@ pub(super) async fn overview(
     facets.retain(|x| {
         step.as_ref().is_none_or(|s| s == &x.step) && status.as_ref().is_none_or(|s| s == &x.status)
     });
-    let depths = s.store.queue_depths().await.unwrap_or_default();
+
     let paused = s.store.paused_list().await.unwrap_or_default();
     let by_step = s.store.throughput_by_step(60).await.unwrap_or_default();
     let acts = v.role >= Role::Robot;
@@ -149,6 +149,41 @@ pub(super) async fn overview(
             rows.push(key);
         }
     }
+    // The head of each queue with ready steps: how long the next step to run has waited.
+    let ready_rows: Vec<(String, String)> = rows
+        .iter()
+        .filter(|(t, st)| {
+            facets
+                .iter()
+                .any(|f| &f.template == t && &f.step == st && f.status == "ready")
+        })
+        .cloned()
+        .collect();
+    let heads = s
+        .store
+        .queue_heads(&ready_rows, filter.lane.as_deref())
+        .await
+        .unwrap_or_default();
+    let head = |t: &str, st: &str| -> Option<f64> {
+        ready_rows
+            .iter()
+            .position(|(a, b)| a == t && b == st)
+            .and_then(|i| heads.get(i).copied().flatten())
+    };
+    // Steps no worker of this runtime takes: skip-queue ones (never), and ones without a
+    // function here (a person's, or an outside robot's through the API).
+    let templates = s.store.template_list().await.unwrap_or_default();
+    let kind_of = |t: &str, st: &str| -> &'static str {
+        match templates
+            .iter()
+            .find(|x| x.name == t)
+            .and_then(|x| x.spec.step(st))
+        {
+            Some(spec) if spec.skip_queue => "skip-queue",
+            Some(spec) if !spec.is_run() => "outside",
+            _ => "",
+        }
+    };
     let now = Utc::now();
     let carry = f.carried();
     let count_of = |t: &str, st: &str, c: &str| -> i64 {
@@ -174,7 +209,7 @@ pub(super) async fn overview(
                     th scope="col" { "step" }
                     @for c in COLUMNS { th scope="col" class="n" { (c) } }
                     th scope="col" class="n" { "other" }
-                    th scope="col" class="n" { "oldest ready" }
+                    th scope="col" class="n" title="how long the step a worker takes next has waited" { "head waiting" }
                     th scope="col" { "last hour" }
                 } }
                 tbody {
@@ -214,9 +249,12 @@ pub(super) async fn overview(
                             }
                             @let other: i64 = facets.iter().filter(|f| &f.template == t && &f.step == st && !COLUMNS.contains(&f.status.as_str())).map(|f| f.count).sum();
                             td.n { @if other > 0 { (other) } }
-                            // How long the oldest ready step of this queue has waited (over its lanes).
-                            @let oldest = depths.iter().filter(|d| &d.0 == t && &d.1 == st && filter.lane.as_ref().is_none_or(|l| l == &d.2)).map(|d| d.4).fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
-                            td.n { (oldest.map(age).unwrap_or_default()) }
+                            @match (kind_of(t, st), head(t, st)) {
+                                ("skip-queue", Some(_)) => { td.n.mute title="skip-queue: no worker takes it; it is set through the API, CLI or page" { "not queued" } }
+                                ("outside", Some(a)) => { td.n title="no function here: a person or an outside robot completes it" { (age(a)) " (outside)" } }
+                                (_, Some(a)) => { td.n { (age(a)) } }
+                                (_, None) => { td.n {} }
+                            }
                             td { (sparkline(&by_step, t, st, now)) }
                         }
                     }
