@@ -208,6 +208,17 @@ async fn machines_history_archive_and_schedules_on_the_page() {
     )
     .await;
     shot(&c, "templates-loanReviewWF").await;
+    let index = c
+        .find(Locator::Id("template-index"))
+        .await
+        .expect("the templates index")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        index.contains("loanReviewWF") && index.contains("machine") && index.contains("lectureWF"),
+        "{index}"
+    );
 
     // Schedules: disable, enable, fire now (it starts its workflow).
     c.goto(&format!("{base}/ui/schedules"))

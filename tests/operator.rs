@@ -92,7 +92,10 @@ async fn numbers_objects_and_files_are_taken_exactly_or_refused() {
         &["objects", "add", "--from", &file.display().to_string()],
     );
     assert_ne!(code, Some(0));
-    assert!(stderr.contains("objects.jsonl:3"), "{stderr}");
+    assert!(
+        stderr.contains("objects.jsonl:3") && stderr.contains("at column"),
+        "the file's line, and the column in it: {stderr}"
+    );
     let kept: i64 = sqlx::query_scalar("select count(*) from workdo.objects")
         .fetch_one(t.pool())
         .await

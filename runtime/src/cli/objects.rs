@@ -63,7 +63,18 @@ fn rows_of(path: &Path) -> Result<Vec<Row>> {
     };
     if first.trim_start().starts_with('{') {
         for (n, line) in lines {
-            crate::model::numbers::check_exact(line).with_context(|| at(n))?;
+            crate::model::numbers::check_exact(line).map_err(|e| {
+                // One line of the file: its column, not "line 1".
+                anyhow::anyhow!(
+                    "{}: {}",
+                    at(n),
+                    e.to_string().replacen(
+                        &format!("at line 1, column {}", e.column),
+                        &format!("at column {}", e.column),
+                        1
+                    )
+                )
+            })?;
             let v: Value = serde_json::from_str(line)
                 .with_context(|| format!("{}: not a JSON object", at(n)))?;
             let id = v["id"]

@@ -169,9 +169,10 @@ fn pager(base: &[(&'static str, String)], page_no: i64, pages: i64) -> Markup {
         url("/ui/steps", &pairs)
     };
     html! {
-        @if pages > 1 {
+        @if pages > 1 || page_no > 1 {
             nav.pager aria-label="pages" {
-                @if page_no > 1 { a #page-prev rel="prev" href=(link(page_no - 1)) { "← newer" } }
+                // Past the end (the steps moved on): back to the last page there is.
+                @if page_no > 1 { a #page-prev rel="prev" href=(link((page_no - 1).min(pages))) { "← newer" } }
                 " " span { "page " (count(page_no)) " of " (count(pages)) } " "
                 @if page_no < pages { a #page-next rel="next" href=(link(page_no + 1)) { "older →" } }
             }
