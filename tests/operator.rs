@@ -443,3 +443,44 @@ async fn the_overview_tells_queued_from_not_queued_and_outside_work() {
     assert!(row("logged").contains("not queued"), "{}", row("logged"));
     assert!(row("inspect").contains("(outside)"), "{}", row("inspect"));
 }
+
+/// `--async-claims`: a claim made with `p_async` commits its transaction without waiting for
+/// the flush, and only its own transaction; every other claim and write stays synchronous.
+/// (The test cluster runs with `synchronous_commit = off`; this session turns it on first.)
+#[tokio::test]
+async fn an_async_claim_turns_off_the_flush_for_its_own_transaction_only() {
+    let t = db().await;
+    let mut conn = t.pool().acquire().await.expect("a connection");
+    sqlx::query("set synchronous_commit = on")
+        .execute(&mut *conn)
+        .await
+        .expect("set");
+    assert_eq!(within(&mut conn, true).await, "off");
+    assert_eq!(
+        within(&mut conn, false).await,
+        "on",
+        "a claim without p_async stays synchronous"
+    );
+    let after: String = sqlx::query_scalar("show synchronous_commit")
+        .fetch_one(&mut *conn)
+        .await
+        .expect("show");
+    assert_eq!(after, "on", "nothing outlives the claim's transaction");
+}
+
+/// `show synchronous_commit` inside a transaction that claims, with or without `p_async`.
+async fn within(conn: &mut sqlx::PgConnection, p_async: bool) -> String {
+    use sqlx::Connection as _;
+    let mut tx = conn.begin().await.expect("begin");
+    sqlx::query("select count(*) from workdo.claim('x', 'y', null, 1, 'o', 60, p_async => $1)")
+        .bind(p_async)
+        .execute(&mut *tx)
+        .await
+        .expect("claim");
+    let value: String = sqlx::query_scalar("show synchronous_commit")
+        .fetch_one(&mut *tx)
+        .await
+        .expect("show");
+    tx.commit().await.expect("commit");
+    value
+}

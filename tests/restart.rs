@@ -13,8 +13,19 @@ use workdo::store::{StartRequest, Store, db};
 
 const WORKFLOWS: usize = 300;
 
+/// With `--async-claims`: a claim lost with the server (committed, not flushed) must only
+/// return its step to the queue, never let it complete twice (ARCHITECTURE.md "Decisions").
 fn spawn_runtime(url: &str) -> Child {
-    support::spawn_up(url, &["--lease-margin", "2s", "--poll-interval", "200ms"])
+    support::spawn_up(
+        url,
+        &[
+            "--lease-margin",
+            "2s",
+            "--poll-interval",
+            "200ms",
+            "--async-claims",
+        ],
+    )
 }
 
 /// Completed workflows, or `None` while the server cannot be reached.

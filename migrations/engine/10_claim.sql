@@ -12,12 +12,18 @@
 -- and calling workdo.lease: -14% instructions per batch-1 claim (migrations/0008). Planned
 -- once per session (force_generic_plan): as a prepared statement it was re-planned on every
 -- call, planning costing as much as executing.
-CREATE OR REPLACE FUNCTION workdo.claim(p_template text, p_step text, p_lane text, p_limit bigint, p_owner text, p_lease_secs double precision)
+CREATE OR REPLACE FUNCTION workdo.claim(p_template text, p_step text, p_lane text, p_limit bigint, p_owner text, p_lease_secs double precision, p_async boolean DEFAULT false)
  RETURNS SETOF workdo.claimed
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 begin
+    -- p_async: the caller's claim is a statement of its own, so its transaction may commit
+    -- without waiting for the flush (0022): a claim lost in a crash returns its step to the
+    -- queue, and the completion's synchronous commit flushes the claim before it.
+    if p_async then
+        perform set_config('synchronous_commit', 'off', true);
+    end if;
     return query
     with leased as (
         update workdo.steps s set
@@ -65,12 +71,15 @@ $function$;
 
 -- workdo.claim_queue: workdo.claim for generated steps, which are claimed by the bricklet step
 -- they run (`queue`) rather than by their per-workflow names (migrations/0011).
-CREATE OR REPLACE FUNCTION workdo.claim_queue(p_queue text, p_lane text, p_limit bigint, p_owner text, p_lease_secs double precision)
+CREATE OR REPLACE FUNCTION workdo.claim_queue(p_queue text, p_lane text, p_limit bigint, p_owner text, p_lease_secs double precision, p_async boolean DEFAULT false)
  RETURNS SETOF workdo.claimed
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 begin
+    if p_async then
+        perform set_config('synchronous_commit', 'off', true);
+    end if;
     return query
     with leased as (
         update workdo.steps s set

@@ -281,9 +281,12 @@ async fn queue_rows(store: &Store, sizes: &Sizes, runs: usize, rows: &mut Vec<Ro
         for conns in [2usize, 4] {
             let mut yard = Vec::new();
             let mut ours = Vec::new();
+            let mut fast = Vec::new();
+            let unflushed = store.clone().with_async_claims(true);
             for _ in 0..runs {
                 yard.push(yardstick(store, jobs, batch, conns).await?);
                 ours.push(claim_complete(store, jobs as usize, batch, conns).await?);
+                fast.push(claim_complete(&unflushed, jobs as usize, batch, conns).await?);
             }
             let y = row(
                 format!("yardstick: SQL queue, batch {batch}, {conns} conns"),
@@ -296,8 +299,15 @@ async fn queue_rows(store: &Store, sizes: &Sizes, runs: usize, rows: &mut Vec<Ro
                 ours,
             );
             o.ratio = Some(o.median / y.median.max(1e-9));
+            let mut a = row(
+                format!("claim+complete, --async-claims, batch {batch}, {conns} conns"),
+                "steps/s",
+                fast,
+            );
+            a.ratio = Some(a.median / y.median.max(1e-9));
             rows.push(y);
             rows.push(o);
+            rows.push(a);
         }
     }
     Ok(())

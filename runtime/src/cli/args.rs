@@ -154,6 +154,11 @@ pub struct RuntimeArgs {
     /// Longest back-off.
     #[arg(long, default_value = "1h", value_parser = duration)]
     pub retry_max: std::time::Duration,
+    /// Claims commit without waiting for the WAL flush: faster claims, and a claim lost with a
+    /// crash or a failover lets its step's function run once more (its completion is never
+    /// committed twice; that call is not counted as an attempt). Off by default.
+    #[arg(long, env = "WORKDO_ASYNC_CLAIMS")]
+    pub async_claims: bool,
     /// Environment for every exec and warm function (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE")]
     pub env: Vec<String>,

@@ -410,7 +410,14 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
     };
     let pool = db::connect(&target.url, connections).await?;
     db::migrate(&pool).await?;
-    let store = Store::new(pool).traced(crate::telemetry::workflow_trace);
+    let async_claims = match &cli.command {
+        Command::Up(args) => args.runtime.async_claims,
+        Command::Worker { runtime, .. } => runtime.async_claims,
+        _ => false,
+    };
+    let store = Store::new(pool)
+        .traced(crate::telemetry::workflow_trace)
+        .with_async_claims(async_claims);
     let json = cli.json;
     match cli.command {
         Command::Migrate => writeln!(out, "migrations applied")?,

@@ -1,8 +1,6 @@
 //! Claims: ready steps leased to a worker (`workdo.claim`), or chosen steps leased now for
 //! task injection (`workdo.lease`).
 
-use sqlx::PgConnection;
-
 use super::steps::Claimed;
 use super::{Result, Store};
 
@@ -18,24 +16,13 @@ impl Store {
         owner: &str,
         lease: std::time::Duration,
     ) -> Result<Vec<Claimed>> {
-        let mut conn = self.pool.acquire().await?;
-        Self::step_claim_on(&mut conn, template, step, lane, limit, owner, lease).await
-    }
-
-    /// [`Store::step_claim`] on a connection (or transaction) of the caller's.
-    pub async fn step_claim_on(
-        conn: &mut PgConnection,
-        template: &str,
-        step: &str,
-        lane: Option<&str>,
-        limit: i64,
-        owner: &str,
-        lease: std::time::Duration,
-    ) -> Result<Vec<Claimed>> {
-        // workdo.claim (migrations/engine/10_claim.sql) plans the claim once per session.
+        // workdo.claim (migrations/engine/10_claim.sql) plans the claim once per session; a
+        // statement of its own, so with `async_claims` it commits without waiting for the WAL
+        // flush (ARCHITECTURE.md "Decisions").
         let claimed: Vec<Claimed> = sqlx::query_as(
             "select * from workdo.claim(p_template => $1, p_step => $2, p_lane => $3,
-                                            p_limit => $4, p_owner => $5, p_lease_secs => $6)",
+                                            p_limit => $4, p_owner => $5, p_lease_secs => $6,
+                                            p_async => $7)",
         )
         .bind(template)
         .bind(step)
@@ -43,7 +30,8 @@ impl Store {
         .bind(limit)
         .bind(owner)
         .bind(lease.as_secs_f64())
-        .fetch_all(&mut *conn)
+        .bind(self.async_claims)
+        .fetch_all(&self.pool)
         .await?;
         Ok(claimed)
     }

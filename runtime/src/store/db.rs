@@ -58,7 +58,7 @@ const ENGINE: &[(&str, &str)] = &[
 pub const ENGINE_VERSION: i32 = 19;
 
 /// The SHA-256 of the engine files of [`ENGINE_VERSION`] ([`engine_sha256`]).
-pub const ENGINE_SHA256: &str = "8c8059f0298167008415326726faec69485742dd43ef6a33eb37c52435c7c161";
+pub const ENGINE_SHA256: &str = "a72a137144a1a69b11a991d12087e1b3d4a36433182c61594c3bdf18f3756967";
 
 /// The oldest engine version whose binaries still work on this engine (its functions keep the
 /// signatures and meaning those binaries call them with). A binary older than this refuses to

@@ -56,13 +56,14 @@ impl Store {
         let mut conn = self.pool.acquire().await?;
         let claimed: Vec<Claimed> = sqlx::query_as(
             "select * from workdo.claim_queue(p_queue => $1, p_lane => $2, p_limit => $3,
-                                              p_owner => $4, p_lease_secs => $5)",
+                                              p_owner => $4, p_lease_secs => $5, p_async => $6)",
         )
         .bind(queue)
         .bind(lane)
         .bind(limit)
         .bind(owner)
         .bind(lease.as_secs_f64())
+        .bind(self.async_claims)
         .fetch_all(&mut *conn)
         .await?;
         Ok(claimed)

@@ -165,6 +165,8 @@ pub type TraceStart = fn(&str, &str, i32, &str) -> Option<String>;
 pub struct Store {
     pool: PgPool,
     trace_start: Option<TraceStart>,
+    /// Claims commit without waiting for the WAL flush (`--async-claims`).
+    async_claims: bool,
 }
 
 impl Store {
@@ -172,7 +174,16 @@ impl Store {
         Store {
             pool,
             trace_start: None,
+            async_claims: false,
         }
+    }
+
+    /// Claims commit without waiting for the WAL flush (ARCHITECTURE.md "Decisions"): faster
+    /// claims; a claim lost with a crash or a failover lets its step's function run once more
+    /// (its completion is never committed twice, and that call is not counted as an attempt).
+    pub fn with_async_claims(mut self, on: bool) -> Self {
+        self.async_claims = on;
+        self
     }
 
     /// New workflows get a trace from `start`.
@@ -208,6 +219,7 @@ impl Store {
         Store {
             pool,
             trace_start: self.trace_start,
+            async_claims: self.async_claims,
         }
     }
 
