@@ -444,23 +444,37 @@ async fn the_overview_tells_queued_from_not_queued_and_outside_work() {
     assert!(row("inspect").contains("(outside)"), "{}", row("inspect"));
 }
 
-/// `--async-claims`: a claim made with `p_async` commits its transaction without waiting for
-/// the flush, and only its own transaction; every other claim and write stays synchronous.
-/// (The test cluster runs with `synchronous_commit = off`; this session turns it on first.)
+/// `--async-claims`: a claim made with `p_async`, a statement of its own as the runtime makes
+/// it, commits without waiting for the flush; a claim without it stays synchronous, and nothing
+/// outlives the claim's transaction. (The test cluster runs with `synchronous_commit = off`;
+/// this session turns it on first.)
 #[tokio::test]
 async fn an_async_claim_turns_off_the_flush_for_its_own_transaction_only() {
+    use sqlx::Connection as _;
     let t = db().await;
     let mut conn = t.pool().acquire().await.expect("a connection");
     sqlx::query("set synchronous_commit = on")
         .execute(&mut *conn)
         .await
         .expect("set");
-    assert_eq!(within(&mut conn, true).await, "off");
-    assert_eq!(
-        within(&mut conn, false).await,
-        "on",
-        "a claim without p_async stays synchronous"
-    );
+    let claim = |p_async: bool| {
+        format!(
+            "with c as (select count(*) as n from workdo.claim('x', 'y', null, 1, 'o', 60, p_async => {p_async}))
+             select current_setting('synchronous_commit') from c"
+        )
+    };
+    let alone: String = sqlx::query_scalar(sqlx::AssertSqlSafe(claim(true)))
+        .fetch_one(&mut *conn)
+        .await
+        .expect("claim");
+    assert_eq!(alone, "off");
+    let mut tx = conn.begin().await.expect("begin");
+    let plain: String = sqlx::query_scalar(sqlx::AssertSqlSafe(claim(false)))
+        .fetch_one(&mut *tx)
+        .await
+        .expect("claim");
+    tx.commit().await.expect("commit");
+    assert_eq!(plain, "on", "a claim without p_async stays synchronous");
     let after: String = sqlx::query_scalar("show synchronous_commit")
         .fetch_one(&mut *conn)
         .await
@@ -468,19 +482,42 @@ async fn an_async_claim_turns_off_the_flush_for_its_own_transaction_only() {
     assert_eq!(after, "on", "nothing outlives the claim's transaction");
 }
 
-/// `show synchronous_commit` inside a transaction that claims, with or without `p_async`.
-async fn within(conn: &mut sqlx::PgConnection, p_async: bool) -> String {
-    use sqlx::Connection as _;
-    let mut tx = conn.begin().await.expect("begin");
-    sqlx::query("select count(*) from workdo.claim('x', 'y', null, 1, 'o', 60, p_async => $1)")
-        .bind(p_async)
-        .execute(&mut *tx)
+/// The session is the first `workdo_token` cookie sent (the one of the most specific path): a
+/// stale or planted one after it does not sign the person out.
+#[tokio::test]
+async fn the_first_session_cookie_is_the_session() {
+    workdo::install_crypto();
+    let t = db().await;
+    let base = support::browser::serve(&t).await;
+    let token = t
+        .store
+        .token_create(workdo::store::Role::Viewer, "cookie", None)
         .await
-        .expect("claim");
-    let value: String = sqlx::query_scalar("show synchronous_commit")
-        .fetch_one(&mut *tx)
-        .await
-        .expect("show");
-    tx.commit().await.expect("commit");
-    value
+        .expect("token")
+        .1;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let status = |cookie: String| {
+        let http = http.clone();
+        let base = base.clone();
+        async move {
+            http.get(format!("{base}/"))
+                .header("cookie", cookie)
+                .send()
+                .await
+                .expect("page")
+                .status()
+        }
+    };
+    assert_eq!(
+        status(format!("workdo_token={token}; workdo_token=bogus")).await,
+        200
+    );
+    assert_eq!(
+        status(format!("workdo_token=bogus; workdo_token={token}")).await,
+        303,
+        "a bogus first cookie is the session: sent to sign in"
+    );
 }

@@ -13,19 +13,15 @@ use workdo::store::{StartRequest, Store, db};
 
 const WORKFLOWS: usize = 300;
 
-/// With `--async-claims`: a claim lost with the server (committed, not flushed) must only
-/// return its step to the queue, never let it complete twice (ARCHITECTURE.md "Decisions").
-fn spawn_runtime(url: &str) -> Child {
-    support::spawn_up(
-        url,
-        &[
-            "--lease-margin",
-            "2s",
-            "--poll-interval",
-            "200ms",
-            "--async-claims",
-        ],
-    )
+/// A runtime on `url`; with `--async-claims`, a claim lost with the server (committed, not
+/// flushed) must only return its step to the queue, never let it complete twice
+/// (ARCHITECTURE.md "Decisions").
+fn spawn_runtime(url: &str, async_claims: bool) -> Child {
+    let mut args = vec!["--lease-margin", "2s", "--poll-interval", "200ms"];
+    if async_claims {
+        args.push("--async-claims");
+    }
+    support::spawn_up(url, &args)
 }
 
 /// Completed workflows, or `None` while the server cannot be reached.
@@ -57,6 +53,15 @@ async fn wait_for(url: &str, at_least: i64, secs: u64) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_runtime_resumes_after_postgres_restarts() {
+    resumes_after_a_restart(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_async_claims_nothing_completes_twice_across_a_restart() {
+    resumes_after_a_restart(true).await;
+}
+
+async fn resumes_after_a_restart(async_claims: bool) {
     let dir = tempfile::Builder::new()
         .prefix("workdo-restart-")
         .tempdir()
@@ -91,7 +96,7 @@ async fn the_runtime_resumes_after_postgres_restarts() {
     store.workflow_start(&req).await.expect("start");
     pool.close().await;
 
-    let mut runtime = spawn_runtime(&url);
+    let mut runtime = spawn_runtime(&url, async_claims);
     let before = wait_for(&url, 20, 60).await;
     // Stop the server hard (immediate: no checkpoint, connections cut), then start it again.
     let stopped = Command::new("sh")

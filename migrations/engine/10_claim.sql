@@ -5,6 +5,12 @@
 -- (Postgres cannot rename a parameter with CREATE OR REPLACE). Reasons with their numbers
 -- are in ARCHITECTURE.md ("Decisions") and in the migration that first measured them.
 
+-- The claims' signatures before `p_async` (engine 20) go in this same transaction as their
+-- replacements are created, so no worker ever finds no claim function; binaries that call them
+-- without `p_async` get the default, a synchronous claim.
+DROP FUNCTION IF EXISTS workdo.claim(text, text, text, bigint, text, double precision);
+DROP FUNCTION IF EXISTS workdo.claim_queue(text, text, bigint, text, double precision);
+
 -- workdo.claim: the head of a queue (template, step, optionally one lane) unless the step is
 -- paused (workdo.paused_steps, 0021), leased in one
 -- UPDATE whose WHERE takes the head with SKIP LOCKED, returned in claim order (priority desc,
@@ -18,9 +24,11 @@ CREATE OR REPLACE FUNCTION workdo.claim(p_template text, p_step text, p_lane tex
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 begin
-    -- p_async: the caller's claim is a statement of its own, so its transaction may commit
-    -- without waiting for the flush (0022): a claim lost in a crash returns its step to the
-    -- queue, and the completion's synchronous commit flushes the claim before it.
+    -- p_async (`--async-claims`): the claim's transaction commits without waiting for the
+    -- flush: a claim lost in a crash returns its step to the queue, and the completion's
+    -- synchronous commit flushes the claim before it (ARCHITECTURE.md). It sets the whole
+    -- transaction's commit, so pass it only for a claim that is a statement of its own (the
+    -- runtime's claims are); never inside a transaction that writes anything else.
     if p_async then
         perform set_config('synchronous_commit', 'off', true);
     end if;

@@ -110,8 +110,6 @@ impl Store {
             .await?)
     }
 
-    /// Completed and failed attempts per minute and template over the last `minutes`
-    /// minutes, oldest first (minutes with neither are absent).
     /// How long the head of each queue (the step a worker claims next: highest priority, then
     /// longest ready) has waited, in seconds, for the given (template, step) rows of the
     /// overview (a generated step's row is its bricklet step's queue), optionally in one lane.
@@ -166,6 +164,8 @@ impl Store {
         .await?)
     }
 
+    /// Completed and failed attempts per minute and template over the last `minutes`
+    /// minutes, oldest first (minutes with neither are absent).
     pub async fn throughput(&self, minutes: i32) -> Result<Vec<Throughput>> {
         self.step_counts_rollup().await?;
         let rows = sqlx::query_as(

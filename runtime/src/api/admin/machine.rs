@@ -20,6 +20,24 @@ fn text(v: &Value) -> String {
     }
 }
 
+/// When an alarm is due, as a person reads it: `2026-11-26 05:50:06 UTC (in 1 h 59 min)`.
+fn due(v: &Value) -> String {
+    let Some(at) = v
+        .as_str()
+        .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+    else {
+        return text(v);
+    };
+    let at = at.with_timezone(&chrono::Utc);
+    let secs = (at - chrono::Utc::now()).num_milliseconds() as f64 / 1000.0;
+    let when = if secs >= 0.0 {
+        format!("in {}", crate::output::human_duration(secs))
+    } else {
+        format!("{} ago", crate::output::human_duration(-secs))
+    };
+    format!("{} ({when})", at.format("%Y-%m-%d %H:%M:%S UTC"))
+}
+
 /// The job's details below its state and signal buttons.
 pub(super) fn details(m: &MachineView) -> Markup {
     html! {
@@ -39,7 +57,7 @@ pub(super) fn details(m: &MachineView) -> Markup {
             h3 { "Alarms pending" }
             ul.alarms {
                 @for a in &m.alarms {
-                    li { b { (text(&a["signal"])) } " due " (text(&a["due_at"])) " (set in " (text(&a["state"])) ")" }
+                    li { b { (text(&a["signal"])) } " due " (due(&a["due_at"])) " (set in " (text(&a["state"])) ")" }
                 }
             }
         }

@@ -153,9 +153,16 @@ pub(super) struct Viewer {
     pub(super) csrf: String,
 }
 
+/// The session's token: the first `workdo_token` cookie sent (a browser sends the one of the
+/// most specific path first, so a stale or planted one of a wider path does not win).
 fn cookie_token(headers: &HeaderMap) -> Option<String> {
-    CookieJar::from_headers(headers)
-        .get(COOKIE)
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(Cookie::split_parse)
+        .filter_map(Result::ok)
+        .find(|c| c.name() == COOKIE)
         .map(|c| c.value().to_string())
 }
 
