@@ -211,6 +211,22 @@ async fn a_retry_keeps_its_last_error_and_a_paused_queue_claims_nothing() {
         .await
         .expect("body");
     assert!(queue.contains(r#"count="0""#), "{queue}");
+    // Nor do the robots' other queue routes list it while it is paused.
+    for route in [
+        "/workflow_queue/lane_ids?step=qWF:fetch",
+        "/workflow_queue/all_queued",
+    ] {
+        let body = reqwest::get(format!("{base}{route}"))
+            .await
+            .expect("route")
+            .text()
+            .await
+            .expect("body");
+        assert!(
+            !body.contains("lane id=") && !body.contains("name=\"fetch\""),
+            "{route}: {body}"
+        );
+    }
     let (code, stdout, _) = workdo(&t.url, &["resume", "qWF:fetch"]);
     assert_eq!(code, Some(0));
     assert!(stdout.contains("qWF:fetch resumed"), "{stdout}");

@@ -509,7 +509,7 @@ impl Store {
     }
 
     /// Steps in the queue (ready) of any template, oldest first; not a skip-queue step (no
-    /// worker ever takes it: its ready is not "queued").
+    /// worker ever takes it: its ready is not "queued"), nor one of a paused queue.
     pub async fn queue_all_ready(&self, limit: i64) -> Result<Vec<StepRow>> {
         Ok(sqlx::query_as(
             "select s.* from workdo.steps s
@@ -520,6 +520,9 @@ impl Store {
                              jsonb_array_elements(t.spec -> 'steps') st
                        where w.id = s.workflow_id and st ->> 'name' = s.name
                          and (st ->> 'skip_queue')::boolean)
+                and not exists (select 1 from workdo.paused_steps p
+                                 where p.template = s.template
+                                   and p.step = coalesce(substr(s.queue, length(s.template) + 2), s.name))
               order by s.run_at, s.id limit $1",
         )
         .bind(limit)

@@ -130,6 +130,10 @@ impl Store {
 
     /// Lanes that have queued work for `template:step`.
     pub async fn queue_lanes(&self, template: &str, step: &str) -> Result<Vec<String>> {
+        // A paused queue has no work for its robots in any lane.
+        if self.step_paused(template, step).await? {
+            return Ok(Vec::new());
+        }
         let sql = format!(
             "select distinct s.lane from workdo.steps s
               where s.template = $1 and {} and s.active and (s.status = 'waiting' or s.status = 'ready')
