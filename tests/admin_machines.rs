@@ -6,9 +6,9 @@
 mod support;
 
 use fantoccini::Locator;
-use support::browser::{browser, click, serve, shot, sign_in, wait_text};
+use support::browser::{admin_session, click, shot, wait_text};
 use support::{db, load};
-use workdo::store::{Role, StartRequest};
+use workdo::store::StartRequest;
 
 const HALL: &str = "name: hallWF\nkind: machine\nvariables: { visits: 0 }\ninitial: Open\nstates:\n  Open:\n    enter:\n      - set: { visits: \"${visits + 1}\", desk: \"front\" }\n      - alarm: { signal: close, in: 2 hours }\n    on:\n      close: Closed\n  Closed: { final: true }\n";
 
@@ -53,41 +53,13 @@ async fn machines_history_archive_and_schedules_on_the_page() {
     assert_eq!(archived.workflows, 1);
 
     // A composed subnet (lectureWF on its lecture document), and loanReviewWF's diagram.
-    for f in ["lectureWF.yaml", "loanReviewWF.yaml"] {
-        let loaded = workdo::cli::files::parse_file(&support::workflows_dir().join(f))
+    let loaded =
+        workdo::cli::files::parse_file(&support::workflows_dir().join("loanReviewWF.yaml"))
             .expect("a shipped template");
-        t.store.template_save(&loaded).await.expect("saved");
-    }
+    t.store.template_save(&loaded).await.expect("saved");
     let druid = "druid:bb123cd4567";
-    support::put_document(
-        &t,
-        druid,
-        "lecture",
-        include_str!("fixtures/documents/lecture.xml"),
-    )
-    .await;
-    t.store
-        .workflow_start(&StartRequest::new("lectureWF", &[druid]))
-        .await
-        .expect("start");
-    let bindings = workdo::runtime::bindings(&t.store, &[])
-        .await
-        .expect("bindings");
-    for step in ["get-docs", "feature-extraction"] {
-        let b = bindings.iter().find(|b| b.step == step).expect("a binding");
-        workdo::runtime::inject::run_now(&t.store, b, &support::config(), &[druid.to_string()])
-            .await
-            .expect("run");
-    }
-    let base = serve(&t).await;
-    let admin = t
-        .store
-        .token_create(Role::Admin, "ui", None)
-        .await
-        .expect("token")
-        .1;
-    let (c, _driver) = browser().await;
-    sign_in(&c, &base, &admin).await;
+    support::lecture_composed(&t, druid).await;
+    let (c, _driver, base) = admin_session(&t).await;
 
     // The job: its variables and the alarm it set on entering Open.
     c.goto(&format!("{base}/ui/objects/obj:hall"))

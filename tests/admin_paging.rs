@@ -6,9 +6,9 @@
 mod support;
 
 use fantoccini::Locator;
-use support::browser::{browser, click, serve, shot, sign_in, wait_text};
+use support::browser::{admin_session, click, shot, wait_text};
 use support::{db, load};
-use workdo::store::{Role, StartRequest};
+use workdo::store::StartRequest;
 
 const STEPS: usize = 10_000;
 
@@ -32,15 +32,7 @@ async fn ten_thousand_steps_page_and_act_as_one() {
     .execute(t.pool())
     .await
     .expect("properties");
-    let base = serve(&t).await;
-    let admin = t
-        .store
-        .token_create(Role::Admin, "ui", None)
-        .await
-        .expect("token")
-        .1;
-    let (c, _driver) = browser().await;
-    sign_in(&c, &base, &admin).await;
+    let (c, _driver, base) = admin_session(&t).await;
 
     // The true count, and paging to the 10,000th step.
     c.goto(&format!(

@@ -4,34 +4,13 @@
 
 mod support;
 
-use support::{db, put_document};
-use workdo::runtime::{self, inject};
-use workdo::store::StartRequest;
-
-const LECTURE: &str = include_str!("fixtures/documents/lecture.xml");
+use support::db;
 
 #[tokio::test]
 async fn generated_steps_have_queues() {
     let t = db().await;
-    let file = support::workflows_dir().join("lectureWF.yaml");
-    let loaded = workdo::cli::files::parse_file(&file).expect("lectureWF");
-    t.store.template_save(&loaded).await.expect("saved");
     let druid = "druid:bb123cd4567";
-    put_document(&t, druid, "lecture", LECTURE).await;
-    t.store
-        .workflow_start(&StartRequest::new("lectureWF", &[druid]))
-        .await
-        .expect("start");
-    // Observe and compose now, and nothing else: the subnet waits in its queues.
-    let bindings = runtime::bindings(&t.store, &[]).await.expect("bindings");
-    let config = support::config();
-    for step in ["get-docs", "feature-extraction"] {
-        let b = bindings.iter().find(|b| b.step == step).expect("a binding");
-        let ran = inject::run_now(&t.store, b, &config, &[druid.to_string()])
-            .await
-            .expect("run");
-        assert_eq!(ran.len(), 1, "{step} ran");
-    }
+    support::lecture_composed(&t, druid).await;
 
     t.store
         .step_known("lectureWF", "b6/image-features")

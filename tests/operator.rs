@@ -245,30 +245,7 @@ async fn a_retry_keeps_its_last_error_and_a_paused_queue_claims_nothing() {
 #[tokio::test]
 async fn generated_steps_are_counted_under_their_bricklet_step() {
     let t = db().await;
-    let file = support::workflows_dir().join("lectureWF.yaml");
-    let loaded = workdo::cli::files::parse_file(&file).expect("lectureWF");
-    t.store.template_save(&loaded).await.expect("saved");
-    let druid = "druid:bb123cd4567";
-    support::put_document(
-        &t,
-        druid,
-        "lecture",
-        include_str!("fixtures/documents/lecture.xml"),
-    )
-    .await;
-    t.store
-        .workflow_start(&StartRequest::new("lectureWF", &[druid]))
-        .await
-        .expect("start");
-    let bindings = workdo::runtime::bindings(&t.store, &[])
-        .await
-        .expect("bindings");
-    for step in ["get-docs", "feature-extraction"] {
-        let b = bindings.iter().find(|b| b.step == step).expect("a binding");
-        workdo::runtime::inject::run_now(&t.store, b, &support::config(), &[druid.to_string()])
-            .await
-            .expect("run");
-    }
+    support::lecture_composed(&t, "druid:bb123cd4567").await;
     // Instances, one facet each before; now one row per bricklet step.
     let instances: i64 = sqlx::query_scalar(
         "select count(*) from workdo.steps where name like 'feature-extraction/b4#%/keywords'",

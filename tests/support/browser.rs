@@ -88,6 +88,20 @@ pub async fn serve(t: &TestDb) -> String {
     base
 }
 
+/// The page served for `t`, and a headless browser signed in to it with an admin token.
+pub async fn admin_session(t: &TestDb) -> (Client, Driver, String) {
+    let base = serve(t).await;
+    let admin = t
+        .store
+        .token_create(workdo::store::Role::Admin, "ui", None)
+        .await
+        .expect("token")
+        .1;
+    let (c, driver) = browser().await;
+    sign_in(&c, &base, &admin).await;
+    (c, driver, base)
+}
+
 pub async fn shot(c: &Client, name: &str) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/admin-screenshots");
     let _ = std::fs::create_dir_all(&dir);

@@ -388,3 +388,31 @@ pub async fn step(pool: &PgPool, object: &str, name: &str) -> workdo::store::Ste
         .await
         .expect("step row")
 }
+
+/// lectureWF started on `druid` with the lecture document, observed and composed now (its
+/// observer and generator run through the worker's path, nothing else): the subnet waits in
+/// its queues.
+pub async fn lecture_composed(t: &TestDb, druid: &str) {
+    let file = workflows_dir().join("lectureWF.yaml");
+    let loaded = workdo::cli::files::parse_file(&file).expect("lectureWF");
+    t.store.template_save(&loaded).await.expect("saved");
+    put_document(
+        t,
+        druid,
+        "lecture",
+        include_str!("../fixtures/documents/lecture.xml"),
+    )
+    .await;
+    t.store
+        .workflow_start(&workdo::store::StartRequest::new("lectureWF", &[druid]))
+        .await
+        .expect("start");
+    let bindings = runtime::bindings(&t.store, &[]).await.expect("bindings");
+    for step in ["get-docs", "feature-extraction"] {
+        let b = bindings.iter().find(|b| b.step == step).expect("a binding");
+        let ran = runtime::inject::run_now(&t.store, b, &config(), &[druid.to_string()])
+            .await
+            .expect("run");
+        assert_eq!(ran.len(), 1, "{step} ran");
+    }
+}

@@ -531,18 +531,7 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
             crate::output::emit(out, json, &facets, |o| {
                 show::status_table(o, &facets)?;
                 for p in &paused {
-                    writeln!(
-                        o,
-                        "paused: {}:{} since {} by {}{}",
-                        p.template,
-                        p.step,
-                        p.paused_at.format("%Y-%m-%d %H:%M:%S"),
-                        p.paused_by,
-                        p.reason
-                            .as_deref()
-                            .map(|r| format!(" ({r})"))
-                            .unwrap_or_default()
-                    )?;
+                    writeln!(o, "paused: {}", steps::paused_line(p))?;
                 }
                 Ok(())
             })?;

@@ -261,6 +261,21 @@ async fn known_filter(store: &Store, filter: &FilterArgs) -> Result<crate::store
     Ok(f)
 }
 
+/// A paused queue in a line, as `workdo pause` lists it and `workdo status` ends with it.
+pub(super) fn paused_line(p: &crate::store::Paused) -> String {
+    format!(
+        "{}:{} since {} by {}{}",
+        p.template,
+        p.step,
+        p.paused_at.format("%Y-%m-%d %H:%M:%S"),
+        p.paused_by,
+        p.reason
+            .as_deref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default()
+    )
+}
+
 /// `workdo pause [TEMPLATE:STEP]`: pause one, or list the paused.
 pub(super) async fn pause(
     store: &Store,
@@ -276,18 +291,7 @@ pub(super) async fn pause(
                 writeln!(o, "no queue is paused")?;
             }
             for p in &paused {
-                writeln!(
-                    o,
-                    "{}:{}  paused {} by {}{}",
-                    p.template,
-                    p.step,
-                    p.paused_at.format("%Y-%m-%d %H:%M:%S"),
-                    p.paused_by,
-                    p.reason
-                        .as_deref()
-                        .map(|r| format!(": {r}"))
-                        .unwrap_or_default()
-                )?;
+                writeln!(o, "{}", paused_line(p))?;
             }
             Ok(())
         })?);

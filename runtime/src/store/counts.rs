@@ -118,34 +118,30 @@ impl Store {
         &self,
         rows: &[(String, String)],
         lane: Option<&str>,
-    ) -> Result<Vec<Option<f64>>> {
-        let mut out = Vec::with_capacity(rows.len());
+    ) -> Result<std::collections::HashMap<(String, String), f64>> {
+        let mut out = std::collections::HashMap::new();
         for (template, step) in rows {
-            let age: Option<f64> = if step.contains('/') {
-                sqlx::query_scalar(
-                    "select extract(epoch from now() - run_at)::float8 from workdo.steps
-                      where queue = $1 and status = 'ready' and active
-                        and ($2::text is null or lane = $2)
-                      order by priority desc, run_at, id limit 1",
-                )
-                .bind(format!("{template}:{}", super::queue_key(step)))
-                .bind(lane)
-                .fetch_optional(&self.pool)
-                .await?
+            // A generated step's instances are claimed by their queue (`steps_claim_queue`),
+            // a template step's by its name (`steps_claim`): the same order either way.
+            let (by, key) = if step.contains('/') {
+                ("queue = $1 || ':' || $2", super::queue_key(step))
             } else {
-                sqlx::query_scalar(
-                    "select extract(epoch from now() - run_at)::float8 from workdo.steps
-                      where template = $1 and name = $2 and status = 'ready' and active
-                        and ($3::text is null or lane = $3)
-                      order by priority desc, run_at, id limit 1",
-                )
-                .bind(template)
-                .bind(step)
-                .bind(lane)
-                .fetch_optional(&self.pool)
-                .await?
+                ("name = $2", step.clone())
             };
-            out.push(age);
+            let age: Option<f64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "select extract(epoch from now() - run_at)::float8 from workdo.steps
+                  where template = $1 and {by} and status = 'ready' and active
+                    and ($3::text is null or lane = $3)
+                  order by priority desc, run_at, id limit 1"
+            )))
+            .bind(template)
+            .bind(key)
+            .bind(lane)
+            .fetch_optional(&self.pool)
+            .await?;
+            if let Some(age) = age {
+                out.insert((template.clone(), step.clone()), age);
+            }
         }
         Ok(out)
     }

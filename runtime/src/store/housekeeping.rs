@@ -187,23 +187,23 @@ impl Store {
         let names = names_clause(step);
         Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "select * from workdo.steps s where {names} and {STEPS_IN}
-              order by updated_at desc, id limit $4 offset $9"
+              order by updated_at desc, id limit $8 offset $9"
         )))
         .bind(template)
         .bind(step)
         .bind(status)
-        .bind(limit.clamp(1, 10_000))
         .bind(filter.lane.as_deref())
         .bind(filter.milestone.as_deref())
         .bind(key)
         .bind(value)
+        .bind(limit.clamp(1, 10_000))
         .bind(offset.max(0))
         .fetch_all(&self.pool)
         .await?)
     }
 
     /// How many steps [`Store::steps_in`] pages through, and (`ids`) at most `ids_limit` of
-    /// their ids, for acting on all of them.
+    /// their ids, for acting on all of them: one scan for both.
     pub async fn steps_in_all(
         &self,
         template: &str,
@@ -214,33 +214,20 @@ impl Store {
     ) -> Result<(i64, Vec<i64>)> {
         let (key, value) = filter.property_parts();
         let names = names_clause(step);
-        let ids: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "select id from workdo.steps s where {names} and {STEPS_IN} order by id limit $4"
+        Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "select count(*), coalesce((array_agg(s.id order by s.id) filter (where $8 > 0))[1:$8], '{{}}')
+               from workdo.steps s where {names} and {STEPS_IN}"
         )))
         .bind(template)
         .bind(step)
         .bind(status)
+        .bind(filter.lane.as_deref())
+        .bind(filter.milestone.as_deref())
+        .bind(key)
+        .bind(value)
         .bind(ids_limit.max(0))
-        .bind(filter.lane.as_deref())
-        .bind(filter.milestone.as_deref())
-        .bind(key)
-        .bind(value)
-        .fetch_all(&self.pool)
-        .await?;
-        let count: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "select count(*) from workdo.steps s where {names} and {STEPS_IN} and $4::bigint is not null"
-        )))
-        .bind(template)
-        .bind(step)
-        .bind(status)
-        .bind(0_i64)
-        .bind(filter.lane.as_deref())
-        .bind(filter.milestone.as_deref())
-        .bind(key)
-        .bind(value)
         .fetch_one(&self.pool)
-        .await?;
-        Ok((count, ids))
+        .await?)
     }
 
     /// The alert outbox, newest first.
@@ -567,11 +554,11 @@ fn names_clause(step: &str) -> &'static str {
     }
 }
 
-/// The steps a facet names ($1 template, $3 status; the step by [`names_clause`]), narrowed
-/// by lane ($5), milestone reached ($6) and property $7 = $8.
+/// The steps a facet names ($1 template, $3 status; the step, $2, by [`names_clause`]),
+/// narrowed by lane ($4), milestone reached ($5) and property $6 = $7.
 const STEPS_IN: &str = "template = $1 and status = $3 and active
-    and ($5::text is null or lane = $5)
-    and ($6::text is null or exists (select 1 from workdo.milestones m
-                                      where m.object_id = s.object_id and m.name = $6))
-    and ($7::text is null or exists (select 1 from workdo.objects o
-                                      where o.id = s.object_id and o.properties ->> $7 = $8))";
+    and ($4::text is null or lane = $4)
+    and ($5::text is null or exists (select 1 from workdo.milestones m
+                                      where m.object_id = s.object_id and m.name = $5))
+    and ($6::text is null or exists (select 1 from workdo.objects o
+                                      where o.id = s.object_id and o.properties ->> $6 = $7))";

@@ -7,17 +7,9 @@ use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
 use serde_json::Value;
 
-use super::{failure, object_url, page, viewer};
+use super::{failure, head, json_text as text, object_url, page, viewer};
 use crate::api::AppState;
 use crate::store::{ArchivedRow, Store};
-
-fn text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
-}
 
 /// The object page's section listing its archived workflows (empty when it has none).
 pub(super) async fn section(store: &Store, object: &str) -> Markup {
@@ -27,12 +19,7 @@ pub(super) async fn section(store: &Store, object: &str) -> Markup {
             section #archived {
                 h2 { "Archived workflows (" (rows.len()) ")" }
                 table {
-                    thead { tr {
-                        th scope="col" { "workflow" }
-                        th scope="col" { "template" }
-                        th scope="col" { "completed" }
-                        th scope="col" { "archived" }
-                    } }
+                    (head(&["workflow", "template", "completed", "archived"]))
                     tbody {
                         @for r in &rows {
                             tr {
@@ -78,13 +65,7 @@ pub(super) async fn workflow(
         }
         h2 { "Steps" }
         table #steps {
-            thead { tr {
-                th scope="col" { "step" }
-                th scope="col" { "status" }
-                th scope="col" class="n" { "attempts" }
-                th scope="col" { "took" }
-                th scope="col" { "note / error" }
-            } }
+            (head(&["step", "status", "#attempts", "took", "note / error"]))
             tbody {
                 @for st in &steps {
                     @let status = text(&st["status"]);

@@ -11,11 +11,7 @@ pub(super) fn summary(
     let Some(d) = detail else {
         return String::new();
     };
-    let t = |k: &str| match &d[k] {
-        serde_json::Value::String(s) => s.clone(),
-        serde_json::Value::Null => String::new(),
-        other => other.to_string(),
-    };
+    let t = |k: &str| super::json_text(&d[k]);
     let by = actor.map(|a| format!(" by {a}")).unwrap_or_default();
     match kind {
         "signal_received" => format!("{} in {}{by}", t("signal"), t("state")),

@@ -8,17 +8,9 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use serde_json::Value;
 
-use super::{failure, object_url, viewer};
+use super::{failure, json_text as text, object_url, viewer};
 use crate::api::AppState;
 use crate::store::MachineView;
-
-fn text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
-}
 
 /// When an alarm is due, as a person reads it: `2026-11-26 05:50:06 UTC (in 1 h 59 min)`.
 fn due(v: &Value) -> String {

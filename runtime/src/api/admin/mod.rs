@@ -142,6 +142,33 @@ pub(super) fn enc(s: &str) -> String {
         .unwrap_or_default()
 }
 
+/// A JSON value as a page shows it: a string as itself, null as nothing, anything else as JSON.
+pub(super) fn json_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// A table's header row, a cell a column: a name starting with `#` is a number column
+/// (right-aligned), an empty one a column without a heading (a row's boxes or buttons).
+pub(super) fn head(columns: &[&str]) -> Markup {
+    html! {
+        thead { tr {
+            @for c in columns {
+                @if c.is_empty() {
+                    th {}
+                } @else if let Some(n) = c.strip_prefix('#') {
+                    th scope="col" class="n" { (n) }
+                } @else {
+                    th scope="col" { (c) }
+                }
+            }
+        } }
+    }
+}
+
 /// An object's page.
 pub(super) fn object_url(id: &str) -> String {
     format!("/ui/objects/{}", enc(id))

@@ -9,7 +9,9 @@ use serde::Deserialize;
 
 use super::documents::pretty_xml;
 use super::history::happened;
-use super::{actor, draw, enc, failure, field, form_pairs, object_url, page, unusable, viewer};
+use super::{
+    actor, draw, enc, failure, field, form_pairs, head, object_url, page, unusable, viewer,
+};
 use crate::api::AppState;
 use crate::store::{Role, Store};
 
@@ -150,12 +152,7 @@ pub(super) async fn object(
                 }
                 @if !w.steps.is_empty() {
                     table {
-                        thead { tr {
-                            th scope="col" { "step" }
-                            th scope="col" { "status" }
-                            th scope="col" class="n" { "attempts" }
-                            th scope="col" { "note / error" }
-                        } }
+                        (head(&["step", "status", "#attempts", "note / error"]))
                         tbody {
                             @for st in &w.steps {
                                 tr {
@@ -211,11 +208,7 @@ pub(super) async fn object(
             _ => {}
         }
         table #history data-live {
-            thead { tr {
-                th scope="col" { "when" }
-                th scope="col" { "kind" }
-                th scope="col" { "what happened" }
-            } }
+            (head(&["when", "kind", "what happened"]))
             tbody {
                 @for e in &view.events {
                     tr data-kind=(e.kind) {

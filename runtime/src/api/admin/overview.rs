@@ -164,12 +164,7 @@ pub(super) async fn overview(
         .queue_heads(&ready_rows, filter.lane.as_deref())
         .await
         .unwrap_or_default();
-    let head = |t: &str, st: &str| -> Option<f64> {
-        ready_rows
-            .iter()
-            .position(|(a, b)| a == t && b == st)
-            .and_then(|i| heads.get(i).copied().flatten())
-    };
+    let head = |t: &str, st: &str| heads.get(&(t.to_string(), st.to_string())).copied();
     // Steps no worker of this runtime takes: skip-queue ones (never), and ones without a
     // function here (a person's, or an outside robot's through the API).
     let templates = s.store.template_list().await.unwrap_or_default();

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use maud::html;
 use serde::Deserialize;
 
-use super::{draw, failure, object_url, page, unusable, viewer};
+use super::{draw, failure, head, object_url, page, unusable, viewer};
 use crate::api::AppState;
 use crate::store::Role;
 
@@ -42,14 +42,7 @@ pub(super) async fn errors(
         @if let Some(d) = &done { p.done role="status" { (d) } }
         p { (groups.iter().map(|g| g.count).sum::<i64>()) " steps in error, in " (groups.len()) " groups." }
         table #errors {
-            thead { tr {
-                th scope="col" { "step" }
-                th scope="col" { "message" }
-                th scope="col" class="n" { "steps" }
-                th scope="col" { "first" }
-                th scope="col" { "last" }
-                th {}
-            } }
+            (head(&["step", "message", "#steps", "first", "last", ""]))
             tbody {
                 @for g in &groups {
                     tr {
@@ -114,12 +107,7 @@ pub(super) async fn templates(State(s): State<AppState>, headers: HeaderMap) -> 
     }
     let body = html! {
         table #template-index {
-            thead { tr {
-                th scope="col" { "template" }
-                th scope="col" { "kind" }
-                th scope="col" class="n" { "steps or states" }
-                th scope="col" class="n" { "versions" }
-            } }
+            (head(&["template", "kind", "#steps or states", "#versions"]))
             tbody {
                 @for (t, vs) in current.iter().zip(&versions) {
                     tr {
@@ -156,7 +144,7 @@ pub(super) async fn templates(State(s): State<AppState>, headers: HeaderMap) -> 
                         (draw::machine(&format!("template-{}", t.name), m, None, &[]))
                     } @else if !t.spec.steps.is_empty() {
                         table {
-                            thead { tr { th scope="col" { "step" } th scope="col" { "after" } } }
+                            (head(&["step", "after"]))
                             tbody {
                                 @for st in &t.spec.steps {
                                     tr { td { (st.name) } td { (st.prereqs.join(", ")) } }
@@ -206,16 +194,7 @@ pub(super) async fn timings(
             " " button { "show" }
         }
         table #timings {
-            thead { tr {
-                th scope="col" { "step" }
-                th scope="col" class="n" { "finished" }
-                th scope="col" class="n" { "elapsed p50" }
-                th scope="col" class="n" { "p95" }
-                th scope="col" class="n" { "p99" }
-                th scope="col" class="n" { "wait p50" }
-                th scope="col" class="n" { "p95" }
-                th scope="col" class="n" { "p99" }
-            } }
+            (head(&["step", "#finished", "#elapsed p50", "#p95", "#p99", "#wait p50", "#p95", "#p99"]))
             tbody {
                 @for r in &rows {
                     tr {
@@ -257,15 +236,7 @@ pub(super) async fn schedules_alerts(State(s): State<AppState>, headers: HeaderM
     let body = html! {
         h2 { "Schedules" }
         table #schedules {
-            thead { tr {
-                th scope="col" { "schedule" }
-                th scope="col" { "cron" }
-                th scope="col" { "template" }
-                th scope="col" { "enabled" }
-                th scope="col" { "next fire" }
-                th scope="col" { "last fired" }
-                th {}
-            } }
+            (head(&["schedule", "cron", "template", "enabled", "next fire", "last fired", ""]))
             tbody {
                 @for r in &schedules {
                     tr data-schedule=(r.name) {
@@ -296,14 +267,7 @@ pub(super) async fn schedules_alerts(State(s): State<AppState>, headers: HeaderM
         }
         h2 { "Alert outbox" }
         table #outbox {
-            thead { tr {
-                th scope="col" { "created" }
-                th scope="col" { "kind" }
-                th scope="col" { "about" }
-                th scope="col" { "status" }
-                th scope="col" class="n" { "attempts" }
-                th scope="col" { "last error" }
-            } }
+            (head(&["created", "kind", "about", "status", "#attempts", "last error"]))
             tbody {
                 @for r in &outbox {
                     tr {
@@ -320,15 +284,7 @@ pub(super) async fn schedules_alerts(State(s): State<AppState>, headers: HeaderM
         @if !handoff.is_empty() {
             h2 { "Handed off to Sidekiq" }
             table #handoff {
-                thead { tr {
-                    th scope="col" { "ready" }
-                    th scope="col" { "object" }
-                    th scope="col" { "step" }
-                    th scope="col" { "queue" }
-                    th scope="col" { "pushed" }
-                    th scope="col" class="n" { "attempts" }
-                    th scope="col" { "last error" }
-                } }
+                (head(&["ready", "object", "step", "queue", "pushed", "#attempts", "last error"]))
                 tbody {
                     @for h in &handoff {
                         tr {

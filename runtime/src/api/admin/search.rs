@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::{failure, object_url, page, unusable, viewer};
+use super::{failure, head, object_url, page, unusable, viewer};
 use crate::api::AppState;
 
 #[derive(Deserialize)]
@@ -92,13 +92,7 @@ pub(super) async fn search(
         }
         @if !found.is_empty() {
             table #results {
-                thead { tr {
-                    th scope="col" { "object" }
-                    th scope="col" class="n" { "workflows" }
-                    th scope="col" class="n" { "active" }
-                    th scope="col" { "properties" }
-                    th scope="col" { "changed" }
-                } }
+                (head(&["object", "#workflows", "#active", "properties", "changed"]))
                 tbody {
                     @for o in found.iter().take(FOUND_MAX as usize) {
                         tr {

@@ -10,7 +10,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::overview::{Filters, count, given, url};
-use super::{failure, object_url, page, unusable, viewer};
+use super::{failure, head, object_url, page, unusable, viewer};
 use crate::api::AppState;
 use crate::store::Role;
 
@@ -133,16 +133,7 @@ pub(super) async fn steps(
 fn table(rows: &[crate::store::StepRow], acts: bool, now: chrono::DateTime<chrono::Utc>) -> Markup {
     html! {
         table #rows data-live {
-            thead { tr {
-                th {}
-                th scope="col" { "object" }
-                th scope="col" class="n" { "workflow" }
-                th scope="col" { "step" }
-                th scope="col" { "lane" }
-                th scope="col" class="n" { "attempts" }
-                th scope="col" { "message" }
-                th scope="col" { "changed" }
-            } }
+            (head(&["", "object", "#workflow", "step", "lane", "#attempts", "message", "changed"]))
             tbody {
                 @for r in rows {
                     tr {
