@@ -37,14 +37,15 @@ async fn quick_bench_runs_every_scenario_and_checks_itself() {
         "claim+complete: 1-step workflows, batch 1, 2 conns",
         "DAG (9 steps), in-process functions: steps",
         "DAG (9 steps), warm functions: steps",
-        "DAG (9 steps), exec functions: steps",
+        "DAG (9 steps), exec functions (workdo binary): steps",
         "start: in one call (9-step workflows)",
         "wake latency, low load: p99",
         "wake latency, under the in-process DAG load: p99",
         "claim latency with 10000 waiting steps (p50)",
         "function calls, warm, pool 2, one call at a time each",
         "function calls, warm, pool 2, 16 calls pipelined each",
-        "function calls, exec, 2 at a time",
+        "process start and exit (/bin/true), 2 at a time",
+        "function calls, exec, 2 at a time, the workdo binary",
         "claim+complete, 2 steps then 10 side by side, ordinary steps",
         "claim+complete, the same composed at run time (observer, generator, 10 generated)",
         "machine signals, one job, one after another",
@@ -55,6 +56,15 @@ async fn quick_bench_runs_every_scenario_and_checks_itself() {
             names.contains(&expected),
             "{expected} missing from {names:?}"
         );
+    }
+    // The SDK's small `noop` function binary is measured when it was built beside workdo (as
+    // `cargo build` and `cargo test --workspace` leave it).
+    let beside = std::path::Path::new(env!("CARGO_BIN_EXE_workdo")).with_file_name("noop");
+    for small in [
+        "DAG (9 steps), exec functions (noop binary): steps",
+        "function calls, exec, 2 at a time, noop binary (the SDK's, 0.7 MB)",
+    ] {
+        assert_eq!(names.contains(&small), beside.is_file(), "{small}");
     }
     for r in rows.as_array().expect("rows") {
         assert!(r["median"].as_f64().is_some_and(|m| m > 0.0), "{r}");

@@ -24,14 +24,14 @@ use std::io::Write;
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
+mod calls;
 mod scenarios;
 
-use crate::model::template;
 use crate::store::Store;
 use crate::store::db::{self, with_database};
 use scenarios::{
-    DAG, DagRun, alarm_delays, call_rate, claim_complete, dag, fanout, load, machine_signals,
-    scale, start_rate, wake_latency, yardstick,
+    DAG, DagRun, alarm_delays, claim_complete, dag, fanout, load, machine_signals, scale,
+    start_rate, wake_latency, yardstick,
 };
 
 #[derive(Debug, Clone)]
@@ -43,6 +43,9 @@ pub struct Options {
     /// The `workdo` executable whose `__noop-function` serves as the warm and exec no-op
     /// function; by default the running one.
     pub noop_function: Option<std::path::PathBuf>,
+    /// A small no-op function binary (the SDK's `noop`) for the exec figures; by default the
+    /// `noop` next to the workdo executable, where `cargo build --release` leaves it.
+    pub exec_function: Option<std::path::PathBuf>,
 }
 
 /// A group of figures, for `--only`.
@@ -153,7 +156,7 @@ impl Sizes {
                 jobs1: 4_000,
                 jobs100: 40_000,
                 dag: 5_000,
-                exec: 60,
+                exec: 500,
                 starts: 2_000,
                 wakes: 100,
                 small: 10_000,
@@ -212,6 +215,7 @@ pub async fn run(
             exe.display()
         );
     }
+    let exec_fn = calls::exec_function(&exe, opts.exec_function.as_deref())?;
     let sizes = Sizes::new(opts.quick);
     let runs = opts.runs.max(1);
     let mut rows = Vec::new();
@@ -220,7 +224,8 @@ pub async fn run(
     }
     let mut loaded = (Vec::new(), Vec::new());
     if opts.runs(Scenario::Dag) {
-        dag_rows(&store, &exe, &sizes, runs, &mut rows, &mut loaded).await?;
+        let exes = (exe.as_path(), exec_fn.as_deref());
+        dag_rows(&store, exes, &sizes, runs, &mut rows, &mut loaded).await?;
     }
     if opts.runs(Scenario::Start) {
         start_rows(&store, &sizes, runs, &mut rows).await?;
@@ -245,7 +250,7 @@ pub async fn run(
         scale_rows(&store, &sizes, runs, &mut rows).await?;
     }
     if opts.runs(Scenario::Calls) {
-        call_rows(&exe, opts.quick, runs, &mut rows).await?;
+        calls::rows(&exe, exec_fn.as_deref(), opts.quick, runs, &mut rows).await?;
     }
     if opts.runs(Scenario::Dispatch) {
         dispatch_rows(&store, &sizes, runs, &mut rows).await?;
@@ -317,54 +322,76 @@ async fn queue_rows(store: &Store, sizes: &Sizes, runs: usize, rows: &mut Vec<Ro
 /// during the in-process runs and returned in `loaded` (p50s, p99s).
 async fn dag_rows(
     store: &Store,
-    exe: &std::path::Path,
+    (exe, exec_fn): (&std::path::Path, Option<&std::path::Path>),
     sizes: &Sizes,
     runs: usize,
     rows: &mut Vec<Row>,
     loaded: &mut (Vec<f64>, Vec<f64>),
 ) -> Result<()> {
     let noop = format!("[{:?}, __noop-function]", exe.display().to_string());
-    let dags = [
+    let within = Some(std::time::Duration::from_millis(5));
+    let in_process = "{ builtin: noop, concurrency: 100 }".to_string();
+    let mut dags = vec![
+        ("in-process functions", in_process.clone(), sizes.dag, None),
+        // The same with commits sized to 5 ms: the wake-up under load it buys, and its price.
         (
-            "in-process",
-            "{ builtin: noop, concurrency: 100 }".to_string(),
+            "in-process functions, --commit-within 5ms",
+            in_process,
             sizes.dag,
+            within,
         ),
         (
-            "warm",
+            "warm functions",
             // Calls queue per process (16 each), so a process never waits for a claim.
             format!("{{ warm: {noop}, pool: 2, pipeline: 16, concurrency: 32 }}"),
             sizes.dag,
-        ),
-        (
-            "exec",
-            format!("{{ exec: {noop}, concurrency: 2 }}"),
-            sizes.exec,
+            None,
         ),
     ];
-    for (label, function, n) in dags {
-        let (mut s, mut w) = (Vec::new(), Vec::new());
+    // Exec: the user's shape, a small function binary per step (the SDK's `noop`), and the
+    // 37 MB workdo executable as the function, which costs the loader several times more.
+    if let Some(small) = exec_fn {
+        let small = format!("[{:?}]", small.display().to_string());
+        dags.push((
+            "exec functions (noop binary)",
+            format!("{{ exec: {small}, concurrency: 2 }}"),
+            sizes.exec,
+            None,
+        ));
+    }
+    dags.push((
+        "exec functions (workdo binary)",
+        format!("{{ exec: {noop}, concurrency: 2 }}"),
+        sizes.exec,
+        None,
+    ));
+    for (label, function, n, within) in dags {
+        let (mut s, mut w, mut p50, mut p99) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         // The wake-up under load is probed during the in-process runs.
-        let probe = label == "in-process";
+        let probe = label.starts_with("in-process");
         for _ in 0..runs {
-            let mut run: DagRun = dag(store, &function, n, probe).await?;
+            let mut run: DagRun = dag(store, &function, n, (probe, within)).await?;
             s.push(run.steps_per_sec);
             w.push(run.workflows_per_sec);
             if probe {
-                loaded.0.push(percentile(&mut run.wake_ms, 0.5));
-                loaded.1.push(percentile(&mut run.wake_ms, 0.99));
+                p50.push(percentile(&mut run.wake_ms, 0.5));
+                p99.push(percentile(&mut run.wake_ms, 0.99));
             }
         }
+        rows.push(row(format!("DAG (9 steps), {label}: steps"), "steps/s", s));
         rows.push(row(
-            format!("DAG (9 steps), {label} functions: steps"),
-            "steps/s",
-            s,
-        ));
-        rows.push(row(
-            format!("DAG (9 steps), {label} functions: workflows"),
+            format!("DAG (9 steps), {label}: workflows"),
             "workflows/s",
             w,
         ));
+        if within.is_some() {
+            for (q, v) in [("p50", p50), ("p99", p99)] {
+                let name = format!("wake latency, under the in-process DAG load, {label}: {q}");
+                rows.push(row(name.replace(", in-process functions", ""), "ms", v));
+            }
+        } else if probe {
+            *loaded = (p50, p99);
+        }
     }
     Ok(())
 }
@@ -498,55 +525,6 @@ async fn scale_rows(store: &Store, sizes: &Sizes, runs: usize, rows: &mut Vec<Ro
     Ok(())
 }
 
-/// Function calls alone, no database.
-async fn call_rows(
-    exe: &std::path::Path,
-    quick: bool,
-    runs: usize,
-    rows: &mut Vec<Row>,
-) -> Result<()> {
-    let argv = vec![exe.display().to_string(), "__noop-function".to_string()];
-    let warm = |pipeline: u32, concurrency: u32| template::FunctionSpec {
-        runner: template::Runner::Warm {
-            argv: argv.clone(),
-            pool: 2,
-            pipeline,
-        },
-        timeout_secs: 60.0,
-        concurrency,
-        env: Default::default(),
-        documents: Vec::new(),
-    };
-    let exec = template::FunctionSpec {
-        runner: template::Runner::Exec { argv: argv.clone() },
-        concurrency: 2,
-        ..warm(1, 2)
-    };
-    let (n_warm, n_exec) = if quick { (200, 20) } else { (20_000, 400) };
-    let mut base = None;
-    for (label, spec, n) in [
-        ("warm, pool 2, one call at a time each", warm(1, 8), n_warm),
-        (
-            "warm, pool 2, 16 calls pipelined each",
-            warm(16, 32),
-            n_warm,
-        ),
-        ("exec, 2 at a time", exec, n_exec),
-    ] {
-        let mut v = Vec::new();
-        for _ in 0..runs {
-            v.push(call_rate(&spec, n).await?);
-        }
-        let mut r = row(format!("function calls, {label}"), "calls/s", v);
-        match base {
-            None => base = Some(r.median),
-            Some(b) => r.ratio = Some(r.median / f64::max(b, 1e-9)),
-        }
-        rows.push(r);
-    }
-    Ok(())
-}
-
 /// The table (or JSON) of `rows`.
 fn print(out: &mut impl Write, rows: &[Row], runs: usize, q: bool, json: bool) -> Result<()> {
     if json {
@@ -576,7 +554,7 @@ fn print(out: &mut impl Write, rows: &[Row], runs: usize, q: bool, json: bool) -
         )?;
         writeln!(
             out,
-            "\nmedians of {runs} run(s){}; ratios: ours ÷ the yardstick with the same batch and connections, the deepest ÷ the shallowest queue, and each function call figure ÷ the first",
+            "\nmedians of {runs} run(s){}; ratios: ours ÷ the yardstick with the same batch and connections, the deepest ÷ the shallowest queue, the second warm call figure ÷ the first, and each exec call figure ÷ starting /bin/true",
             if q { ", quick sizes" } else { "" }
         )?;
     }

@@ -138,7 +138,7 @@ pub(super) async fn dag(
     store: &Store,
     function: &str,
     workflows: usize,
-    probe: bool,
+    (probe, within): (bool, Option<Duration>),
 ) -> Result<DagRun> {
     store.bench_reset().await?;
     load(store, "bench-dag.yaml", &DAG.replace("FN", function)).await?;
@@ -158,6 +158,7 @@ pub(super) async fn dag(
         } else {
             runtime::Config::default().poll_interval
         },
+        commit_within: within,
         ..runtime::Config::default()
     };
     let began = Instant::now();

@@ -189,6 +189,12 @@ pub struct RuntimeArgs {
     /// smaller ones a shorter wait from a step's result to its dependants' wake-up.
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub commit_batch: u32,
+    /// Size commits to take about this long (e.g. 5ms), learnt from what results cost: a
+    /// dependant's wait for its prerequisite's commit stays near it under load, at a cost in
+    /// throughput (BENCHMARKS.md). Default: every commit takes all that waits, up to
+    /// --commit-batch.
+    #[arg(long, value_parser = duration, value_name = "DURATION")]
+    pub commit_within: Option<std::time::Duration>,
     /// A file of KEY=VALUE lines (WORKDO_SMTP_URL, WORKDO_ALERT_FROM, WORKDO_ALERT_TO,
     /// WORKDO_ALERT_INTERVAL, WORKDO_STUCK_STARTED, WORKDO_STUCK_READY, WORKDO_API_URL);
     /// the environment overrides it.

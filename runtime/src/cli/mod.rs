@@ -301,6 +301,10 @@ pub enum Command {
         /// The workdo executable used as the warm/exec no-op function (default: this one).
         #[arg(long, hide = true)]
         noop_function: Option<PathBuf>,
+        /// A small no-op function binary for the exec figures (default: `noop` next to this
+        /// executable, built by `cargo build --release`)
+        #[arg(long, value_name = "PATH")]
+        exec_function: Option<PathBuf>,
     },
     /// Cron schedules that start workflows.
     #[command(after_help = "Example: workdo schedules list")]
@@ -386,6 +390,7 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
         quick,
         only,
         noop_function,
+        exec_function,
     } = &cli.command
     {
         let opts = crate::bench::Options {
@@ -393,6 +398,7 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
             quick: *quick,
             only: only.clone(),
             noop_function: noop_function.clone(),
+            exec_function: exec_function.clone(),
         };
         crate::bench::run(&target.url, &opts, cli.json, out).await?;
         return Ok(());

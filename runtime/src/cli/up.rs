@@ -28,6 +28,7 @@ fn runtime_config(args: &RuntimeArgs, demo: bool) -> Result<runtime::Config> {
         pass_env: args.pass_env.clone(),
         completers: args.completers as usize,
         commit_batch: args.commit_batch as usize,
+        commit_within: args.commit_within,
         ..Default::default()
     };
     config.backoff.base = args.retry_base.unwrap_or(if demo {

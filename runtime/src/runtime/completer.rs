@@ -33,12 +33,13 @@ impl Results {
     }
 }
 
-/// Start `n` completers committing at most `max` results a transaction. They stop once every
+/// Start `n` completers committing at most `max` results a transaction (fewer, with `within`,
+/// when more would take longer than it). They stop once every
 /// [`Results`] handle is dropped and their queues are committed.
 pub(super) fn start(
     store: &Store,
     n: usize,
-    max: usize,
+    (max, within): (usize, Option<Duration>),
     actor: &str,
     held: &Arc<Held>,
     stop: &CancellationToken,
@@ -51,7 +52,7 @@ pub(super) fn start(
         handles.push(tokio::spawn(complete(
             store.clone(),
             rx,
-            max,
+            (max, within),
             actor.to_string(),
             Arc::clone(held),
             stop.clone(),
@@ -72,25 +73,78 @@ fn shard(object_id: &str, n: usize) -> usize {
     (h.finish() % n as u64) as usize
 }
 
-/// Commit results in batches: whatever has arrived while the last commit ran goes in the next.
+/// With `--commit-within`: the batch size that keeps a commit near the target, learnt from the
+/// commits made, so that a dependant waits about that long for its prerequisite's commit
+/// however busy the runtime is. Without it, every commit takes all that waits, up to `max`
+/// (natural group commit: the most throughput, and under load the longest commits).
+struct Sizer {
+    /// Seconds of commit per result (moving average); none until a commit says.
+    per_result: Option<f64>,
+    max: usize,
+    target: Option<Duration>,
+}
+
+impl Sizer {
+    /// Fewer than this is never the cap: below it, a commit's fixed cost would dominate.
+    const FLOOR: usize = 32;
+
+    fn new(max: usize, target: Option<Duration>) -> Self {
+        Sizer {
+            per_result: None,
+            max: max.max(1),
+            target,
+        }
+    }
+
+    /// Most results the next commit takes.
+    fn cap(&self) -> usize {
+        match (self.target, self.per_result) {
+            (Some(target), Some(per)) => {
+                let fit = (target.as_secs_f64() / per.max(1e-7)) as usize;
+                fit.clamp(Self::FLOOR.min(self.max), self.max)
+            }
+            _ => self.max,
+        }
+    }
+
+    /// A commit of `n` results took `took`. Commits of a handful of results say more about
+    /// the fixed cost than the per-result one, so they do not move the average.
+    fn record(&mut self, n: usize, took: Duration) {
+        if n < 8 {
+            return;
+        }
+        let per = took.as_secs_f64() / n as f64;
+        self.per_result = Some(match self.per_result {
+            None => per,
+            Some(old) => 0.8 * old + 0.2 * per,
+        });
+    }
+}
+
+/// Commit results in batches: whatever has arrived while the last commit ran goes in the next,
+/// up to `max` (and, with `--commit-within`, up to what commits within it).
 async fn complete(
     store: Store,
     mut rx: mpsc::Receiver<StepResult>,
-    max: usize,
+    (max, within): (usize, Option<Duration>),
     actor: String,
     held: Arc<Held>,
     stop: CancellationToken,
 ) {
+    let mut sizer = Sizer::new(max, within);
     let mut batch: Vec<StepResult> = Vec::with_capacity(max);
     while let Some(first) = rx.recv().await {
         batch.push(first);
-        while batch.len() < max {
+        let cap = sizer.cap();
+        while batch.len() < cap {
             match rx.try_recv() {
                 Ok(c) => batch.push(c),
                 Err(_) => break,
             }
         }
+        let began = std::time::Instant::now();
         commit(&store, &batch, &actor, &stop).await;
+        sizer.record(batch.len(), began.elapsed());
         // Committed, refused and recorded, or given up at shutdown: no lease to renew.
         held.let_go(batch.iter().map(|r| (r.change.id, r.change.lease)));
         batch.clear();
@@ -177,7 +231,38 @@ async fn refused(store: &Store, r: &StepResult, actor: &str, reason: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::shard;
+    use super::{Sizer, shard};
+    use std::time::Duration;
+
+    #[test]
+    fn a_commit_is_sized_to_the_target_from_what_results_cost() {
+        let target = Some(Duration::from_millis(4));
+        // Without a target, every commit may take the configured most.
+        let mut s = Sizer::new(500, None);
+        s.record(100, Duration::from_millis(20));
+        assert_eq!(s.cap(), 500);
+        let mut s = Sizer::new(500, target);
+        assert_eq!(s.cap(), 500, "before any commit, the configured most");
+        // 100 results in 20 ms: 0.2 ms each, so 4 ms fits 20 — but never fewer than the floor.
+        s.record(100, Duration::from_millis(20));
+        assert_eq!(s.cap(), Sizer::FLOOR);
+        // Cheap results: 500 in 1 ms fit the configured most.
+        let mut s = Sizer::new(500, target);
+        s.record(500, Duration::from_millis(1));
+        assert_eq!(s.cap(), 500);
+        // 40 µs a result: 100 fit in the target.
+        let mut s = Sizer::new(500, target);
+        s.record(200, Duration::from_millis(8));
+        let fit = (0.004 / 40e-6) as usize;
+        assert!(s.cap().abs_diff(fit) <= 1, "{} vs {fit}", s.cap());
+        // A commit of a handful does not move it.
+        s.record(2, Duration::from_millis(50));
+        assert!(s.cap().abs_diff(fit) <= 1);
+        // --commit-batch below the floor is obeyed.
+        let mut s = Sizer::new(10, target);
+        s.record(10, Duration::from_millis(100));
+        assert_eq!(s.cap(), 10);
+    }
 
     #[test]
     fn an_objects_results_always_go_to_the_same_completer() {

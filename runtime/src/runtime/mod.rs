@@ -72,6 +72,9 @@ pub struct Config {
     pub maintenance_interval: Duration,
     /// Most results committed in one transaction.
     pub commit_batch: usize,
+    /// `--commit-within`: commits sized to take about this long (at most `commit_batch`
+    /// results), which bounds a dependant's wait under load at a cost in throughput.
+    pub commit_within: Option<Duration>,
     /// Completers committing results in parallel, each on its own connection (results are
     /// sharded by object, so they never wait for each other's row locks).
     pub completers: usize,
@@ -105,6 +108,7 @@ impl Default for Config {
             default_batch: 100,
             maintenance_interval: Duration::from_millis(200),
             commit_batch: 500,
+            commit_within: None,
             completers: 2,
             alerts: None,
             schedules: true,
@@ -334,7 +338,7 @@ pub async fn run(
     let (results, completers) = completer::start(
         &store,
         config.completers,
-        config.commit_batch,
+        (config.commit_batch, config.commit_within),
         &config.owner,
         &held,
         &shutdown,
