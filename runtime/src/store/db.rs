@@ -205,6 +205,9 @@ pub async fn create_database(admin_url: &str, name: &str) -> Result<(), DbError>
 /// Pool options for workdo's sessions: each new connection turns `jit` off (a claim whose cost
 /// passes `jit_above_cost` would JIT-compile on every call) with a `SET` after connecting, not
 /// with the `options` startup parameter, which poolers such as PgBouncer refuse.
+/// How long a pooled connection may sit idle and still be handed out without a ping.
+const PING_AFTER_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub fn pool_options(max_connections: u32) -> PgPoolOptions {
     session_options(max_connections, false)
 }
@@ -214,6 +217,20 @@ pub fn pool_options(max_connections: u32) -> PgPoolOptions {
 fn session_options(max_connections: u32, writable: bool) -> PgPoolOptions {
     PgPoolOptions::new()
         .max_connections(max_connections)
+        // sqlx pings every connection it hands out: a round trip before every claim, commit
+        // and signal. A connection used within the last second is handed out as it is (a
+        // server gone since fails the statement, which every caller retries, as it would
+        // had the server gone just after a ping); one idle longer is pinged first, and
+        // replaced when the ping fails.
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= PING_AFTER_IDLE {
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
         .after_connect(move |conn, _meta| {
             Box::pin(async move {
                 if writable && hosts::read_only(&mut *conn).await? {
