@@ -252,3 +252,42 @@ async fn a_suspended_job_takes_nothing_until_it_is_resumed() {
         "{err}"
     );
 }
+
+/// A signal whose transition only records events is written unlocked, on the condition that
+/// the job is still the version read (store/machine/unlocked.rs); when two senders race, the
+/// loser's write applies to nothing and is decided again under the lock. Every one of 2 × 150
+/// bumps must count once, each with its `signal_received` event, and a bump past the limit
+/// (an action that fails) is still rolled back with its event, the count kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_senders_at_once_count_every_signal_once() {
+    let t = db().await;
+    let counter = support::machines::COUNTER.replace("limit: 100", "limit: 300");
+    support::load(&t.store, "counter.yaml", &counter).await;
+    let id = job(&t, "counterWF", "obj:race1").await;
+    let mut senders = tokio::task::JoinSet::new();
+    for who in ["a", "b"] {
+        let store = t.store.clone();
+        senders.spawn(async move {
+            for _ in 0..150 {
+                store
+                    .machine_signal(id, "bump", &json!({}), who)
+                    .await
+                    .expect("bump");
+            }
+        });
+    }
+    while let Some(done) = senders.join_next().await {
+        done.expect("a sender");
+    }
+    let (s, vars) = state(&t, id).await;
+    assert_eq!((s.as_str(), &vars["count"]), ("Idle", &json!(300)));
+    let received = "select count(*) from workdo.events
+                     where workflow_id = $1 and kind = 'signal_received'";
+    assert_eq!(count(&t, received, id).await, 300);
+    let refused = send(&t, id, "bump").await;
+    assert!(refused.is_err(), "past the limit: {refused:?}");
+    assert_eq!(state(&t, id).await.1["count"], json!(300));
+    let rolled = "select count(*) from workdo.events
+                   where workflow_id = $1 and kind = 'transition_rollback'";
+    assert_eq!(count(&t, rolled, id).await, 1);
+}

@@ -102,6 +102,25 @@ impl EventBuf {
         self.detail.push(e.detail);
     }
 
+    /// These events' ten arrays bound to `q`, in this order: object, workflow, template,
+    /// version, step, kind, status, attempt, actor, detail — for a statement that writes
+    /// them together with something else.
+    pub(crate) fn bind_to<'q, O>(
+        &'q self,
+        q: sqlx::query::QueryScalar<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::QueryScalar<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+        q.bind(&self.object_id)
+            .bind(&self.workflow_id)
+            .bind(&self.template)
+            .bind(&self.version)
+            .bind(&self.step)
+            .bind(&self.kind)
+            .bind(&self.status)
+            .bind(&self.attempt)
+            .bind(&self.actor)
+            .bind(&self.detail)
+    }
+
     pub(crate) async fn flush(&mut self, conn: &mut PgConnection) -> Result<()> {
         if self.kind.is_empty() {
             return Ok(());

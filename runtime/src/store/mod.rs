@@ -167,6 +167,8 @@ pub struct Store {
     trace_start: Option<TraceStart>,
     /// Claims commit without waiting for the WAL flush (`--async-claims`).
     async_claims: bool,
+    /// Template versions by id, parsed (shared by clones; see [`Store::spec_by_id`]).
+    specs: templates::SpecCache,
 }
 
 impl Store {
@@ -175,6 +177,7 @@ impl Store {
             pool,
             trace_start: None,
             async_claims: false,
+            specs: templates::SpecCache::default(),
         }
     }
 
@@ -220,6 +223,7 @@ impl Store {
             pool,
             trace_start: self.trace_start,
             async_claims: self.async_claims,
+            specs: self.specs.clone(),
         }
     }
 

@@ -83,6 +83,9 @@ impl StepResult {
     }
 }
 
+/// A dispatching workflow's template version and the bricklets it composes from.
+type Dispatching = std::sync::Arc<(std::sync::Arc<Template>, Bricklets)>;
+
 impl Store {
     /// What the functions of claimed steps get: properties, context and trace came with the
     /// claim and are moved out of `claimed` (which keeps what a release needs); the requested
@@ -159,7 +162,7 @@ impl Store {
         }
         // Templates (and their bricklets) of observers and generators, looked up before too:
         // one query for the workflows' template versions, then each version once.
-        let mut dispatching: HashMap<i64, std::sync::Arc<(Template, Bricklets)>> = HashMap::new();
+        let mut dispatching: HashMap<i64, Dispatching> = HashMap::new();
         let ids: Vec<i64> = results
             .iter()
             .filter(|r| r.effects.dispatch.is_some())
@@ -171,11 +174,10 @@ impl Store {
                     .bind(&ids)
                     .fetch_all(&self.pool)
                     .await?;
-            let mut by_version: HashMap<i64, std::sync::Arc<(Template, Bricklets)>> =
-                HashMap::new();
+            let mut by_version: HashMap<i64, Dispatching> = HashMap::new();
             for (workflow, version) in versions {
                 if let std::collections::hash_map::Entry::Vacant(slot) = by_version.entry(version) {
-                    let spec = self.template_by_id(version).await?.spec;
+                    let spec = self.spec_by_id(version).await?;
                     let bricklets = self.bricklets_of(&spec).await?;
                     slot.insert(std::sync::Arc::new((spec, bricklets)));
                 }
@@ -199,7 +201,7 @@ impl Store {
                     (&mut events, &mut ready),
                     (r.change.id, r.change.lease),
                     generator,
-                    (spec, bricklets),
+                    (&**spec, bricklets),
                     actor,
                 )
                 .await?;
@@ -219,7 +221,7 @@ impl Store {
                     r.workflow_id,
                     observer,
                     matches,
-                    (spec, bricklets),
+                    (&**spec, bricklets),
                     actor,
                 )
                 .await?;

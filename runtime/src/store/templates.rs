@@ -1,5 +1,8 @@
 //! Template versions: every loaded source is kept, keyed by its SHA-256.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -55,6 +58,32 @@ impl TryFrom<RawRow> for TemplateRow {
             versions: r.versions,
             spec,
         })
+    }
+}
+
+/// Template versions by id, parsed once. A version's description never changes once saved
+/// (a new description is a new row, a new id; only `is_current` moves, and ids are never
+/// reused), so an entry cannot go stale. Machine signals and dispatching commits read their
+/// job's version on every call: a query and a parse each time before this (issue 32).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SpecCache(Arc<std::sync::RwLock<HashMap<i64, Arc<Template>>>>);
+
+impl SpecCache {
+    /// Entries kept before the cache starts afresh (versions in use are few; this bounds a
+    /// process that meets many).
+    const MOST: usize = 4096;
+
+    fn get(&self, id: i64) -> Option<Arc<Template>> {
+        self.0.read().ok()?.get(&id).cloned()
+    }
+
+    fn put(&self, id: i64, spec: Arc<Template>) {
+        if let Ok(mut map) = self.0.write() {
+            if map.len() >= Self::MOST {
+                map.clear();
+            }
+            map.insert(id, spec);
+        }
     }
 }
 
@@ -261,6 +290,49 @@ impl Store {
             .await?;
         row.ok_or_else(|| StoreError::UnknownTemplate(format!("#{id}")))?
             .try_into()
+    }
+
+    /// The description of template version `id`, parsed; from the cache after the first time.
+    ///
+    /// # Errors
+    /// [`StoreError::UnknownTemplate`] when there is no such version.
+    pub async fn spec_by_id(&self, id: i64) -> Result<Arc<Template>> {
+        match self.specs.get(id) {
+            Some(spec) => Ok(spec),
+            None => self.spec_fetch(&self.pool, id).await,
+        }
+    }
+
+    /// [`Store::spec_by_id`] inside a transaction: a miss is read on its connection, so that a
+    /// caller holding one never waits for a second from the pool.
+    pub(crate) async fn spec_in(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        id: i64,
+    ) -> Result<Arc<Template>> {
+        match self.specs.get(id) {
+            Some(spec) => Ok(spec),
+            None => self.spec_fetch(conn, id).await,
+        }
+    }
+
+    async fn spec_fetch<'e>(
+        &self,
+        db: impl sqlx::PgExecutor<'e>,
+        id: i64,
+    ) -> Result<Arc<Template>> {
+        let row: Option<(String, String, serde_json::Value)> =
+            sqlx::query_as("select name, sha256, spec from workdo.templates where id = $1")
+                .bind(id)
+                .fetch_optional(db)
+                .await?;
+        let (name, sha256, spec) =
+            row.ok_or_else(|| StoreError::UnknownTemplate(format!("#{id}")))?;
+        let spec: Template = serde_json::from_value(spec)
+            .map_err(|e| StoreError::CorruptTemplate(format!("{name} {sha256}"), e))?;
+        let spec = Arc::new(spec);
+        self.specs.put(id, Arc::clone(&spec));
+        Ok(spec)
     }
 
     /// The current version of a bricklet file (`kind: bricklet`).

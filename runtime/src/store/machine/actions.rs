@@ -114,6 +114,33 @@ pub(super) async fn enqueue(
     Ok(())
 }
 
+/// An event of `job` (its object, workflow, template and version).
+pub(super) fn job_event<'a>(
+    job: &'a Job,
+    kind: &'a str,
+    actor: &'a str,
+    detail: Value,
+) -> NewEvent<'a> {
+    NewEvent::new(&job.object_id, kind, actor)
+        .workflow(job.id)
+        .template(&job.template)
+        .version(job.version)
+        .detail(detail)
+}
+
+/// [`Stop::Failed`] when `plan` would leave the job's variables over
+/// [`super::MAX_VARIABLES_BYTES`].
+pub(super) fn variables_fit(plan: &Plan) -> std::result::Result<(), Stop> {
+    let size = serde_json::to_vec(&plan.variables).map_or(0, |v| v.len());
+    if size > super::MAX_VARIABLES_BYTES {
+        return Err(Stop::Failed(format!(
+            "the state variables would take {size} bytes, over the limit of {}",
+            super::MAX_VARIABLES_BYTES
+        )));
+    }
+    Ok(())
+}
+
 impl Store {
     /// Apply `plan` (from [`plan::transition`] or [`plan::start`]) to `job` in `tx`: its
     /// effects in order, then the job's record. `template` is the machine's name (its call
@@ -127,15 +154,8 @@ impl Store {
         plan: &Plan,
         fx: &mut Effects<'_>,
     ) -> std::result::Result<(), Stop> {
-        fn event<'a>(job: &'a Job, kind: &'a str, actor: &'a str, detail: Value) -> NewEvent<'a> {
-            NewEvent::new(&job.object_id, kind, actor)
-                .workflow(job.id)
-                .template(&job.template)
-                .version(job.version)
-                .detail(detail)
-        }
         fn fired<'a>(job: &'a Job, f: &plan::Fired, action: &str, params: Value) -> NewEvent<'a> {
-            event(
+            job_event(
                 job,
                 "action_fired",
                 "machine",
@@ -143,6 +163,9 @@ impl Store {
                        "parameters": params}),
             )
         }
+        variables_fit(plan)?;
+        // Whether the job has alarms to cancel: those set before, or by this plan.
+        let mut alarms = job.alarms_pending;
         for effect in &plan.effects {
             match effect {
                 Effect::Event {
@@ -151,7 +174,7 @@ impl Store {
                     status,
                     detail,
                 } => {
-                    let mut e = event(job, kind, actor, detail.clone());
+                    let mut e = job_event(job, kind, actor, detail.clone());
                     if let Some(s) = status {
                         e = e.status(s);
                     }
@@ -177,10 +200,11 @@ impl Store {
                     .bind(due_at)
                     .execute(&mut **tx)
                     .await?;
+                    alarms = true;
                     // The runtime's alarm loop hears of it (it may be due before its next look).
                     fx.signalled.push(job.id);
                 }
-                Effect::CancelAlarms { state } => {
+                Effect::CancelAlarms { state } if alarms => {
                     sqlx::query(
                         "update workdo.alarms set cancelled_at = now()
                           where workflow_id = $1 and state = $2 and fired_at is null and cancelled_at is null",
@@ -190,6 +214,8 @@ impl Store {
                     .execute(&mut **tx)
                     .await?;
                 }
+                // None set: nothing to cancel, and no statement to find that out.
+                Effect::CancelAlarms { .. } => {}
                 Effect::Fork {
                     template: child,
                     object,
@@ -199,7 +225,7 @@ impl Store {
                     let children = self.fork(tx, job, child, object, context).await?;
                     let params = json!({"template": child, "object": object, "children": children});
                     fx.events
-                        .push(event(job, "child_started", "machine", params.clone()));
+                        .push(job_event(job, "child_started", "machine", params.clone()));
                     fx.events.push(fired(job, at, "fork", params));
                 }
                 Effect::Mail {
@@ -240,7 +266,7 @@ impl Store {
                     let actor = format!("parent:{}", job.id);
                     let cancelled = self.cancel_children(tx, job.id, &actor, 0, fx).await?;
                     if !cancelled.is_empty() {
-                        fx.events.push(event(
+                        fx.events.push(job_event(
                             job,
                             "children_cancelled",
                             "machine",
@@ -262,13 +288,6 @@ impl Store {
                     ));
                 }
             }
-        }
-        let size = serde_json::to_vec(&plan.variables).map_or(0, |v| v.len());
-        if size > super::MAX_VARIABLES_BYTES {
-            return Err(Stop::Failed(format!(
-                "the state variables would take {size} bytes, over the limit of {}",
-                super::MAX_VARIABLES_BYTES
-            )));
         }
         let actor = plan
             .effects
@@ -425,7 +444,7 @@ impl Store {
         let vars: Map<String, Value> = m.variables.clone().into_iter().collect();
         write_record(tx, workflow_id, &m.initial, &vars, false, "machine").await?;
         // Already locked: the start's transaction inserted it.
-        let Some(job) = super::load_job(tx, workflow_id, "").await? else {
+        let Some(job) = super::load_job(&mut *tx, workflow_id, "").await? else {
             return Ok(());
         };
         let view = plan::Job {

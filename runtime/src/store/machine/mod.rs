@@ -15,6 +15,7 @@ use sqlx::{Postgres, Transaction};
 mod actions;
 mod jobs;
 mod suspend;
+mod unlocked;
 
 pub use jobs::MachineView;
 pub use suspend::Suspension;
@@ -22,8 +23,9 @@ pub use suspend::Suspension;
 use super::events::{EventBuf, NewEvent, ReadyKeys};
 use super::{Result, Store, StoreError};
 use crate::model::machine;
-use crate::model::template::Template;
 use actions::Effects;
+use machine::plan::Effect;
+use unlocked::plan_for;
 
 /// The channel `workdo.signal` and every inbox insert notify, with the job's id.
 pub const SIGNAL_CHANNEL: &str = "workdo_signal";
@@ -66,6 +68,15 @@ pub(super) struct Job {
     context: Value,
     machine: Option<Value>,
     parent_id: Option<i64>,
+    /// Children not yet completed (a transition's `children_running`).
+    children_running: i64,
+    /// Signals wait in the job's inbox (read with the job: no round trip of its own).
+    inbox_pending: bool,
+    /// Alarms are set and neither fired nor cancelled (so leaving a state has some to cancel).
+    alarms_pending: bool,
+    /// The row version read (`xmin`): a write conditioned on it applies only if nothing
+    /// changed the job since.
+    row_version: i64,
 }
 
 /// What taking a signal did: the transition (from, to, whether the job finished), or that it
@@ -75,6 +86,9 @@ struct Moved {
     to: String,
     finished: bool,
     queued: bool,
+    /// The job's inbox may hold signals now: it held some when the job was locked, or the
+    /// transition sent the job one (or set an alarm). When not, nothing follows this signal.
+    inbox: bool,
 }
 
 /// Where the signal a transition takes comes from.
@@ -92,18 +106,26 @@ enum Take<'a> {
 /// Job `id`, locked as `lock` says (`for update`, or `for update skip locked`: then `None` when
 /// another transaction holds it, as when there is no such workflow).
 pub(super) async fn load_job(
-    tx: &mut Transaction<'_, Postgres>,
+    conn: &mut sqlx::PgConnection,
     id: i64,
     lock: &str,
 ) -> Result<Option<Job>> {
     let sql = format!(
-        "select id, object_id, template, template_id, version, status, lane, priority,
-                context, machine, parent_id
-           from workdo.workflows where id = $1{lock}"
+        "select w.id, w.object_id, w.template, w.template_id, w.version, w.status, w.lane,
+                w.priority, w.context, w.machine, w.parent_id,
+                (select count(*) from workdo.workflows c
+                  where c.parent_id = w.id and c.status <> 'completed') as children_running,
+                exists(select 1 from workdo.signals s
+                        where s.workflow_id = w.id and s.processed_at is null) as inbox_pending,
+                exists(select 1 from workdo.alarms a
+                        where a.workflow_id = w.id and a.fired_at is null
+                          and a.cancelled_at is null) as alarms_pending,
+                w.xmin::text::bigint as row_version
+           from workdo.workflows w where w.id = $1{lock}"
     );
     Ok(sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(id)
-        .fetch_optional(&mut **tx)
+        .fetch_optional(conn)
         .await?)
 }
 
@@ -182,6 +204,7 @@ impl Store {
             to,
             finished,
             queued,
+            inbox,
         } = result?;
         if queued {
             return Ok(Signalled {
@@ -198,13 +221,18 @@ impl Store {
         // this many follow-ups, the runtime takes the rest.
         // The signal is committed: follow-ups that cannot be taken now (the database busy or
         // gone) stay in the inbox for the runtime, and do not make this signal look failed.
-        let followed = match self.inbox_run_job(workflow_id, 1000).await {
-            Ok(followed) => followed,
-            Err(e) => {
-                tracing::warn!(workflow_id, error = %e,
-                    "signal applied; its follow-ups are left to the runtime");
-                Vec::new()
-            }
+        // An inbox that was empty under the lock, and that the transition sent nothing to, has
+        // nothing to follow with (a signal that arrives since is the runtime's, by NOTIFY).
+        let followed = match inbox {
+            false => Vec::new(),
+            true => match self.inbox_run_job(workflow_id, 1000).await {
+                Ok(followed) => followed,
+                Err(e) => {
+                    tracing::warn!(workflow_id, error = %e,
+                        "signal applied; its follow-ups are left to the runtime");
+                    Vec::new()
+                }
+            },
         };
         Ok(Signalled {
             workflow_id,
@@ -267,15 +295,19 @@ impl Store {
         workflow_id: i64,
         take: Take<'_>,
     ) -> Result<Option<(String, Result<Moved>)>> {
-        let Some(template_id) = self.workflow_template_id(workflow_id).await? else {
-            return match take {
-                Take::Inbox => Ok(None),
-                Take::Given { .. } => Err(StoreError::SignalRefused(format!(
-                    "there is no workflow {workflow_id}"
-                ))),
-            };
-        };
-        let spec = self.template_by_id(template_id).await?.spec;
+        // A given signal whose transition only records events is written in one statement
+        // that checks the job did not change since it was read (unlocked.rs).
+        if let Take::Given {
+            signal,
+            data,
+            actor,
+        } = take
+            && let Some(moved) = self
+                .deliver_unlocked(workflow_id, (signal, data, actor))
+                .await?
+        {
+            return Ok(Some((signal.to_string(), Ok(moved))));
+        }
         let mut tx = self.pool.begin().await?;
         let lock = match take {
             // No key update: a child's `child_done` (whose foreign key takes KEY SHARE on this
@@ -286,6 +318,13 @@ impl Store {
         let Some(job) = load_job(&mut tx, workflow_id, lock).await? else {
             return Ok(None);
         };
+        // An inbox with nothing in it: nothing to take, and no more round trips to find out.
+        if matches!(take, Take::Inbox) && !job.inbox_pending {
+            return Ok(None);
+        }
+        // The job's version, read under its lock (so a migration that committed meanwhile
+        // counts); from the store's cache, or on this transaction's connection.
+        let spec = self.spec_in(&mut tx, job.template_id).await?;
         // A suspended job's inbox waits.
         if matches!(take, Take::Inbox)
             && job
@@ -316,12 +355,6 @@ impl Store {
                 (Some(id), signal, data, actor)
             }
         };
-        // A migration between the two reads: read the description it moved the job to.
-        let spec = if job.template_id == template_id {
-            spec
-        } else {
-            self.template_by_id(job.template_id).await?.spec
-        };
         // Suspended (checked under the lock, so a suspend that committed meanwhile counts): a
         // signal given now that the job's state accepts waits in its inbox; one it does not
         // accept is refused as always.
@@ -341,6 +374,7 @@ impl Store {
                     to: state,
                     finished: false,
                     queued: true,
+                    inbox: true,
                 };
                 return Ok(Some((signal, Ok(moved))));
             }
@@ -352,36 +386,67 @@ impl Store {
             ready: &mut ready,
             signalled: Vec::new(),
         };
-        // A savepoint: a refused or failing transition is undone, the inbox mark kept.
-        let mut attempt = sqlx::Acquire::begin(&mut *tx).await?;
-        let result = self
-            .transition(&mut attempt, &job, &spec, &signal, &data, &actor, &mut fx)
-            .await;
-        let signalled = std::mem::take(&mut fx.signalled);
-        let (error, outcome) = match result {
-            Ok((from, to, finished)) => {
-                attempt.commit().await?;
-                if let Some(sid) = inbox {
-                    mark_taken(&mut tx, sid, &to).await?;
-                }
-                events.flush(&mut tx).await?;
-                ready.notify(&mut tx).await?;
-                notify_signals(&mut tx, &signalled).await?;
-                tx.commit().await?;
-                let moved = Moved {
-                    from,
-                    to,
-                    finished,
-                    queued: false,
-                };
-                return Ok(Some((signal, Ok(moved))));
-            }
+        let stopped = match plan_for(&job, &spec, &signal, &data, &actor) {
             Err(Stop::Db(e)) => return Err(e),
-            Err(Stop::NotAccepted(why)) => (
+            Err(stop) => stop,
+            Ok(plan) => {
+                // Only a fork can fail once writing has begun (its limits, a child that cannot
+                // start): then a savepoint undoes the transition and keeps the inbox mark.
+                // Anything else that fails now is the database's, and takes the whole
+                // transaction with it — so no savepoint's two round trips for it.
+                let forks = plan
+                    .effects
+                    .iter()
+                    .any(|e| matches!(e, Effect::Fork { .. }));
+                let applied = if forks {
+                    let mut attempt = sqlx::Acquire::begin(&mut *tx).await?;
+                    let applied = self
+                        .apply_plan(&mut attempt, &job, &spec.name, &plan, &mut fx)
+                        .await;
+                    match applied {
+                        Ok(()) => attempt.commit().await?,
+                        Err(_) => attempt.rollback().await?,
+                    }
+                    applied
+                } else {
+                    self.apply_plan(&mut tx, &job, &spec.name, &plan, &mut fx)
+                        .await
+                };
+                let signalled = std::mem::take(&mut fx.signalled);
+                match applied {
+                    Ok(()) => {
+                        if let Some(sid) = inbox {
+                            mark_taken(&mut tx, sid, &plan.to).await?;
+                        }
+                        events.flush(&mut tx).await?;
+                        ready.notify(&mut tx).await?;
+                        notify_signals(&mut tx, &signalled).await?;
+                        tx.commit().await?;
+                        let moved = Moved {
+                            from: plan.from,
+                            to: plan.to,
+                            finished: plan.finished,
+                            queued: false,
+                            inbox: job.inbox_pending || signalled.contains(&job.id),
+                        };
+                        return Ok(Some((signal, Ok(moved))));
+                    }
+                    Err(Stop::Db(e)) => return Err(e),
+                    Err(stop) if forks => stop,
+                    // Not a fork's: nothing undoes a part of it, so none of it commits.
+                    Err(Stop::Failed(why) | Stop::NotAccepted(why)) => {
+                        return Err(StoreError::TransitionRolledBack(why));
+                    }
+                }
+            }
+        };
+        let (error, outcome) = match stopped {
+            Stop::Db(e) => return Err(e),
+            Stop::NotAccepted(why) => (
                 StoreError::SignalRefused(why.clone()),
                 format!("refused: {why}"),
             ),
-            Err(Stop::Failed(reason)) => {
+            Stop::Failed(reason) => {
                 let state = job
                     .machine
                     .as_ref()
@@ -395,7 +460,6 @@ impl Store {
                 )
             }
         };
-        attempt.rollback().await?;
         // Every signal received leaves a trace: one not accepted writes `signal_refused`. (A
         // `child_done` from a child is the engine's, sent to every parent: a machine that does
         // not take it, or that has ended, lets it pass unremarked; its inbox row says so.)
@@ -433,62 +497,6 @@ impl Store {
         }
         tx.commit().await?;
         Ok(Some((signal, Err(error))))
-    }
-
-    /// The transition itself, inside `tx`; on any [`Stop`] the caller rolls back.
-    #[allow(clippy::too_many_arguments)]
-    async fn transition(
-        &self,
-        tx: &mut Transaction<'_, Postgres>,
-        job: &Job,
-        spec: &Template,
-        signal: &str,
-        data: &Value,
-        actor: &str,
-        fx: &mut Effects<'_>,
-    ) -> std::result::Result<(String, String, bool), Stop> {
-        let refuse = |why: String| Err(Stop::NotAccepted(why));
-        let Some(m) = &spec.machine else {
-            return refuse(format!("{} is not a machine", job.template));
-        };
-        let Some(record) = job.machine.clone() else {
-            return refuse(format!("workflow {} is not a machine job", job.id));
-        };
-        let size = serde_json::to_vec(data).map_or(0, |v| v.len());
-        if size > MAX_SIGNAL_DATA_BYTES {
-            return refuse(format!(
-                "the signal's data has {size} bytes, over the limit of {MAX_SIGNAL_DATA_BYTES}"
-            ));
-        }
-        let children_running: i64 = sqlx::query_scalar(
-            "select count(*) from workdo.workflows where parent_id = $1 and status <> 'completed'",
-        )
-        .bind(job.id)
-        .fetch_one(&mut **tx)
-        .await?;
-        let view = machine::plan::Job {
-            id: job.id,
-            object: &job.object_id,
-            template: &job.template,
-            parent: job.parent_id,
-            context: &job.context,
-            state: record["state"].as_str().unwrap_or_default(),
-            variables: record["variables"].as_object().cloned().unwrap_or_default(),
-            finished: job.status == "completed",
-            children_running,
-        };
-        let sig = machine::plan::Signal {
-            name: signal,
-            actor,
-            data,
-        };
-        let plan = match machine::plan::transition(m, &view, sig, chrono::Utc::now()) {
-            Ok(p) => p,
-            Err(machine::plan::Refusal::NotAccepted(why)) => return Err(Stop::NotAccepted(why)),
-            Err(machine::plan::Refusal::Rollback(why)) => return Err(Stop::Failed(why)),
-        };
-        self.apply_plan(tx, job, &spec.name, &plan, fx).await?;
-        Ok((plan.from, plan.to, plan.finished))
     }
 }
 
