@@ -356,13 +356,13 @@ const SCALE: &str = "name: benchScaleWF\nsteps:\n  - { name: work, function: { b
 /// object's document and a generator composes `width` parallel instances of a one-step
 /// bricklet. Ordinary: the same twelve steps, fixed in the template. Returns steps per second
 /// (all of them, claimed and completed through the runtime; every one checked to have
-/// completed exactly once).
+/// completed exactly once) over the run, and over the workflows' start and the run.
 pub(super) async fn fanout(
     store: &Store,
     workflows: usize,
     width: usize,
     generated: bool,
-) -> Result<f64> {
+) -> Result<(f64, f64)> {
     store.bench_reset().await?;
     let noop = "{ builtin: noop, concurrency: 100 }";
     let template = if generated {
@@ -390,7 +390,9 @@ pub(super) async fn fanout(
     let ids = objects("fan", workflows);
     let document = format!("<d>{}</d>", "<f/>".repeat(width));
     store.bench_documents(&ids, "d", &document).await?;
+    let starting = Instant::now();
     start_bulk(store, template, &ids).await?;
+    let start_secs = starting.elapsed().as_secs_f64();
     store.bench_analyze().await?;
     let bindings: Vec<_> = runtime::bindings(store, &[])
         .await?
@@ -406,11 +408,14 @@ pub(super) async fn fanout(
     let run = tokio::spawn(runtime::run(store.clone(), config, bindings, token.clone()));
     wait_completed(store, template, workflows).await?;
     let steps = workflows * (2 + width);
-    let rate = steps as f64 / began.elapsed().as_secs_f64();
+    let run_secs = began.elapsed().as_secs_f64();
     token.cancel();
     run.await??;
     store.bench_check_exactly_once(steps as i64).await?;
-    Ok(rate)
+    Ok((
+        steps as f64 / run_secs,
+        steps as f64 / (start_secs + run_secs),
+    ))
 }
 
 const COUNTER_MACHINE: &str = "name: benchMachineWF\nkind: machine\nvariables: { count: 0 }\ninitial: Idle\nstates:\n  Idle:\n    on:\n      bump: { to: Idle, actions: [ { set: { count: \"${count + 1}\" } } ] }\n      arm: Armed\n  Armed:\n    enter:\n      - alarm: { signal: ring, in: \"${grace}\" }\n    on:\n      ring: Rung\n  Rung: { final: true }\n";

@@ -105,10 +105,10 @@ impl EventBuf {
     /// These events' ten arrays bound to `q`, in this order: object, workflow, template,
     /// version, step, kind, status, attempt, actor, detail — for a statement that writes
     /// them together with something else.
-    pub(crate) fn bind_to<'q, O>(
+    pub(crate) fn bind_to<'q>(
         &'q self,
-        q: sqlx::query::QueryScalar<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
-    ) -> sqlx::query::QueryScalar<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+        q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
         q.bind(&self.object_id)
             .bind(&self.workflow_id)
             .bind(&self.template)
@@ -125,7 +125,7 @@ impl EventBuf {
         if self.kind.is_empty() {
             return Ok(());
         }
-        sqlx::query(
+        self.bind_to(sqlx::query(
             "insert into workdo.events
                 (object_id, workflow_id, template, version, step, kind, status, attempt, actor, detail)
              select object_id, workflow_id, template, version, step, kind, status, attempt, actor,
@@ -133,17 +133,7 @@ impl EventBuf {
                from unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::text[], $6::text[],
                            $7::text[], $8::int[], $9::text[], $10::jsonb[])
                     as t(object_id, workflow_id, template, version, step, kind, status, attempt, actor, detail)",
-        )
-        .bind(&self.object_id)
-        .bind(&self.workflow_id)
-        .bind(&self.template)
-        .bind(&self.version)
-        .bind(&self.step)
-        .bind(&self.kind)
-        .bind(&self.status)
-        .bind(&self.attempt)
-        .bind(&self.actor)
-        .bind(&self.detail)
+        ))
         .execute(conn)
         .await?;
         *self = EventBuf::default();

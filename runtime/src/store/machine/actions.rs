@@ -128,6 +128,24 @@ pub(super) fn job_event<'a>(
         .detail(detail)
 }
 
+/// The event a plan's [`Effect::Event`] records of `job` (`None` for any other effect).
+pub(super) fn plan_event<'a>(job: &'a Job, effect: &'a Effect) -> Option<NewEvent<'a>> {
+    let Effect::Event {
+        kind,
+        actor,
+        status,
+        detail,
+    } = effect
+    else {
+        return None;
+    };
+    let e = job_event(job, kind, actor, detail.clone());
+    Some(match status {
+        Some(s) => e.status(s),
+        None => e,
+    })
+}
+
 /// [`Stop::Failed`] when `plan` would leave the job's variables over
 /// [`super::MAX_VARIABLES_BYTES`].
 pub(super) fn variables_fit(plan: &Plan) -> std::result::Result<(), Stop> {
@@ -168,17 +186,10 @@ impl Store {
         let mut alarms = job.alarms_pending;
         for effect in &plan.effects {
             match effect {
-                Effect::Event {
-                    kind,
-                    actor,
-                    status,
-                    detail,
-                } => {
-                    let mut e = job_event(job, kind, actor, detail.clone());
-                    if let Some(s) = status {
-                        e = e.status(s);
+                Effect::Event { .. } => {
+                    if let Some(e) = plan_event(job, effect) {
+                        fx.events.push(e);
                     }
-                    fx.events.push(e);
                 }
                 Effect::Signal {
                     to,

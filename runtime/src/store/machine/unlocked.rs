@@ -108,9 +108,9 @@ impl Store {
         let Some(events) = events_only(&job, &plan) else {
             return Ok(None);
         };
-        let written: i64 = events
+        let row = events
             .bind_to(
-                sqlx::query_scalar(WRITE_IF_UNCHANGED)
+                sqlx::query(WRITE_IF_UNCHANGED)
                     .bind(job.id)
                     .bind(&plan.to)
                     .bind(Value::Object(plan.variables.clone()))
@@ -118,6 +118,7 @@ impl Store {
             )
             .fetch_one(&mut *conn)
             .await?;
+        let written: i64 = sqlx::Row::try_get(&row, 0)?;
         if written == 0 {
             // The job changed since it was read: decided again under its lock.
             return Ok(None);
@@ -142,17 +143,10 @@ fn events_only(job: &Job, plan: &machine::plan::Plan) -> Option<EventBuf> {
     let mut events = EventBuf::default();
     for effect in &plan.effects {
         match effect {
-            Effect::Event {
-                kind,
-                actor,
-                status,
-                detail,
-            } => {
-                let mut e = super::actions::job_event(job, kind, actor, detail.clone());
-                if let Some(s) = status {
-                    e = e.status(s);
+            Effect::Event { .. } => {
+                if let Some(e) = super::actions::plan_event(job, effect) {
+                    events.push(e);
                 }
-                events.push(e);
             }
             Effect::CancelAlarms { .. } if !job.alarms_pending => {}
             _ => return None,
