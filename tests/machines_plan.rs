@@ -1,4 +1,5 @@
-//! Machine transitions as plans, applied by the store: an internal transition keeps its
+//! Machine transitions as plans, applied by the store (locked, or unlocked when only events are
+//! recorded; racing senders and a signal that waited for the lock): an internal transition keeps its
 //! state's alarms and does not re-enter it; a final state skips the job's pending steps through
 //! the one status path, each with its `skipped` event; a `}` inside a string and a guarded
 //! optional key in a real template.
@@ -290,4 +291,85 @@ async fn two_senders_at_once_count_every_signal_once() {
     let rolled = "select count(*) from workdo.events
                    where workflow_id = $1 and kind = 'transition_rollback'";
     assert_eq!(count(&t, rolled, id).await, 1);
+}
+
+const RACE: &str = r#"
+name: raceWF
+kind: machine
+initial: A
+states:
+  A:
+    on: { go: B }
+  B:
+    enter:
+      - alarm: { signal: tick, in: 1h }
+    on:
+      next: C
+      tick: C
+  C: {}
+"#;
+
+/// A signal that waits for the job's lock sees what the transaction it waited for wrote: here
+/// that transaction moves the job to B and sets B's alarm, and the waiting `next` leaves B, so
+/// it must cancel that alarm. (A statement that waits for a row lock evaluates its subqueries in
+/// the snapshot it started with: read with the lock, the alarm would not be seen, left set, and
+/// ring later into C.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_that_waited_for_the_lock_sees_the_alarm_set_meanwhile() {
+    let t = db().await;
+    support::load(&t.store, "race.yaml", RACE).await;
+    let id = job(&t, "raceWF", "obj:race2").await;
+    // Another transaction holds the job and makes the transition `go` would.
+    let mut other = t.pool.begin().await.expect("begin");
+    sqlx::query("select id from workdo.workflows where id = $1 for update")
+        .bind(id)
+        .execute(&mut *other)
+        .await
+        .expect("lock");
+    let store = t.store.clone();
+    let waiting = tokio::spawn(async move {
+        store
+            .machine_signal(id, "next", &json!({}), "t")
+            .await
+            .expect("next")
+    });
+    // The signal is refused unlocked (A does not take `next`) and waits for the lock.
+    loop {
+        let blocked: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity
+              where datname = current_database() and wait_event_type = 'Lock'",
+        )
+        .fetch_one(t.pool())
+        .await
+        .expect("activity");
+        if blocked > 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    sqlx::query(
+        "update workdo.workflows set machine = jsonb_set(machine, '{state}', '\"B\"') where id = $1",
+    )
+    .bind(id)
+    .execute(&mut *other)
+    .await
+    .expect("to B");
+    sqlx::query(
+        "insert into workdo.alarms (workflow_id, state, signal, due_at)
+         values ($1, 'B', 'tick', now() + interval '1 hour')",
+    )
+    .bind(id)
+    .execute(&mut *other)
+    .await
+    .expect("alarm");
+    other.commit().await.expect("commit");
+    let moved = waiting.await.expect("the signal");
+    assert_eq!((moved.from.as_str(), moved.to.as_str()), ("B", "C"));
+    let set = "select count(*) from workdo.alarms
+                where workflow_id = $1 and fired_at is null and cancelled_at is null";
+    assert_eq!(
+        count(&t, set, id).await,
+        0,
+        "B's alarm is cancelled on leaving B"
+    );
 }

@@ -219,9 +219,10 @@ fn session_options(max_connections: u32, writable: bool) -> PgPoolOptions {
         .max_connections(max_connections)
         // sqlx pings every connection it hands out: a round trip before every claim, commit
         // and signal. A connection used within the last second is handed out as it is (a
-        // server gone since fails the statement, which every caller retries, as it would
-        // had the server gone just after a ping); one idle longer is pinged first, and
-        // replaced when the ping fails.
+        // server gone since fails the statement, which the runtime's callers retry — claims,
+        // the completers' back-off, the machine and alert loops — as they would had the
+        // server gone just after a ping); one idle longer is pinged first, and replaced when
+        // the ping fails. The API's pool pings every time (Store::for_requests).
         .test_before_acquire(false)
         .before_acquire(|conn, meta| {
             Box::pin(async move {

@@ -169,15 +169,18 @@ impl Store {
             .map(|r| r.workflow_id)
             .collect();
         if !ids.is_empty() {
-            let versions: Vec<(i64, i64)> =
-                sqlx::query_as("select id, template_id from workdo.workflows where id = any($1)")
-                    .bind(&ids)
-                    .fetch_all(&self.pool)
-                    .await?;
+            let versions: Vec<(i64, i64, String)> = sqlx::query_as(
+                "select w.id, w.template_id, t.sha256
+                   from workdo.workflows w join workdo.templates t on t.id = w.template_id
+                  where w.id = any($1)",
+            )
+            .bind(&ids)
+            .fetch_all(&self.pool)
+            .await?;
             let mut by_version: HashMap<i64, Dispatching> = HashMap::new();
-            for (workflow, version) in versions {
+            for (workflow, version, sha256) in versions {
                 if let std::collections::hash_map::Entry::Vacant(slot) = by_version.entry(version) {
-                    let spec = self.spec_by_id(version).await?;
+                    let spec = self.spec_by_id(version, &sha256).await?;
                     let bricklets = self.bricklets_of(&spec).await?;
                     slot.insert(std::sync::Arc::new((spec, bricklets)));
                 }

@@ -61,28 +61,35 @@ impl TryFrom<RawRow> for TemplateRow {
     }
 }
 
-/// Template versions by id, parsed once. A version's description never changes once saved
-/// (a new description is a new row, a new id; only `is_current` moves, and ids are never
-/// reused), so an entry cannot go stale. Machine signals and dispatching commits read their
-/// job's version on every call: a query and a parse each time before this (issue 32).
+/// Template versions parsed once, by id and SHA-256. A saved version's description never
+/// changes (a new description is a new row; only `is_current` moves), and the callers name the
+/// SHA-256 they read with the version's id, so an id that comes to name another description
+/// (a schema recreated under a running process, a database restored) is a miss, not a stale
+/// hit. Machine signals and dispatching commits read their job's version on every call: a
+/// query and a parse each time before this (issue 32).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct SpecCache(Arc<std::sync::RwLock<HashMap<i64, Arc<Template>>>>);
+pub(crate) struct SpecCache(Arc<std::sync::RwLock<HashMap<i64, Versioned>>>);
+
+/// A parsed description with the SHA-256 it was saved under.
+type Versioned = (String, Arc<Template>);
 
 impl SpecCache {
     /// Entries kept before the cache starts afresh (versions in use are few; this bounds a
     /// process that meets many).
     const MOST: usize = 4096;
 
-    fn get(&self, id: i64) -> Option<Arc<Template>> {
-        self.0.read().ok()?.get(&id).cloned()
+    fn get(&self, id: i64, sha256: &str) -> Option<Arc<Template>> {
+        let map = self.0.read().ok()?;
+        let (sha, spec) = map.get(&id)?;
+        (sha == sha256).then(|| Arc::clone(spec))
     }
 
-    fn put(&self, id: i64, spec: Arc<Template>) {
+    fn put(&self, id: i64, sha256: String, spec: Arc<Template>) {
         if let Ok(mut map) = self.0.write() {
             if map.len() >= Self::MOST {
                 map.clear();
             }
-            map.insert(id, spec);
+            map.insert(id, (sha256, spec));
         }
     }
 }
@@ -292,12 +299,13 @@ impl Store {
             .try_into()
     }
 
-    /// The description of template version `id`, parsed; from the cache after the first time.
+    /// The description of template version `id` whose SHA-256 the caller read as `sha256`,
+    /// parsed; from the cache after the first time.
     ///
     /// # Errors
     /// [`StoreError::UnknownTemplate`] when there is no such version.
-    pub async fn spec_by_id(&self, id: i64) -> Result<Arc<Template>> {
-        match self.specs.get(id) {
+    pub async fn spec_by_id(&self, id: i64, sha256: &str) -> Result<Arc<Template>> {
+        match self.specs.get(id, sha256) {
             Some(spec) => Ok(spec),
             None => self.spec_fetch(&self.pool, id).await,
         }
@@ -309,8 +317,9 @@ impl Store {
         &self,
         conn: &mut sqlx::PgConnection,
         id: i64,
+        sha256: &str,
     ) -> Result<Arc<Template>> {
-        match self.specs.get(id) {
+        match self.specs.get(id, sha256) {
             Some(spec) => Ok(spec),
             None => self.spec_fetch(conn, id).await,
         }
@@ -331,7 +340,7 @@ impl Store {
         let spec: Template = serde_json::from_value(spec)
             .map_err(|e| StoreError::CorruptTemplate(format!("{name} {sha256}"), e))?;
         let spec = Arc::new(spec);
-        self.specs.put(id, Arc::clone(&spec));
+        self.specs.put(id, sha256, Arc::clone(&spec));
         Ok(spec)
     }
 
@@ -361,5 +370,37 @@ impl Store {
             .fetch_all(&self.pool)
             .await?;
         rows.into_iter().map(TryInto::try_into).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::template::{Format, parse};
+
+    /// An id that comes to name another description (a schema recreated under a running
+    /// process, a database restored) is a miss: the caller names the SHA-256 it read.
+    #[test]
+    fn a_cached_version_is_found_only_under_its_sha256() {
+        let spec = |to: &str| {
+            let source = format!(
+                "name: cacheWF\nkind: machine\ninitial: A\nstates:\n  A:\n    on: {{ go: {to} }}\n  {to}: {{}}\n"
+            );
+            parse("cache.yaml", Format::Yaml, &source)
+                .expect("a template")
+                .template
+        };
+        let cache = SpecCache::default();
+        cache.put(1, "sha-b".into(), Arc::new(spec("B")));
+        assert!(cache.get(1, "sha-b").is_some());
+        assert!(
+            cache.get(1, "sha-z").is_none(),
+            "another description under id 1"
+        );
+        assert!(cache.get(2, "sha-b").is_none());
+        cache.put(1, "sha-z".into(), Arc::new(spec("Z")));
+        let found = cache.get(1, "sha-z").expect("the new one");
+        assert!(found.machine.is_some());
+        assert!(cache.get(1, "sha-b").is_none(), "replaced");
     }
 }

@@ -77,6 +77,8 @@ pub(super) struct Job {
     /// The row version read (`xmin`): a write conditioned on it applies only if nothing
     /// changed the job since.
     row_version: i64,
+    /// Its template version's SHA-256: what a cached description must match.
+    template_sha256: String,
 }
 
 /// What taking a signal did: the transition (from, to, whether the job finished), or that it
@@ -103,15 +105,10 @@ enum Take<'a> {
     Inbox,
 }
 
-/// Job `id`, locked as `lock` says (`for update`, or `for update skip locked`: then `None` when
-/// another transaction holds it, as when there is no such workflow).
-pub(super) async fn load_job(
-    conn: &mut sqlx::PgConnection,
-    id: i64,
-    lock: &str,
-) -> Result<Option<Job>> {
-    let sql = format!(
-        "select w.id, w.object_id, w.template, w.template_id, w.version, w.status, w.lane,
+/// A machine job's row with what a transition reads besides: its children still running, its
+/// inbox and alarms, its row version and its template version's SHA-256.
+const JOB: &str =
+    "select w.id, w.object_id, w.template, w.template_id, w.version, w.status, w.lane,
                 w.priority, w.context, w.machine, w.parent_id,
                 (select count(*) from workdo.workflows c
                   where c.parent_id = w.id and c.status <> 'completed') as children_running,
@@ -120,13 +117,34 @@ pub(super) async fn load_job(
                 exists(select 1 from workdo.alarms a
                         where a.workflow_id = w.id and a.fired_at is null
                           and a.cancelled_at is null) as alarms_pending,
-                w.xmin::text::bigint as row_version
-           from workdo.workflows w where w.id = $1{lock}"
-    );
-    Ok(sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                w.xmin::text::bigint as row_version,
+                (select t.sha256 from workdo.templates t where t.id = w.template_id) as template_sha256
+           from workdo.workflows w where w.id = $1";
+
+/// Job `id`, locked as `lock` says (`for update`, or `for update skip locked`: then `None` when
+/// another transaction holds it, as when there is no such workflow), or read unlocked (`""`).
+///
+/// Locked, the lock is taken by a statement of its own and the job read by the next: a
+/// statement that waits for a row lock gets the row's new version but evaluates its subqueries
+/// (children, inbox, alarms) in the snapshot it started with, from before the transaction it
+/// waited for — a job whose alarm that transaction set would read as having none.
+pub(super) async fn load_job(
+    conn: &mut sqlx::PgConnection,
+    id: i64,
+    lock: &str,
+) -> Result<Option<Job>> {
+    if !lock.is_empty() {
+        let locked: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "select id from workdo.workflows where id = $1{lock}"
+        )))
         .bind(id)
-        .fetch_optional(conn)
-        .await?)
+        .fetch_optional(&mut *conn)
+        .await?;
+        if locked.is_none() {
+            return Ok(None);
+        }
+    }
+    Ok(sqlx::query_as(JOB).bind(id).fetch_optional(conn).await?)
 }
 
 /// Why a transition stopped: the signal is not accepted (nothing was attempted), an action
@@ -324,7 +342,9 @@ impl Store {
         }
         // The job's version, read under its lock (so a migration that committed meanwhile
         // counts); from the store's cache, or on this transaction's connection.
-        let spec = self.spec_in(&mut tx, job.template_id).await?;
+        let spec = self
+            .spec_in(&mut tx, job.template_id, &job.template_sha256)
+            .await?;
         // A suspended job's inbox waits.
         if matches!(take, Take::Inbox)
             && job

@@ -101,7 +101,9 @@ impl Store {
         if record.is_none_or(|m| m["suspended"].as_bool().unwrap_or(false)) {
             return Ok(None);
         }
-        let spec = self.spec_in(&mut conn, job.template_id).await?;
+        let spec = self
+            .spec_in(&mut conn, job.template_id, &job.template_sha256)
+            .await?;
         let Ok(plan) = plan_for(&job, &spec, signal, data, actor) else {
             return Ok(None);
         };
