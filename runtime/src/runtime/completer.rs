@@ -33,13 +33,12 @@ impl Results {
     }
 }
 
-/// Start `n` completers committing at most `max` results a transaction (fewer, with `within`,
-/// when more would take longer than it). They stop once every
-/// [`Results`] handle is dropped and their queues are committed.
+/// Start `n` completers, each sizing its commits with its own copy of `sizer`. They stop once
+/// every [`Results`] handle is dropped and their queues are committed.
 pub(super) fn start(
     store: &Store,
     n: usize,
-    (max, within): (usize, Option<Duration>),
+    sizer: Sizer,
     actor: &str,
     held: &Arc<Held>,
     stop: &CancellationToken,
@@ -52,7 +51,7 @@ pub(super) fn start(
         handles.push(tokio::spawn(complete(
             store.clone(),
             rx,
-            (max, within),
+            sizer.clone(),
             actor.to_string(),
             Arc::clone(held),
             stop.clone(),
@@ -77,7 +76,8 @@ fn shard(object_id: &str, n: usize) -> usize {
 /// commits made, so that a dependant waits about that long for its prerequisite's commit
 /// however busy the runtime is. Without it, every commit takes all that waits, up to `max`
 /// (natural group commit: the most throughput, and under load the longest commits).
-struct Sizer {
+#[derive(Debug, Clone)]
+pub(super) struct Sizer {
     /// Seconds of commit per result (moving average); none until a commit says.
     per_result: Option<f64>,
     max: usize,
@@ -88,7 +88,8 @@ impl Sizer {
     /// Fewer than this is never the cap: below it, a commit's fixed cost would dominate.
     const FLOOR: usize = 32;
 
-    fn new(max: usize, target: Option<Duration>) -> Self {
+    /// At most `max` results a commit, and with `target`, as many as commit within it.
+    pub(super) fn new(max: usize, target: Option<Duration>) -> Self {
         Sizer {
             per_result: None,
             max: max.max(1),
@@ -122,17 +123,16 @@ impl Sizer {
 }
 
 /// Commit results in batches: whatever has arrived while the last commit ran goes in the next,
-/// up to `max` (and, with `--commit-within`, up to what commits within it).
+/// up to what `sizer` allows.
 async fn complete(
     store: Store,
     mut rx: mpsc::Receiver<StepResult>,
-    (max, within): (usize, Option<Duration>),
+    mut sizer: Sizer,
     actor: String,
     held: Arc<Held>,
     stop: CancellationToken,
 ) {
-    let mut sizer = Sizer::new(max, within);
-    let mut batch: Vec<StepResult> = Vec::with_capacity(max);
+    let mut batch: Vec<StepResult> = Vec::with_capacity(sizer.max);
     while let Some(first) = rx.recv().await {
         batch.push(first);
         let cap = sizer.cap();

@@ -338,7 +338,7 @@ pub async fn run(
     let (results, completers) = completer::start(
         &store,
         config.completers,
-        (config.commit_batch, config.commit_within),
+        completer::Sizer::new(config.commit_batch, config.commit_within),
         &config.owner,
         &held,
         &shutdown,

@@ -202,47 +202,57 @@ pub async fn create_database(admin_url: &str, name: &str) -> Result<(), DbError>
     Ok(())
 }
 
-/// Pool options for workdo's sessions: each new connection turns `jit` off (a claim whose cost
-/// passes `jit_above_cost` would JIT-compile on every call) with a `SET` after connecting, not
-/// with the `options` startup parameter, which poolers such as PgBouncer refuse.
 /// How long a pooled connection may sit idle and still be handed out without a ping.
 const PING_AFTER_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
 
-pub fn pool_options(max_connections: u32) -> PgPoolOptions {
-    session_options(max_connections, false)
+/// When a pool pings a connection before handing it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ping {
+    /// Every time (sqlx's rule): for API requests, whose clients do not retry, so a server
+    /// that dropped a connection (a restart, a killed backend) costs a reconnect, not a 500.
+    Always,
+    /// Only after [`PING_AFTER_IDLE`] idle: for the runtime, whose every statement would
+    /// otherwise pay a round trip more (claims, commits, signals). A server gone since fails
+    /// the statement, which the runtime's callers retry (claims, the completers' back-off, the
+    /// machine and alert loops), as they would had it gone just after a ping.
+    AfterIdle,
+}
+
+/// Pool options for workdo's sessions: each new connection turns `jit` off (a claim whose cost
+/// passes `jit_above_cost` would JIT-compile on every call) with a `SET` after connecting, not
+/// with the `options` startup parameter, which poolers such as PgBouncer refuse.
+pub fn pool_options(max_connections: u32, ping: Ping) -> PgPoolOptions {
+    session_options(max_connections, false, ping)
 }
 
 /// [`pool_options`], and when `writable`, a new connection to a server in recovery is refused
 /// (the pool tries again, by then perhaps at the server [`hosts::follow`] found).
-fn session_options(max_connections: u32, writable: bool) -> PgPoolOptions {
-    PgPoolOptions::new()
-        .max_connections(max_connections)
-        // sqlx pings every connection it hands out: a round trip before every claim, commit
-        // and signal. A connection used within the last second is handed out as it is (a
-        // server gone since fails the statement, which the runtime's callers retry — claims,
-        // the completers' back-off, the machine and alert loops — as they would had the
-        // server gone just after a ping); one idle longer is pinged first, and replaced when
-        // the ping fails. The API's pool pings every time (Store::for_requests).
-        .test_before_acquire(false)
-        .before_acquire(|conn, meta| {
-            Box::pin(async move {
-                if meta.idle_for >= PING_AFTER_IDLE {
-                    sqlx::Connection::ping(conn).await?;
-                }
-                Ok(true)
-            })
+fn session_options(max_connections: u32, writable: bool, ping: Ping) -> PgPoolOptions {
+    let options = PgPoolOptions::new().max_connections(max_connections);
+    let options = match ping {
+        Ping::Always => options.test_before_acquire(true),
+        Ping::AfterIdle => options
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= PING_AFTER_IDLE {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            }),
+    };
+    options.after_connect(move |conn, _meta| {
+        Box::pin(async move {
+            if writable && hosts::read_only(&mut *conn).await? {
+                return Err(sqlx::Error::Configuration(
+                    "the server is read-only (in recovery); waiting for a writable one".into(),
+                ));
+            }
+            sqlx::query("set jit = off").execute(&mut *conn).await?;
+            Ok(())
         })
-        .after_connect(move |conn, _meta| {
-            Box::pin(async move {
-                if writable && hosts::read_only(&mut *conn).await? {
-                    return Err(sqlx::Error::Configuration(
-                        "the server is read-only (in recovery); waiting for a writable one".into(),
-                    ));
-                }
-                sqlx::query("set jit = off").execute(&mut *conn).await?;
-                Ok(())
-            })
-        })
+    })
 }
 
 /// A pool for runtime sessions (see [`pool_options`]), with a recognisable application name.
@@ -261,7 +271,7 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, DbError>
     let (i, mut probe) = hosts.pick(url).await?;
     refuse_transaction_pooler(url, &hosts.options[i], &mut probe).await?;
     let opts = hosts::session(hosts.options[i].clone());
-    let pool = session_options(max_connections, hosts.followed())
+    let pool = session_options(max_connections, hosts.followed(), Ping::AfterIdle)
         .acquire_timeout(Duration::from_secs(30))
         .connect_with(opts)
         .await

@@ -53,7 +53,7 @@ impl Store {
         owner: &str,
         lease: std::time::Duration,
     ) -> Result<Vec<Claimed>> {
-        let mut conn = self.pool.acquire().await?;
+        // A statement of its own, as `step_claim`'s, so `async_claims` applies to it alone.
         let claimed: Vec<Claimed> = sqlx::query_as(
             "select * from workdo.claim_queue(p_queue => $1, p_lane => $2, p_limit => $3,
                                               p_owner => $4, p_lease_secs => $5, p_async => $6)",
@@ -64,7 +64,7 @@ impl Store {
         .bind(owner)
         .bind(lease.as_secs_f64())
         .bind(self.async_claims)
-        .fetch_all(&mut *conn)
+        .fetch_all(&self.pool)
         .await?;
         Ok(claimed)
     }

@@ -200,13 +200,8 @@ impl Store {
     /// that is down or saturated is answered 503 in seconds instead of after 30. Connects lazily.
     pub fn for_requests(&self) -> Store {
         let max = (self.pool.options().get_max_connections() / 2).max(2);
-        let pool = db::pool_options(max)
+        let pool = db::pool_options(max, db::Ping::Always)
             .acquire_timeout(std::time::Duration::from_secs(3))
-            // A request is not retried by its client: every connection is pinged before it is
-            // handed out, so a server that dropped it (a restart, a killed backend) costs a
-            // reconnect, not a 500. The runtime's own pool skips the ping for connections used
-            // within the last second (db::pool_options), as its callers retry.
-            .test_before_acquire(true)
             .connect_lazy_with((*self.pool.connect_options()).clone());
         // After a failover the main pool is pointed at the new primary (`hosts::follow`); this
         // one follows it within a second.
