@@ -1,6 +1,6 @@
 //! A runtime's life: kill -9 mid-flight and restart, NOTIFY wake-ups, shutdown with calls still
-//! running, bindings that name what is wrong, steps whose inputs cannot be read, and templates
-//! loaded while it runs.
+//! running, bindings that name what is wrong, steps whose inputs cannot be read, templates
+//! loaded while it runs, and claims side by side.
 
 mod support;
 
@@ -342,4 +342,53 @@ async fn steps_whose_inputs_cannot_be_read_are_given_back_not_run() {
         "the function never ran without its input: {k:?}"
     );
     assert_eq!(k.last().map(String::as_str), Some("completed"), "{k:?}");
+}
+
+/// A worker whose batches are single steps claims as many at once as its concurrency holds:
+/// three claims of one step each wait together behind a lock the claims need, where a worker
+/// claiming one after the other would have only one waiting. Then each step runs once.
+#[tokio::test]
+async fn single_step_batches_are_claimed_side_by_side() {
+    let t = db().await;
+    load(
+        &t.store,
+        "side.yaml",
+        "name: sideWF\nsteps:\n  - { name: work, batch-limit: 1, function: { builtin: noop, concurrency: 3 } }\n",
+    )
+    .await;
+    let objects: Vec<String> = (0..10).map(|i| format!("side:{i}")).collect();
+    let mut req = StartRequest::new("sideWF", &[]);
+    req.objects = objects;
+    t.store.workflow_start(&req).await.expect("start");
+    // Every claim reads the paused queues first: held here, claims wait for it.
+    let mut blocker = t.pool().begin().await.expect("begin");
+    sqlx::query("lock table workdo.paused_steps in access exclusive mode")
+        .execute(&mut *blocker)
+        .await
+        .expect("lock");
+    let rt = start(&t.store, config()).await;
+    wait_until(
+        t.pool(),
+        "select count(*) = 3 from pg_stat_activity
+          where datname = current_database() and wait_event_type = 'Lock'
+            and query like '%workdo.claim(%'",
+        30,
+    )
+    .await;
+    blocker.rollback().await.expect("release the lock");
+    wait_until(
+        t.pool(),
+        "select count(*) = 10 from workdo.steps where template = 'sideWF' and status = 'completed'",
+        30,
+    )
+    .await;
+    rt.stop().await;
+    let (attempts, completions): (i64, i64) = sqlx::query_as(
+        "select (select sum(attempts) from workdo.steps where template = 'sideWF'),
+                (select count(*) from workdo.events where template = 'sideWF' and kind = 'completed')",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("counts");
+    assert_eq!((attempts, completions), (10, 10), "each step ran once");
 }

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -20,7 +20,7 @@ use super::execute::execute;
 use super::{Binding, Config};
 use crate::invoke::Invoker;
 use crate::model::status::Status;
-use crate::store::{Change, Claimed, Effects, StepResult, Store, StoreError};
+use crate::store::{Change, Claimed, Effects, StepInputs, StepResult, Store, StoreError};
 
 /// What every worker of a runtime shares.
 pub(super) struct Shared {
@@ -28,6 +28,28 @@ pub(super) struct Shared {
     pub(super) config: Config,
     pub(super) results: Results,
     pub(super) held: Arc<super::leases::Held>,
+}
+
+/// How one claim ended, handed back to the worker loop with the slots it took.
+struct Claim {
+    permits: Vec<OwnedSemaphorePermit>,
+    outcome: Outcome,
+}
+
+enum Outcome {
+    /// Steps leased and their inputs read: call them.
+    Claimed(Vec<Claimed>, HashMap<i64, StepInputs>),
+    /// The claim failed (and was reported); claim again after the poll interval.
+    Failed,
+}
+
+/// How many claims one worker has in flight at once: as many as its concurrency holds full
+/// batches, at most four. A worker of `batch-limit: 1` and concurrency 2 claimed one step, then
+/// the next, one round trip and one synchronous commit after the other: claims, not calls or
+/// commits, were what bounded it (a yardstick of two connections each claiming does two at a
+/// time). Few enough that a worker of big batches still claims big batches.
+fn claims_at_once(batch: usize, concurrency: usize) -> usize {
+    (concurrency / batch.clamp(1, concurrency.max(1))).clamp(1, 4)
 }
 
 /// One worker loop for one template step.
@@ -43,108 +65,162 @@ pub(super) async fn work(
     // Renewed while the call runs (`leases::keep`), so it need not cover the whole timeout.
     let lease = (timeout + cfg.lease_margin).min(cfg.lease);
     let batch = binding.batch_limit.unwrap_or(cfg.default_batch).max(1) as usize;
-    let slots = Arc::new(Semaphore::new(binding.function.concurrency.max(1) as usize));
+    let concurrency = binding.function.concurrency.max(1) as usize;
+    let at_once = claims_at_once(batch, concurrency);
+    let slots = Arc::new(Semaphore::new(concurrency));
     let inflight: Arc<Mutex<HashMap<i64, Claimed>>> = Arc::default();
     let mut calls = JoinSet::new();
+    let mut claims: JoinSet<Claim> = JoinSet::new();
     let binding = Arc::new(binding);
+    // Not claiming until this instant; `true`: or until a NOTIFY says there is work.
+    let mut paused: Option<(tokio::time::Instant, bool)> = None;
     loop {
         while calls.try_join_next().is_some() {}
-        let first = tokio::select! {
-            p = Arc::clone(&slots).acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+        let until = paused.map(|(t, _)| t);
+        let by_notify = paused.is_some_and(|(_, n)| n);
+        tokio::select! {
+            biased;
             () = shutdown.cancelled() => break,
-        };
-        let mut permits = vec![first];
-        while permits.len() < batch {
-            match Arc::clone(&slots).try_acquire_owned() {
-                Ok(p) => permits.push(p),
-                Err(_) => break,
+            Some(done) = claims.join_next(), if !claims.is_empty() => {
+                let Ok(Claim { permits, outcome }) = done else { continue };
+                match outcome {
+                    Outcome::Failed => {
+                        paused = Some((tokio::time::Instant::now() + cfg.poll_interval, false));
+                    }
+                    Outcome::Claimed(claimed, mut inputs) => {
+                        // Fewer ready steps than free slots (none at all, often): the queue is
+                        // empty now. Claim again once a commit makes steps of this step ready
+                        // (its NOTIFY; one that arrived meanwhile is kept by `notify` and wakes
+                        // us at once) or the poll interval passes, not straight away: after a
+                        // claim that got some steps, an immediate second claim found nothing
+                        // about as often as every other claim in the DAG bench, at a round
+                        // trip and an index scan each.
+                        if claimed.len() < permits.len() {
+                            paused = Some((tokio::time::Instant::now() + cfg.poll_interval, true));
+                        }
+                        if let Ok(mut f) = inflight.lock() {
+                            f.extend(claimed.iter().map(|c| (c.id, c.clone())));
+                        }
+                        for (c, permit) in claimed.into_iter().zip(permits) {
+                            let input = inputs.remove(&c.id).unwrap_or_default();
+                            let shared = Arc::clone(&shared);
+                            let invoker = Arc::clone(&invoker);
+                            let binding = Arc::clone(&binding);
+                            let inflight = Arc::clone(&inflight);
+                            calls.spawn(async move {
+                                let result = execute(&invoker, &binding, &shared.config, &c, input, timeout).await;
+                                shared.results.finish(result).await;
+                                if let Ok(mut f) = inflight.lock()
+                                    && f.get(&c.id)
+                                        .is_some_and(|held| held.lease_token == c.lease_token)
+                                {
+                                    f.remove(&c.id);
+                                }
+                                drop(permit);
+                            });
+                        }
+                    }
+                }
+            }
+            () = notify.notified(), if by_notify => paused = None,
+            () = sleep_until(until), if until.is_some() => paused = None,
+            p = Arc::clone(&slots).acquire_owned(), if paused.is_none() && claims.len() < at_once => {
+                let Ok(first) = p else { break };
+                let mut permits = vec![first];
+                while permits.len() < batch {
+                    match Arc::clone(&slots).try_acquire_owned() {
+                        Ok(p) => permits.push(p),
+                        Err(_) => break,
+                    }
+                }
+                claims.spawn(claim_and_read(Arc::clone(&shared), Arc::clone(&binding), permits, lease));
             }
         }
-        let gate = shared.held.claiming().await;
-        let claim = claim(&shared, &binding, permits.len(), lease).await;
-        if let Ok(c) = &claim {
-            shared.held.hold(c, lease);
-        }
-        drop(gate);
-        let mut claimed = match claim {
-            Ok(c) => c,
-            Err(e) => {
-                warn!(step = %binding.key(), error = %e, "claim failed; retrying");
-                if !e.is_refusal() {
-                    // It may have committed all the same: steps leased to us that we do not
-                    // hold are given back once the server answers again.
-                    shared.held.doubt();
-                }
-                drop(permits);
-                tokio::select! {
-                    () = tokio::time::sleep(cfg.poll_interval) => continue,
-                    () = shutdown.cancelled() => break,
-                }
-            }
-        };
-        debug!(step = %binding.key(), n = claimed.len(), "claimed");
-        let mut inputs = match shared
-            .store
-            .step_inputs(&mut claimed, &binding.function.documents)
-            .await
+    }
+    // Claims in flight at shutdown are let finish, and what they took goes back uncalled.
+    while let Some(done) = claims.join_next().await {
+        if let Ok(Claim {
+            outcome: Outcome::Claimed(claimed, _),
+            ..
+        }) = done
         {
-            Ok(i) => i,
-            Err(e) => {
-                // Never call a function without what it asked for: give the steps back (their
-                // attempts too) and try again after the poll interval.
-                warn!(step = %binding.key(), error = %e, "reading step inputs failed; giving the steps back");
-                let reason = format!("reading inputs failed: {e}");
-                for c in claimed {
-                    shared
-                        .results
-                        .finish(released(c, &cfg.owner, &reason))
-                        .await;
-                }
-                drop(permits);
-                tokio::select! {
-                    () = tokio::time::sleep(cfg.poll_interval) => continue,
-                    () = shutdown.cancelled() => break,
-                }
-            }
-        };
-        if let Ok(mut f) = inflight.lock() {
-            f.extend(claimed.iter().map(|c| (c.id, c.clone())));
-        }
-        // Fewer ready steps than free slots (none at all, often): the queue is empty now.
-        let drained = claimed.len() < permits.len();
-        for (c, permit) in claimed.into_iter().zip(permits) {
-            let input = inputs.remove(&c.id).unwrap_or_default();
-            let shared = Arc::clone(&shared);
-            let invoker = Arc::clone(&invoker);
-            let binding = Arc::clone(&binding);
-            let inflight = Arc::clone(&inflight);
-            calls.spawn(async move {
-                let result = execute(&invoker, &binding, &shared.config, &c, input, timeout).await;
-                shared.results.finish(result).await;
-                if let Ok(mut f) = inflight.lock()
-                    && f.get(&c.id)
-                        .is_some_and(|held| held.lease_token == c.lease_token)
-                {
-                    f.remove(&c.id);
-                }
-                drop(permit);
-            });
-        }
-        if drained {
-            // Claim again once a commit makes steps of this step ready (its NOTIFY; one that
-            // arrived during this claim is kept by `notify` and wakes us at once) or the poll
-            // interval passes, not straight away: after a claim that got some steps, an
-            // immediate second claim found nothing about as often as every other claim in the
-            // DAG bench, at a round trip and an index scan each.
-            tokio::select! {
-                () = notify.notified() => {}
-                () = tokio::time::sleep(cfg.poll_interval) => {}
-                () = shutdown.cancelled() => break,
+            for c in claimed {
+                shared
+                    .results
+                    .finish(released(c, &cfg.owner, "shutdown"))
+                    .await;
             }
         }
     }
     drain(&shared, calls, &inflight).await;
     invoker.shutdown().await;
+}
+
+/// `sleep_until` for an optional deadline (a select branch disabled when there is none).
+async fn sleep_until(until: Option<tokio::time::Instant>) {
+    match until {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One claim of up to `permits.len()` steps, recorded as held, with the inputs their functions
+/// asked for. Steps whose inputs cannot be read go back to the queue with their attempts.
+async fn claim_and_read(
+    shared: Arc<Shared>,
+    binding: Arc<Binding>,
+    permits: Vec<OwnedSemaphorePermit>,
+    lease: Duration,
+) -> Claim {
+    let cfg = &shared.config;
+    let gate = shared.held.claiming().await;
+    let claim = claim(&shared, &binding, permits.len(), lease).await;
+    if let Ok(c) = &claim {
+        shared.held.hold(c, lease);
+    }
+    drop(gate);
+    let mut claimed = match claim {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(step = %binding.key(), error = %e, "claim failed; retrying");
+            if !e.is_refusal() {
+                // It may have committed all the same: steps leased to us that we do not
+                // hold are given back once the server answers again.
+                shared.held.doubt();
+            }
+            return Claim {
+                permits,
+                outcome: Outcome::Failed,
+            };
+        }
+    };
+    debug!(step = %binding.key(), n = claimed.len(), "claimed");
+    match shared
+        .store
+        .step_inputs(&mut claimed, &binding.function.documents)
+        .await
+    {
+        Ok(inputs) => Claim {
+            permits,
+            outcome: Outcome::Claimed(claimed, inputs),
+        },
+        Err(e) => {
+            // Never call a function without what it asked for: give the steps back (their
+            // attempts too) and try again after the poll interval.
+            warn!(step = %binding.key(), error = %e, "reading step inputs failed; giving the steps back");
+            let reason = format!("reading inputs failed: {e}");
+            for c in claimed {
+                shared
+                    .results
+                    .finish(released(c, &cfg.owner, &reason))
+                    .await;
+            }
+            Claim {
+                permits,
+                outcome: Outcome::Failed,
+            }
+        }
+    }
 }
 
 /// A claimed step given back to the queue uncalled, with its attempt.
@@ -260,5 +336,31 @@ async fn drain(shared: &Shared, mut calls: JoinSet<()>, inflight: &Mutex<HashMap
             .results
             .finish(released(c, &cfg.owner, "shutdown"))
             .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::claims_at_once;
+
+    #[test]
+    fn claims_at_once_fits_whole_batches_in_the_concurrency() {
+        // (batch, concurrency) → claims in flight
+        for (batch, concurrency, want) in [
+            (1, 1, 1),
+            (1, 2, 2),
+            (1, 4, 4),
+            (1, 64, 4),
+            (100, 200, 2),
+            (100, 2, 1),
+            (3, 8, 2),
+            (0, 0, 1),
+        ] {
+            assert_eq!(
+                claims_at_once(batch, concurrency),
+                want,
+                "{batch}, {concurrency}"
+            );
+        }
     }
 }
