@@ -43,13 +43,19 @@ enum Outcome {
     Failed,
 }
 
-/// How many claims one worker has in flight at once: as many as its concurrency holds full
-/// batches, at most four. A worker of `batch-limit: 1` and concurrency 2 claimed one step, then
-/// the next, one round trip and one synchronous commit after the other: claims, not calls or
-/// commits, were what bounded it (a yardstick of two connections each claiming does two at a
-/// time). Few enough that a worker of big batches still claims big batches.
+/// How many claims one worker has in flight at once. A worker of batch-limit 1 and concurrency
+/// 2 claimed one step, then the next, one round trip and one synchronous commit after the other:
+/// claims, not calls or commits, were what bounded it (the yardstick's two connections claim two
+/// at a time), and an exec worker of concurrency 2 claimed for its second slot only once the
+/// first slot's claim was back. So a small worker (concurrency at most four) claims for each slot
+/// on its own, and a larger one as many claims as its concurrency holds whole batches, at most
+/// four: few enough that a worker of big batches still claims big batches.
 fn claims_at_once(batch: usize, concurrency: usize) -> usize {
-    (concurrency / batch.clamp(1, concurrency.max(1))).clamp(1, 4)
+    let c = concurrency.max(1);
+    if c <= 4 {
+        return c;
+    }
+    (c / batch.clamp(1, c)).clamp(1, 4)
 }
 
 /// One worker loop for one template step.
@@ -350,9 +356,11 @@ mod tests {
             (1, 1, 1),
             (1, 2, 2),
             (1, 4, 4),
+            (100, 2, 2),
+            (100, 4, 4),
             (1, 64, 4),
             (100, 200, 2),
-            (100, 2, 1),
+            (100, 100, 1),
             (3, 8, 2),
             (0, 0, 1),
         ] {
