@@ -1,8 +1,8 @@
 //! Machine transitions as plans, applied by the store (locked, or unlocked when only events are
-//! recorded; racing senders and a signal that waited for the lock): an internal transition keeps its
-//! state's alarms and does not re-enter it; a final state skips the job's pending steps through
-//! the one status path, each with its `skipped` event; a `}` inside a string and a guarded
-//! optional key in a real template.
+//! recorded; racing senders, a signal that waited for the lock, and jobs kept as written): an
+//! internal transition keeps its state's alarms and does not re-enter it; a final state skips
+//! the job's pending steps through the one status path, each with its `skipped` event; a `}`
+//! inside a string and a guarded optional key in a real template.
 
 mod support;
 
@@ -371,5 +371,75 @@ async fn a_signal_that_waited_for_the_lock_sees_the_alarm_set_meanwhile() {
         count(&t, set, id).await,
         0,
         "B's alarm is cancelled on leaving B"
+    );
+}
+
+/// A job this process signalled is kept as written, so that its next signal is planned without
+/// reading it. Changed since by another process (another store, with a cache of its own), the
+/// kept version must not be written over: the signal is planned again from the job as it is.
+#[tokio::test]
+async fn a_job_changed_elsewhere_is_planned_afresh_not_from_what_was_kept() {
+    let t = db().await;
+    support::load(&t.store, "counter.yaml", support::machines::COUNTER).await;
+    let id = job(&t, "counterWF", "obj:kept1").await;
+    let elsewhere = workdo::store::Store::new(t.pool().clone());
+    send(&t, id, "bump").await.expect("bump here");
+    for _ in 0..2 {
+        elsewhere
+            .machine_signal(id, "bump", &json!({}), "other")
+            .await
+            .expect("bump elsewhere");
+    }
+    for _ in 0..2 {
+        send(&t, id, "bump").await.expect("bump here again");
+    }
+    assert_eq!(state(&t, id).await.1["count"], json!(5), "no bump lost");
+    let received = "select count(*) from workdo.events
+                     where workflow_id = $1 and kind = 'signal_received'";
+    assert_eq!(count(&t, received, id).await, 5);
+}
+
+const KIDS: &str = r#"
+name: kidsWF
+kind: machine
+initial: Idle
+states:
+  Idle:
+    on:
+      go: { to: Idle, internal: true, actions: [ { fork: { template: kidWF, object: "obj:kid1" } } ] }
+      count: { to: Idle, internal: true, actions: [ { set: { kids: "${children.running}" } } ] }
+"#;
+
+/// What a kept job cannot show by its row version, its children still running, is checked by
+/// the write: a child that ended since (which writes the child, not the job) makes the signal
+/// planned again, and the count it records is the one now.
+#[tokio::test]
+async fn a_child_that_ended_since_the_job_was_kept_is_counted_out() {
+    let t = db().await;
+    support::load(
+        &t.store,
+        "kid.yaml",
+        "name: kidWF\nsteps:\n  - { name: a }\n",
+    )
+    .await;
+    support::load(&t.store, "kids.yaml", KIDS).await;
+    let id = job(&t, "kidsWF", "obj:kids1").await;
+    send(&t, id, "go").await.expect("fork");
+    send(&t, id, "count").await.expect("count one");
+    assert_eq!(state(&t, id).await.1["kids"], json!(1));
+    t.store
+        .step_set(&workdo::store::SetRequest::new(
+            "obj:kid1",
+            "kidWF",
+            "a",
+            "completed",
+        ))
+        .await
+        .expect("the child's step completes");
+    send(&t, id, "count").await.expect("count none");
+    assert_eq!(
+        state(&t, id).await.1["kids"],
+        json!(0),
+        "the ended child counted out"
     );
 }

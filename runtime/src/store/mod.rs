@@ -169,6 +169,8 @@ pub struct Store {
     async_claims: bool,
     /// Template versions by id, parsed (shared by clones; see [`Store::spec_by_id`]).
     specs: templates::SpecCache,
+    /// Machine jobs as this process last wrote them (store/machine/unlocked.rs).
+    jobs: machine::WrittenJobs,
 }
 
 impl Store {
@@ -178,6 +180,7 @@ impl Store {
             trace_start: None,
             async_claims: false,
             specs: templates::SpecCache::default(),
+            jobs: machine::WrittenJobs::default(),
         }
     }
 
@@ -224,6 +227,7 @@ impl Store {
             trace_start: self.trace_start,
             async_claims: self.async_claims,
             specs: self.specs.clone(),
+            jobs: self.jobs.clone(),
         }
     }
 

@@ -25,6 +25,7 @@ use super::{Result, Store, StoreError};
 use crate::model::machine;
 use actions::Effects;
 use machine::plan::Effect;
+pub(crate) use unlocked::WrittenJobs;
 use unlocked::plan_for;
 
 /// The channel `workdo.signal` and every inbox insert notify, with the job's id.
@@ -326,6 +327,8 @@ impl Store {
         {
             return Ok(Some((signal.to_string(), Ok(moved))));
         }
+        // The locked way writes the job: what this process kept of it is stale from here.
+        self.jobs.forget(workflow_id, false);
         let mut tx = self.pool.begin().await?;
         let lock = match take {
             // No key update: a child's `child_done` (whose foreign key takes KEY SHARE on this

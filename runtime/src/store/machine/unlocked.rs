@@ -6,6 +6,14 @@
 //! moves the job or its variables). Anything else — a refusal, an action with effects of its
 //! own, a final state, a suspended job, or a job that changed between the read and the write —
 //! goes the locked way ([`Store::deliver`]), which decides it afresh under the lock.
+//!
+//! The job as this process last wrote it is kept ([`WrittenJobs`]), so that the next signal to
+//! it is planned without reading it: one round trip. The write checks everything the plan read
+//! that the row's version does not cover (children running, alarms set), and returns whether the
+//! inbox holds signals; a job written elsewhere since fails the check and is read afresh.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
@@ -64,14 +72,21 @@ pub(super) fn plan_for(
 }
 
 /// The job's record and the plan's events, written only while the job's row is the version
-/// read. The events' ten arrays are bound as $5–$14, in [`EventBuf::bind_to`]'s order.
+/// planned from and its children running and alarms set are as the plan saw them; returns the
+/// row's new version (none when nothing was written) and whether its inbox holds signals. The
+/// events' ten arrays are bound as $5–$14, in [`EventBuf::bind_to`]'s order.
 const WRITE_IF_UNCHANGED: &str = "
     with job as (
-        update workdo.workflows
+        update workdo.workflows w
            set machine = coalesce(machine, '{}'::jsonb)
                          || jsonb_build_object('state', $2::text, 'variables', $3::jsonb)
          where id = $1 and xmin = $4::text::xid
-        returning id
+           and (select count(*) from workdo.workflows c
+                 where c.parent_id = w.id and c.status <> 'completed') = $15
+           and exists(select 1 from workdo.alarms a
+                       where a.workflow_id = w.id and a.fired_at is null
+                         and a.cancelled_at is null) = $16
+        returning id, xmin::text::bigint as row_version
     ), written as (
         insert into workdo.events
             (object_id, workflow_id, template, version, step, kind, status, attempt, actor, detail)
@@ -83,7 +98,62 @@ const WRITE_IF_UNCHANGED: &str = "
                  as t(object_id, workflow_id, template, version, step, kind, status, attempt,
                       actor, detail)
     )
-    select count(*) from job";
+    select (select row_version from job),
+           exists(select 1 from workdo.signals s
+                   where s.workflow_id = $1 and s.processed_at is null)";
+
+/// Jobs as this process last wrote them by a signal without a lock, shared by a store's clones.
+/// Bounded: past [`WrittenJobs::MAX`] jobs, or for a job whose context and record are large,
+/// nothing more is kept. A job another process wrote since (a kept version that failed its
+/// write) is not kept again, so jobs signalled by turns through several processes pay at most
+/// one wasted round trip each.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WrittenJobs(Arc<Mutex<Kept>>);
+
+#[derive(Debug, Default)]
+struct Kept {
+    jobs: HashMap<i64, Job>,
+    elsewhere: HashSet<i64>,
+}
+
+impl WrittenJobs {
+    const MAX: usize = 4096;
+    /// Context and record together, in bytes of JSON, above which a job is not kept.
+    const MAX_BYTES: usize = 16 * 1024;
+
+    fn get(&self, id: i64) -> Option<Job> {
+        self.0.lock().ok()?.jobs.get(&id).cloned()
+    }
+
+    fn keep(&self, job: Job) {
+        let size =
+            job.context.to_string().len() + job.machine.as_ref().map_or(0, |m| m.to_string().len());
+        let Ok(mut k) = self.0.lock() else { return };
+        if size > Self::MAX_BYTES || k.elsewhere.contains(&job.id) {
+            k.jobs.remove(&job.id);
+            return;
+        }
+        if k.jobs.len() >= Self::MAX
+            && !k.jobs.contains_key(&job.id)
+            && let Some(&any) = k.jobs.keys().next()
+        {
+            k.jobs.remove(&any);
+        }
+        k.jobs.insert(job.id, job);
+    }
+
+    /// Forget job `id`; `elsewhere`: because another process (or transaction) wrote it.
+    pub(super) fn forget(&self, id: i64, elsewhere: bool) {
+        let Ok(mut k) = self.0.lock() else { return };
+        k.jobs.remove(&id);
+        if elsewhere {
+            if k.elsewhere.len() >= Self::MAX {
+                k.elsewhere.clear();
+            }
+            k.elsewhere.insert(id);
+        }
+    }
+}
 
 impl Store {
     /// Signal `signal` to job `workflow_id` without a lock, if its transition allows (see the
@@ -94,45 +164,95 @@ impl Store {
         (signal, data, actor): (&str, &Value, &str),
     ) -> Result<Option<Moved>> {
         let mut conn = self.pool.acquire().await?;
+        // The job as last written here, then (when that is gone or stale) as read now.
+        if let Some(job) = self.jobs.get(workflow_id) {
+            match self
+                .write_unlocked(&mut conn, job, (signal, data, actor))
+                .await?
+            {
+                Written::Moved(moved) => return Ok(Some(moved)),
+                Written::Stale => self.jobs.forget(workflow_id, true),
+                Written::Locked => return Ok(None),
+            }
+        }
         let Some(job) = load_job(&mut conn, workflow_id, "").await? else {
             return Ok(None);
         };
+        match self
+            .write_unlocked(&mut conn, job, (signal, data, actor))
+            .await?
+        {
+            Written::Moved(moved) => Ok(Some(moved)),
+            Written::Stale | Written::Locked => Ok(None),
+        }
+    }
+
+    /// Plan the signal from `job` and write it if it only records events and nothing changed.
+    async fn write_unlocked(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        mut job: Job,
+        (signal, data, actor): (&str, &Value, &str),
+    ) -> Result<Written> {
         let record = job.machine.as_ref();
         if record.is_none_or(|m| m["suspended"].as_bool().unwrap_or(false)) {
-            return Ok(None);
+            return Ok(Written::Locked);
         }
         let spec = self
-            .spec_in(&mut conn, job.template_id, &job.template_sha256)
+            .spec_in(&mut *conn, job.template_id, &job.template_sha256)
             .await?;
         let Ok(plan) = plan_for(&job, &spec, signal, data, actor) else {
-            return Ok(None);
+            return Ok(Written::Locked);
         };
         let Some(events) = events_only(&job, &plan) else {
-            return Ok(None);
+            return Ok(Written::Locked);
         };
-        let row = events
-            .bind_to(
-                sqlx::query(WRITE_IF_UNCHANGED)
-                    .bind(job.id)
-                    .bind(&plan.to)
-                    .bind(Value::Object(plan.variables.clone()))
-                    .bind(job.row_version.to_string()),
-            )
-            .fetch_one(&mut *conn)
-            .await?;
-        let written: i64 = sqlx::Row::try_get(&row, 0)?;
-        if written == 0 {
+        let variables = Value::Object(plan.variables.clone());
+        let (version, inbox): (Option<i64>, bool) = sqlx::FromRow::from_row(
+            &events
+                .bind_to(
+                    sqlx::query(WRITE_IF_UNCHANGED)
+                        .bind(job.id)
+                        .bind(&plan.to)
+                        .bind(&variables)
+                        .bind(job.row_version.to_string()),
+                )
+                .bind(job.children_running)
+                .bind(job.alarms_pending)
+                .fetch_one(&mut *conn)
+                .await?,
+        )?;
+        let Some(version) = version else {
             // The job changed since it was read: decided again under its lock.
-            return Ok(None);
-        }
-        Ok(Some(Moved {
+            return Ok(Written::Stale);
+        };
+        let mut machine = match job.machine.take() {
+            Some(Value::Object(m)) => m,
+            _ => serde_json::Map::new(),
+        };
+        machine.insert("state".into(), Value::String(plan.to.clone()));
+        machine.insert("variables".into(), variables);
+        job.machine = Some(Value::Object(machine));
+        job.row_version = version;
+        job.inbox_pending = inbox;
+        self.jobs.keep(job);
+        Ok(Written::Moved(Moved {
             from: plan.from,
             to: plan.to,
             finished: false,
             queued: false,
-            inbox: job.inbox_pending,
+            inbox,
         }))
     }
+}
+
+/// How a write without a lock went.
+enum Written {
+    Moved(Moved),
+    /// The job changed since the version planned from.
+    Stale,
+    /// Not for the unlocked way (a refusal, effects, a suspended job): the locked way decides.
+    Locked,
 }
 
 /// The plan's events, when events are all it does: no final state (which skips the job's
