@@ -344,9 +344,11 @@ async fn steps_whose_inputs_cannot_be_read_are_given_back_not_run() {
     assert_eq!(k.last().map(String::as_str), Some("completed"), "{k:?}");
 }
 
-/// A worker whose batches are single steps claims as many at once as its concurrency holds:
-/// three claims of one step each wait together behind a lock the claims need, where a worker
-/// claiming one after the other would have only one waiting. Then each step runs once.
+/// A worker whose batches are single steps claims as many at once as its concurrency holds, once
+/// a claim has come back full: here the first claim takes the one step nothing holds up, and the
+/// three claims after it wait together inside their UPDATE (a trigger waits for a lock the test
+/// holds), where a worker claiming one after the other would have only one waiting. Then each
+/// step runs once.
 #[tokio::test]
 async fn single_step_batches_are_claimed_side_by_side() {
     let t = db().await;
@@ -356,14 +358,29 @@ async fn single_step_batches_are_claimed_side_by_side() {
         "name: sideWF\nsteps:\n  - { name: work, batch-limit: 1, function: { builtin: noop, concurrency: 3 } }\n",
     )
     .await;
-    let objects: Vec<String> = (0..10).map(|i| format!("side:{i}")).collect();
+    sqlx::raw_sql(
+        "create function side_hold() returns trigger language plpgsql as $$
+         begin
+             if new.object_id <> 'side:first' and new.status = 'started' then
+                 perform pg_advisory_xact_lock_shared(4242);
+             end if;
+             return new;
+         end $$;
+         create trigger side_hold before update on workdo.steps
+             for each row execute function side_hold();",
+    )
+    .execute(t.pool())
+    .await
+    .expect("trigger");
+    let mut first = StartRequest::new("sideWF", &["side:first"]);
+    first.priority = 10;
+    t.store.workflow_start(&first).await.expect("start first");
     let mut req = StartRequest::new("sideWF", &[]);
-    req.objects = objects;
+    req.objects = (0..9).map(|i| format!("side:{i}")).collect();
     t.store.workflow_start(&req).await.expect("start");
-    // Every claim reads the paused queues first: held here, claims wait for it.
-    let mut blocker = t.pool().begin().await.expect("begin");
-    sqlx::query("lock table workdo.paused_steps in access exclusive mode")
-        .execute(&mut *blocker)
+    let mut holder = t.pool().acquire().await.expect("connection");
+    sqlx::query("select pg_advisory_lock(4242)")
+        .execute(&mut *holder)
         .await
         .expect("lock");
     let rt = start(&t.store, config()).await;
@@ -375,7 +392,10 @@ async fn single_step_batches_are_claimed_side_by_side() {
         30,
     )
     .await;
-    blocker.rollback().await.expect("release the lock");
+    sqlx::query("select pg_advisory_unlock(4242)")
+        .execute(&mut *holder)
+        .await
+        .expect("unlock");
     wait_until(
         t.pool(),
         "select count(*) = 10 from workdo.steps where template = 'sideWF' and status = 'completed'",

@@ -80,6 +80,9 @@ pub(super) async fn work(
     let binding = Arc::new(binding);
     // Not claiming until this instant; `true`: or until a NOTIFY says there is work.
     let mut paused: Option<(tokio::time::Instant, bool)> = None;
+    // Claims in flight allowed now: one until a claim comes back full (an idle worker woken by
+    // a NOTIFY sends one claim, not `at_once` of which all but one find nothing), then all.
+    let mut allowed = 1;
     loop {
         while calls.try_join_next().is_some() {}
         let until = paused.map(|(t, _)| t);
@@ -88,9 +91,18 @@ pub(super) async fn work(
             biased;
             () = shutdown.cancelled() => break,
             Some(done) = claims.join_next(), if !claims.is_empty() => {
-                let Ok(Claim { permits, outcome }) = done else { continue };
+                let Claim { permits, outcome } = match done {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // Its permits went with it; steps it held (if any) are renewed until
+                        // this process stops and then expire back to the queue.
+                        warn!(step = %binding.key(), error = %e, "a claim task failed");
+                        continue;
+                    }
+                };
                 match outcome {
                     Outcome::Failed => {
+                        allowed = 1;
                         paused = Some((tokio::time::Instant::now() + cfg.poll_interval, false));
                     }
                     Outcome::Claimed(claimed, mut inputs) => {
@@ -102,7 +114,10 @@ pub(super) async fn work(
                         // about as often as every other claim in the DAG bench, at a round
                         // trip and an index scan each.
                         if claimed.len() < permits.len() {
+                            allowed = 1;
                             paused = Some((tokio::time::Instant::now() + cfg.poll_interval, true));
+                        } else {
+                            allowed = at_once;
                         }
                         if let Ok(mut f) = inflight.lock() {
                             f.extend(claimed.iter().map(|c| (c.id, c.clone())));
@@ -130,7 +145,7 @@ pub(super) async fn work(
             }
             () = notify.notified(), if by_notify => paused = None,
             () = sleep_until(until), if until.is_some() => paused = None,
-            p = Arc::clone(&slots).acquire_owned(), if paused.is_none() && claims.len() < at_once => {
+            p = Arc::clone(&slots).acquire_owned(), if paused.is_none() && claims.len() < allowed => {
                 let Ok(first) = p else { break };
                 let mut permits = vec![first];
                 while permits.len() < batch {
@@ -139,7 +154,12 @@ pub(super) async fn work(
                         Err(_) => break,
                     }
                 }
-                claims.spawn(claim_and_read(Arc::clone(&shared), Arc::clone(&binding), permits, lease));
+                claims.spawn(claim_and_read(
+                    Arc::clone(&shared),
+                    Arc::clone(&binding),
+                    permits,
+                    (lease, shutdown.clone()),
+                ));
             }
         }
     }
@@ -176,10 +196,17 @@ async fn claim_and_read(
     shared: Arc<Shared>,
     binding: Arc<Binding>,
     permits: Vec<OwnedSemaphorePermit>,
-    lease: Duration,
+    (lease, shutdown): (Duration, CancellationToken),
 ) -> Claim {
     let cfg = &shared.config;
     let gate = shared.held.claiming().await;
+    // Stopping while this claim waited for the gate: claim nothing.
+    if shutdown.is_cancelled() {
+        return Claim {
+            permits,
+            outcome: Outcome::Claimed(Vec::new(), HashMap::new()),
+        };
+    }
     let claim = claim(&shared, &binding, permits.len(), lease).await;
     if let Ok(c) = &claim {
         shared.held.hold(c, lease);

@@ -72,9 +72,11 @@ pub(super) fn plan_for(
 }
 
 /// The job's record and the plan's events, written only while the job's row is the version
-/// planned from and its children running and alarms set are as the plan saw them; returns the
-/// row's new version (none when nothing was written) and whether its inbox holds signals. The
-/// events' ten arrays are bound as $5–$14, in [`EventBuf::bind_to`]'s order.
+/// planned from, holds what the plan read (its record, context, status, parent, template
+/// version: a kept job must not rely on `xmin` alone, a 32-bit id that a failover losing
+/// commits can hand out again), and its children running and alarms set are as the plan saw
+/// them; returns the row's new version (none when nothing was written) and whether its inbox
+/// holds signals. The events' ten arrays are bound as $5–$14, in [`EventBuf::bind_to`]'s order.
 const WRITE_IF_UNCHANGED: &str = "
     with job as (
         update workdo.workflows w
@@ -86,6 +88,9 @@ const WRITE_IF_UNCHANGED: &str = "
            and exists(select 1 from workdo.alarms a
                        where a.workflow_id = w.id and a.fired_at is null
                          and a.cancelled_at is null) = $16
+           and status = $17 and parent_id is not distinct from $18 and template_id = $19
+           and version = $20 and lane = $21 and priority = $22
+           and context = $23::jsonb and machine = $24::jsonb
         returning id, xmin::text::bigint as row_version
     ), written as (
         insert into workdo.events
@@ -103,10 +108,10 @@ const WRITE_IF_UNCHANGED: &str = "
                    where s.workflow_id = $1 and s.processed_at is null)";
 
 /// Jobs as this process last wrote them by a signal without a lock, shared by a store's clones.
-/// Bounded: past [`WrittenJobs::MAX`] jobs, or for a job whose context and record are large,
-/// nothing more is kept. A job another process wrote since (a kept version that failed its
-/// write) is not kept again, so jobs signalled by turns through several processes pay at most
-/// one wasted round trip each.
+/// Bounded: past [`WrittenJobs::MAX`] jobs one goes, and a job whose context and record are
+/// large is not kept. A job whose kept version failed its write (another process, a child, an
+/// alarm or the runtime changed it since) is not kept again, so jobs signalled by turns through
+/// several processes pay at most one wasted round trip each.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct WrittenJobs(Arc<Mutex<Kept>>);
 
@@ -117,19 +122,23 @@ struct Kept {
 }
 
 impl WrittenJobs {
-    const MAX: usize = 4096;
-    /// Context and record together, in bytes of JSON, above which a job is not kept.
-    const MAX_BYTES: usize = 16 * 1024;
+    const MAX: usize = 2048;
+    /// Context and record together, in bytes of JSON, above which a job is not kept (parsed,
+    /// JSON takes several times its text's size).
+    const MAX_BYTES: usize = 4096;
 
     fn get(&self, id: i64) -> Option<Job> {
         self.0.lock().ok()?.jobs.get(&id).cloned()
     }
 
     fn keep(&self, job: Job) {
+        let Ok(mut k) = self.0.lock() else { return };
+        if k.elsewhere.contains(&job.id) {
+            return;
+        }
         let size =
             job.context.to_string().len() + job.machine.as_ref().map_or(0, |m| m.to_string().len());
-        let Ok(mut k) = self.0.lock() else { return };
-        if size > Self::MAX_BYTES || k.elsewhere.contains(&job.id) {
+        if size > Self::MAX_BYTES {
             k.jobs.remove(&job.id);
             return;
         }
@@ -219,6 +228,14 @@ impl Store {
                 )
                 .bind(job.children_running)
                 .bind(job.alarms_pending)
+                .bind(&job.status)
+                .bind(job.parent_id)
+                .bind(job.template_id)
+                .bind(job.version)
+                .bind(&job.lane)
+                .bind(job.priority)
+                .bind(&job.context)
+                .bind(&job.machine)
                 .fetch_one(&mut *conn)
                 .await?,
         )?;
