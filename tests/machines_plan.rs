@@ -443,3 +443,34 @@ async fn a_child_that_ended_since_the_job_was_kept_is_counted_out() {
         "the ended child counted out"
     );
 }
+
+const GREET: &str = r#"
+name: greetWF
+kind: machine
+initial: Hello
+states:
+  Hello:
+    enter:
+      - signal: ready
+    on:
+      ready: Ready
+  Ready: {}
+"#;
+
+/// Jobs whose initial state signals itself take that signal when their start returns, with no
+/// runtime running; a start of many finds those jobs by their inboxes, not by opening each.
+#[tokio::test]
+async fn a_start_takes_the_signals_its_jobs_sent_themselves() {
+    let t = db().await;
+    support::load(&t.store, "greet.yaml", GREET).await;
+    let mut req = workdo::store::StartRequest::new("greetWF", &[]);
+    req.objects = (0..5).map(|i| format!("obj:greet{i}")).collect();
+    let started = t.store.workflow_start(&req).await.expect("start");
+    assert_eq!(started.len(), 5);
+    for s in &started {
+        assert_eq!(state(&t, s.workflow_id).await.0, "Ready", "{}", s.object_id);
+    }
+    let pending = "select count(*) from workdo.signals
+                    where workflow_id = $1 and processed_at is null";
+    assert_eq!(count(&t, pending, started[0].workflow_id).await, 0);
+}
