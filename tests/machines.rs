@@ -69,6 +69,17 @@ async fn signals_move_a_job_and_refusals_change_nothing() {
         .await
         .expect_err("NUL");
     assert!(err.to_string().contains("NUL character"), "{err}");
+    let long = "s".repeat(201);
+    let err = t
+        .store
+        .machine_signal(id, &long, &json!({}), "ann")
+        .await
+        .expect_err("a name over 200 characters");
+    assert!(
+        err.to_string()
+            .contains("name has 201 characters, over the limit of 200"),
+        "{err}"
+    );
     // A failing action rolls the whole transition back: state, variables, alarms untouched.
     let before = state(&t, id).await;
     let err = t

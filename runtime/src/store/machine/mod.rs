@@ -34,6 +34,10 @@ pub const SIGNAL_CHANNEL: &str = "workdo_signal";
 /// The largest a signal's data may be, as JSON (64 KiB): a larger one is refused.
 pub const MAX_SIGNAL_DATA_BYTES: usize = 64 * 1024;
 
+/// The longest a signal's name may be, in characters: a longer one is refused before anything is
+/// written (a name is stored in the inbox and in every event of its transition).
+pub const MAX_SIGNAL_NAME_CHARS: usize = 200;
+
 /// The largest a job's state variables may grow, as JSON (1 MiB): a transition that would make
 /// them larger rolls back, saying so.
 pub const MAX_VARIABLES_BYTES: usize = 1024 * 1024;
@@ -207,6 +211,12 @@ impl Store {
             return Err(StoreError::SignalRefused(
                 "the signal or its data contains a NUL character (U+0000)".into(),
             ));
+        }
+        let chars = signal.chars().count();
+        if chars > MAX_SIGNAL_NAME_CHARS {
+            return Err(StoreError::SignalRefused(format!(
+                "the signal's name has {chars} characters, over the limit of {MAX_SIGNAL_NAME_CHARS}"
+            )));
         }
         let given = Take::Given {
             signal,
