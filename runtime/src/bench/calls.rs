@@ -2,7 +2,6 @@
 //! against what starting the most trivial process costs on this machine.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Instant;
 
 use anyhow::{Result, bail};
@@ -28,8 +27,8 @@ pub(super) fn exec_function(exe: &Path, given: Option<&Path>) -> Result<Option<P
 }
 
 /// Starts of `/bin/true` per second, `parallel` at a time, spawned as the exec runner spawns a
-/// function (its own process group, environment cleared, three pipes): the floor under any
-/// function that is a process per call.
+/// function ([`crate::invoke::command`]): the floor under any function that is a process per
+/// call.
 async fn process_starts(n: usize, parallel: usize) -> Result<f64> {
     let program = ["/bin/true", "/usr/bin/true"]
         .into_iter()
@@ -42,13 +41,8 @@ async fn process_starts(n: usize, parallel: usize) -> Result<f64> {
         let next = std::sync::Arc::clone(&next);
         tasks.spawn(async move {
             while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < n {
-                let status = tokio::process::Command::new(program)
-                    .env_clear()
-                    .stdin(Stdio::piped())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .process_group(0)
-                    .kill_on_drop(true)
+                let argv = [program.to_string()];
+                let status = crate::invoke::command(&argv, &Default::default(), "exec")
                     .status()
                     .await?;
                 if !status.success() {

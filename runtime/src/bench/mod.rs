@@ -385,10 +385,13 @@ async fn dag_rows(
             "workflows/s",
             w,
         ));
-        if within.is_some() {
+        if let Some(within) = within {
             for (q, v) in [("p50", p50), ("p99", p99)] {
-                let name = format!("wake latency, under the in-process DAG load, {label}: {q}");
-                rows.push(row(name.replace(", in-process functions", ""), "ms", v));
+                let name = format!(
+                    "wake latency, under the in-process DAG load, --commit-within {}ms: {q}",
+                    within.as_millis()
+                );
+                rows.push(row(name, "ms", v));
             }
         } else if probe {
             *loaded = (p50, p99);

@@ -8,11 +8,9 @@
 //! no grandchild outlives it.
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
 
 use super::{
     Event, Group, InvokeError, MAX_RESULT_BYTES, Outcome, STDERR_KEEP, describe_exit, parse_result,
@@ -77,16 +75,7 @@ pub(super) async fn call(
     timeout: Duration,
 ) -> Result<Outcome, InvokeError> {
     let program = &argv[0];
-    let mut cmd = Command::new(program);
-    cmd.args(&argv[1..])
-        .env_clear()
-        .envs(env)
-        .env("WORKDO_MODE", "exec")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+    let mut cmd = super::command(argv, env, "exec");
     if let Some(tp) = &event.traceparent {
         cmd.env("TRACEPARENT", tp);
     }

@@ -329,10 +329,31 @@ pub fn builtin(name: &str) -> Option<fn(&Event) -> Outcome> {
     })
 }
 
+/// How a function process is started (exec, warm, and the bench's floor under exec): `argv`,
+/// only `env` and `WORKDO_MODE` in its environment, three pipes, a process group of its own
+/// (killed whole by [`Group`]), killed if the handle is dropped.
+pub(crate) fn command(
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+    mode: &str,
+) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .env_clear()
+        .envs(env)
+        .env("WORKDO_MODE", mode)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    cmd
+}
+
 /// Start `cmd`, trying again for a moment while its program file is busy (ETXTBSY: a deploy
 /// copying a new binary in place, or another thread's fork holding a write descriptor to a
 /// script just written, for the instant before its exec closes it).
-pub(super) async fn spawn(
+pub(crate) async fn spawn(
     cmd: &mut tokio::process::Command,
 ) -> std::io::Result<tokio::process::Child> {
     let mut tries: u64 = 0;

@@ -5,10 +5,8 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::{Mutex, Semaphore};
-
-use std::process::Stdio;
 
 use super::{
     Event, Group, InvokeError, MAX_RESULT_BYTES, Outcome, STDERR_KEEP, describe_exit, parse_result,
@@ -192,16 +190,7 @@ impl WarmPool {
 
     async fn spawn(&self) -> Result<Arc<WarmProcess>, InvokeError> {
         let program = &self.argv[0];
-        let mut cmd = Command::new(program);
-        cmd.args(&self.argv[1..])
-            .env_clear()
-            .envs(&self.env)
-            .env("WORKDO_MODE", "warm")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
+        let mut cmd = super::command(&self.argv, &self.env, "warm");
         let mut child = super::spawn(&mut cmd).await.map_err(|e| {
             InvokeError::new(format!("cannot start warm {program}: {e}"), String::new())
         })?;

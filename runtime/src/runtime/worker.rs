@@ -105,7 +105,7 @@ pub(super) async fn work(
                         allowed = 1;
                         paused = Some((tokio::time::Instant::now() + cfg.poll_interval, false));
                     }
-                    Outcome::Claimed(claimed, mut inputs) => {
+                    Outcome::Claimed(claimed, inputs) => {
                         // Fewer ready steps than free slots (none at all, often): the queue is
                         // empty now. Claim again once a commit makes steps of this step ready
                         // (its NOTIFY; one that arrived meanwhile is kept by `notify` and wakes
@@ -119,27 +119,8 @@ pub(super) async fn work(
                         } else {
                             allowed = at_once;
                         }
-                        if let Ok(mut f) = inflight.lock() {
-                            f.extend(claimed.iter().map(|c| (c.id, c.clone())));
-                        }
-                        for (c, permit) in claimed.into_iter().zip(permits) {
-                            let input = inputs.remove(&c.id).unwrap_or_default();
-                            let shared = Arc::clone(&shared);
-                            let invoker = Arc::clone(&invoker);
-                            let binding = Arc::clone(&binding);
-                            let inflight = Arc::clone(&inflight);
-                            calls.spawn(async move {
-                                let result = execute(&invoker, &binding, &shared.config, &c, input, timeout).await;
-                                shared.results.finish(result).await;
-                                if let Ok(mut f) = inflight.lock()
-                                    && f.get(&c.id)
-                                        .is_some_and(|held| held.lease_token == c.lease_token)
-                                {
-                                    f.remove(&c.id);
-                                }
-                                drop(permit);
-                            });
-                        }
+                        let call = Call { shared: &shared, binding: &binding, invoker: &invoker, inflight: &inflight, timeout };
+                        call.spawn(&mut calls, claimed, inputs, permits);
                     }
                 }
             }
@@ -170,16 +151,65 @@ pub(super) async fn work(
             ..
         }) = done
         {
-            for c in claimed {
-                shared
-                    .results
-                    .finish(released(c, &cfg.owner, "shutdown"))
-                    .await;
-            }
+            give_back(&shared, claimed, "shutdown").await;
         }
     }
     drain(&shared, calls, &inflight).await;
     invoker.shutdown().await;
+}
+
+/// What a claim's calls need of their worker.
+struct Call<'a> {
+    shared: &'a Arc<Shared>,
+    binding: &'a Arc<Binding>,
+    invoker: &'a Arc<Invoker>,
+    inflight: &'a Arc<Mutex<HashMap<i64, Claimed>>>,
+    timeout: Duration,
+}
+
+impl Call<'_> {
+    /// A call of its own for each claimed step, holding one of the claim's slots until its
+    /// result is handed to the completers.
+    fn spawn(
+        &self,
+        calls: &mut JoinSet<()>,
+        claimed: Vec<Claimed>,
+        mut inputs: HashMap<i64, StepInputs>,
+        permits: Vec<OwnedSemaphorePermit>,
+    ) {
+        if let Ok(mut f) = self.inflight.lock() {
+            f.extend(claimed.iter().map(|c| (c.id, c.clone())));
+        }
+        for (c, permit) in claimed.into_iter().zip(permits) {
+            let input = inputs.remove(&c.id).unwrap_or_default();
+            let shared = Arc::clone(self.shared);
+            let invoker = Arc::clone(self.invoker);
+            let binding = Arc::clone(self.binding);
+            let inflight = Arc::clone(self.inflight);
+            let timeout = self.timeout;
+            calls.spawn(async move {
+                let result = execute(&invoker, &binding, &shared.config, &c, input, timeout).await;
+                shared.results.finish(result).await;
+                if let Ok(mut f) = inflight.lock()
+                    && f.get(&c.id)
+                        .is_some_and(|held| held.lease_token == c.lease_token)
+                {
+                    f.remove(&c.id);
+                }
+                drop(permit);
+            });
+        }
+    }
+}
+
+/// Steps claimed and not called go back to the queue with their attempts, saying why.
+async fn give_back(shared: &Shared, claimed: Vec<Claimed>, reason: &str) {
+    for c in claimed {
+        shared
+            .results
+            .finish(released(c, &shared.config.owner, reason))
+            .await;
+    }
 }
 
 /// `sleep_until` for an optional deadline (a select branch disabled when there is none).
@@ -198,7 +228,6 @@ async fn claim_and_read(
     permits: Vec<OwnedSemaphorePermit>,
     (lease, shutdown): (Duration, CancellationToken),
 ) -> Claim {
-    let cfg = &shared.config;
     let gate = shared.held.claiming().await;
     // Stopping while this claim waited for the gate: claim nothing.
     if shutdown.is_cancelled() {
@@ -241,13 +270,7 @@ async fn claim_and_read(
             // Never call a function without what it asked for: give the steps back (their
             // attempts too) and try again after the poll interval.
             warn!(step = %binding.key(), error = %e, "reading step inputs failed; giving the steps back");
-            let reason = format!("reading inputs failed: {e}");
-            for c in claimed {
-                shared
-                    .results
-                    .finish(released(c, &cfg.owner, &reason))
-                    .await;
-            }
+            give_back(&shared, claimed, &format!("reading inputs failed: {e}")).await;
             Claim {
                 permits,
                 outcome: Outcome::Failed,
@@ -347,8 +370,7 @@ async fn claim(
 
 /// Shutdown: let calls in flight finish within the grace period, then give the rest back.
 async fn drain(shared: &Shared, mut calls: JoinSet<()>, inflight: &Mutex<HashMap<i64, Claimed>>) {
-    let cfg = &shared.config;
-    let grace = tokio::time::sleep(cfg.grace);
+    let grace = tokio::time::sleep(shared.config.grace);
     tokio::pin!(grace);
     loop {
         tokio::select! {
@@ -364,12 +386,7 @@ async fn drain(shared: &Shared, mut calls: JoinSet<()>, inflight: &Mutex<HashMap
         .lock()
         .map(|mut f| f.drain().map(|(_, c)| c).collect())
         .unwrap_or_default();
-    for c in left {
-        shared
-            .results
-            .finish(released(c, &cfg.owner, "shutdown"))
-            .await;
-    }
+    give_back(shared, left, "shutdown").await;
 }
 
 #[cfg(test)]

@@ -180,7 +180,7 @@ impl Store {
             let mut by_version: HashMap<i64, Dispatching> = HashMap::new();
             for (workflow, version, sha256) in versions {
                 if let std::collections::hash_map::Entry::Vacant(slot) = by_version.entry(version) {
-                    let spec = self.spec_by_id(version, &sha256).await?;
+                    let spec = self.spec_by_id(&self.pool, version, &sha256).await?;
                     let bricklets = self.bricklets_of(&spec).await?;
                     slot.insert(std::sync::Arc::new((spec, bricklets)));
                 }

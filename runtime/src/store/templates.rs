@@ -300,36 +300,20 @@ impl Store {
     }
 
     /// The description of template version `id` whose SHA-256 the caller read as `sha256`,
-    /// parsed; from the cache after the first time.
+    /// parsed; from the cache after the first time, else read through `db` (a caller holding a
+    /// transaction passes its connection, so that it never waits for a second from the pool).
     ///
     /// # Errors
     /// [`StoreError::UnknownTemplate`] when there is no such version.
-    pub async fn spec_by_id(&self, id: i64, sha256: &str) -> Result<Arc<Template>> {
-        match self.specs.get(id, sha256) {
-            Some(spec) => Ok(spec),
-            None => self.spec_fetch(&self.pool, id).await,
-        }
-    }
-
-    /// [`Store::spec_by_id`] inside a transaction: a miss is read on its connection, so that a
-    /// caller holding one never waits for a second from the pool.
-    pub(crate) async fn spec_in(
-        &self,
-        conn: &mut sqlx::PgConnection,
-        id: i64,
-        sha256: &str,
-    ) -> Result<Arc<Template>> {
-        match self.specs.get(id, sha256) {
-            Some(spec) => Ok(spec),
-            None => self.spec_fetch(conn, id).await,
-        }
-    }
-
-    async fn spec_fetch<'e>(
+    pub(crate) async fn spec_by_id<'e>(
         &self,
         db: impl sqlx::PgExecutor<'e>,
         id: i64,
+        sha256: &str,
     ) -> Result<Arc<Template>> {
+        if let Some(spec) = self.specs.get(id, sha256) {
+            return Ok(spec);
+        }
         let row: Option<(String, String, serde_json::Value)> =
             sqlx::query_as("select name, sha256, spec from workdo.templates where id = $1")
                 .bind(id)

@@ -163,7 +163,8 @@ impl Store {
     /// Apply `plan` (from [`plan::transition`] or [`plan::start`]) to `job` in `tx`: its
     /// effects in order, then the job's record. `template` is the machine's name (its call
     /// steps' queue). Fails with [`Stop::Failed`] when a fork passes the limits or cannot
-    /// start, or the variables grow too large; the caller rolls back.
+    /// start; the caller rolls back. The plan's variables are checked where it is made
+    /// ([`variables_fit`]).
     pub(super) async fn apply_plan(
         &self,
         tx: &mut Transaction<'_, Postgres>,
@@ -181,7 +182,6 @@ impl Store {
                        "parameters": params}),
             )
         }
-        variables_fit(plan)?;
         // Whether the job has alarms to cancel: those set before, or by this plan.
         let mut alarms = job.alarms_pending;
         for effect in &plan.effects {
@@ -486,7 +486,12 @@ impl Store {
             ready,
             signalled: Vec::new(),
         };
-        match self.apply_plan(tx, &job, &spec.name, &plan, &mut fx).await {
+        // A transition's plan is checked where it is made (`plan_for`); a start's here.
+        let applied = match variables_fit(&plan) {
+            Ok(()) => self.apply_plan(tx, &job, &spec.name, &plan, &mut fx).await,
+            Err(stop) => Err(stop),
+        };
+        match applied {
             Ok(()) => {}
             Err(Stop::Failed(reason) | Stop::NotAccepted(reason)) => {
                 return Err(rolled_back(reason));

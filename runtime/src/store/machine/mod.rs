@@ -12,6 +12,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use sqlx::{Postgres, Transaction};
 
+#[macro_use]
+mod row;
 mod actions;
 mod jobs;
 mod suspend;
@@ -25,6 +27,7 @@ use super::{Result, Store, StoreError};
 use crate::model::machine;
 use actions::Effects;
 use machine::plan::Effect;
+use row::{Job, load_job};
 pub(crate) use unlocked::WrittenJobs;
 use unlocked::plan_for;
 
@@ -59,33 +62,6 @@ pub struct Signalled {
     pub queued: bool,
 }
 
-/// A machine job, locked.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub(super) struct Job {
-    id: i64,
-    object_id: String,
-    template: String,
-    template_id: i64,
-    version: i32,
-    status: String,
-    lane: String,
-    priority: i32,
-    context: Value,
-    machine: Option<Value>,
-    parent_id: Option<i64>,
-    /// Children not yet completed (a transition's `children_running`).
-    children_running: i64,
-    /// Signals wait in the job's inbox (read with the job: no round trip of its own).
-    inbox_pending: bool,
-    /// Alarms are set and neither fired nor cancelled (so leaving a state has some to cancel).
-    alarms_pending: bool,
-    /// The row version read (`xmin`): a write conditioned on it applies only if nothing
-    /// changed the job since.
-    row_version: i64,
-    /// Its template version's SHA-256: what a cached description must match.
-    template_sha256: String,
-}
-
 /// What taking a signal did: the transition (from, to, whether the job finished), or that it
 /// was queued in a suspended job's inbox.
 struct Moved {
@@ -108,48 +84,6 @@ enum Take<'a> {
     },
     /// The job's oldest pending inbox signal, unless another process holds the job.
     Inbox,
-}
-
-/// A machine job's row with what a transition reads besides: its children still running, its
-/// inbox and alarms, its row version and its template version's SHA-256.
-const JOB: &str =
-    "select w.id, w.object_id, w.template, w.template_id, w.version, w.status, w.lane,
-                w.priority, w.context, w.machine, w.parent_id,
-                (select count(*) from workdo.workflows c
-                  where c.parent_id = w.id and c.status <> 'completed') as children_running,
-                exists(select 1 from workdo.signals s
-                        where s.workflow_id = w.id and s.processed_at is null) as inbox_pending,
-                exists(select 1 from workdo.alarms a
-                        where a.workflow_id = w.id and a.fired_at is null
-                          and a.cancelled_at is null) as alarms_pending,
-                w.xmin::text::bigint as row_version,
-                (select t.sha256 from workdo.templates t where t.id = w.template_id) as template_sha256
-           from workdo.workflows w where w.id = $1";
-
-/// Job `id`, locked as `lock` says (`for update`, or `for update skip locked`: then `None` when
-/// another transaction holds it, as when there is no such workflow), or read unlocked (`""`).
-///
-/// Locked, the lock is taken by a statement of its own and the job read by the next: a
-/// statement that waits for a row lock gets the row's new version but evaluates its subqueries
-/// (children, inbox, alarms) in the snapshot it started with, from before the transaction it
-/// waited for — a job whose alarm that transaction set would read as having none.
-pub(super) async fn load_job(
-    conn: &mut sqlx::PgConnection,
-    id: i64,
-    lock: &str,
-) -> Result<Option<Job>> {
-    if !lock.is_empty() {
-        let locked: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "select id from workdo.workflows where id = $1{lock}"
-        )))
-        .bind(id)
-        .fetch_optional(&mut *conn)
-        .await?;
-        if locked.is_none() {
-            return Ok(None);
-        }
-    }
-    Ok(sqlx::query_as(JOB).bind(id).fetch_optional(conn).await?)
 }
 
 /// Why a transition stopped: the signal is not accepted (nothing was attempted), an action
@@ -356,7 +290,7 @@ impl Store {
         // The job's version, read under its lock (so a migration that committed meanwhile
         // counts); from the store's cache, or on this transaction's connection.
         let spec = self
-            .spec_in(&mut tx, job.template_id, &job.template_sha256)
+            .spec_by_id(&mut *tx, job.template_id, &job.template_sha256)
             .await?;
         // A suspended job's inbox waits.
         if matches!(take, Take::Inbox)

@@ -71,26 +71,26 @@ pub(super) fn plan_for(
     Ok(plan)
 }
 
-/// The job's record and the plan's events, written only while the job's row is the version
+/// The job's new record and the plan's events, written only while the job's row is the version
 /// planned from, holds what the plan read (its record, context, status, parent, template
 /// version: a kept job must not rely on `xmin` alone, a 32-bit id that a failover losing
 /// commits can hand out again), and its children running and alarms set are as the plan saw
-/// them; returns the row's new version (none when nothing was written) and whether its inbox
-/// holds signals. The events' ten arrays are bound as $5–$14, in [`EventBuf::bind_to`]'s order.
-const WRITE_IF_UNCHANGED: &str = "
+/// them (the same SQL as the read, `row.rs`); returns the row's new version (none when nothing
+/// was written) and whether its inbox holds signals. The events' ten arrays are bound as
+/// $4–$13, in [`EventBuf::bind_to`]'s order.
+const WRITE_IF_UNCHANGED: &str = concat!(
+    "
     with job as (
-        update workdo.workflows w
-           set machine = coalesce(machine, '{}'::jsonb)
-                         || jsonb_build_object('state', $2::text, 'variables', $3::jsonb)
-         where id = $1 and xmin = $4::text::xid
-           and (select count(*) from workdo.workflows c
-                 where c.parent_id = w.id and c.status <> 'completed') = $15
-           and exists(select 1 from workdo.alarms a
-                       where a.workflow_id = w.id and a.fired_at is null
-                         and a.cancelled_at is null) = $16
-           and status = $17 and parent_id is not distinct from $18 and template_id = $19
-           and version = $20 and lane = $21 and priority = $22
-           and context = $23::jsonb and machine = $24::jsonb
+        update workdo.workflows w set machine = $2::jsonb
+         where id = $1 and xmin = $3::text::xid
+           and ",
+    children_running!(),
+    " = $14 and ",
+    alarms_pending!(),
+    " = $15
+           and status = $16 and parent_id is not distinct from $17 and template_id = $18
+           and version = $19 and lane = $20 and priority = $21
+           and context = $22::jsonb and machine = $23::jsonb
         returning id, xmin::text::bigint as row_version
     ), written as (
         insert into workdo.events
@@ -98,14 +98,15 @@ const WRITE_IF_UNCHANGED: &str = "
         select t.object_id, t.workflow_id, t.template, t.version, t.step, t.kind, t.status,
                t.attempt, t.actor, nullif(t.detail, 'null'::jsonb)
           from job,
-               unnest($5::text[], $6::bigint[], $7::text[], $8::int[], $9::text[], $10::text[],
-                      $11::text[], $12::int[], $13::text[], $14::jsonb[])
+               unnest($4::text[], $5::bigint[], $6::text[], $7::int[], $8::text[], $9::text[],
+                      $10::text[], $11::int[], $12::text[], $13::jsonb[])
                  as t(object_id, workflow_id, template, version, step, kind, status, attempt,
                       actor, detail)
     )
-    select (select row_version from job),
-           exists(select 1 from workdo.signals s
-                   where s.workflow_id = $1 and s.processed_at is null)";
+    select (select row_version from job), ",
+    inbox_pending!(),
+    " from (select $1::bigint as id) w"
+);
 
 /// Jobs as this process last wrote them by a signal without a lock, shared by a store's clones.
 /// Bounded: past [`WrittenJobs::MAX`] jobs one goes, and a job whose context and record are
@@ -208,7 +209,7 @@ impl Store {
             return Ok(Written::Locked);
         }
         let spec = self
-            .spec_in(&mut *conn, job.template_id, &job.template_sha256)
+            .spec_by_id(&mut *conn, job.template_id, &job.template_sha256)
             .await?;
         let Ok(plan) = plan_for(&job, &spec, signal, data, actor) else {
             return Ok(Written::Locked);
@@ -216,14 +217,20 @@ impl Store {
         let Some(events) = events_only(&job, &plan) else {
             return Ok(Written::Locked);
         };
-        let variables = Value::Object(plan.variables.clone());
+        // The record as it will be: the one read, its state and variables those planned.
+        let mut record = match &job.machine {
+            Some(Value::Object(m)) => m.clone(),
+            _ => serde_json::Map::new(),
+        };
+        record.insert("state".into(), Value::String(plan.to.clone()));
+        record.insert("variables".into(), Value::Object(plan.variables.clone()));
+        let record = Value::Object(record);
         let (version, inbox): (Option<i64>, bool) = sqlx::FromRow::from_row(
             &events
                 .bind_to(
                     sqlx::query(WRITE_IF_UNCHANGED)
                         .bind(job.id)
-                        .bind(&plan.to)
-                        .bind(&variables)
+                        .bind(&record)
                         .bind(job.row_version.to_string()),
                 )
                 .bind(job.children_running)
@@ -243,13 +250,7 @@ impl Store {
             // The job changed since it was read: decided again under its lock.
             return Ok(Written::Stale);
         };
-        let mut machine = match job.machine.take() {
-            Some(Value::Object(m)) => m,
-            _ => serde_json::Map::new(),
-        };
-        machine.insert("state".into(), Value::String(plan.to.clone()));
-        machine.insert("variables".into(), variables);
-        job.machine = Some(Value::Object(machine));
+        job.machine = Some(record);
         job.row_version = version;
         job.inbox_pending = inbox;
         self.jobs.keep(job);
