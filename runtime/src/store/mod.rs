@@ -12,6 +12,7 @@ pub use archived::ArchivedRow;
 mod bench;
 mod bulk;
 mod claim;
+mod compose;
 mod counts;
 pub mod db;
 mod demo;

@@ -17,7 +17,8 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Value, json};
 use sqlx::{Postgres, Transaction};
 
-use super::dispatch::{Bricklets, activation_fragments, composable, insert_edges, insert_subnet};
+use super::compose::{Edges, Subnets};
+use super::dispatch::{Bricklets, activation_fragments, composable};
 use super::events::{EventBuf, NewEvent, ReadyKeys};
 use super::{Change, Result, Store};
 use crate::model::dispatch::{self, Actset};
@@ -108,18 +109,20 @@ pub(super) async fn recompose(
         .collect();
     let observed = record["observed"].as_object().cloned().unwrap_or_default();
     let fragments = activation_fragments(spec, &observed, generator, bricklets);
-    insert_subnet(
-        tx,
+    let mut subnet = Subnets::default();
+    subnet.add(
         workflow_id,
         generator,
         (&object, &template, version, &lane, priority),
         (&added, &fragments, &done),
-    )
-    .await?;
-    let mut edges: Vec<(String, String)> = added
-        .iter()
-        .flat_map(|s| s.prereqs.iter().map(|p| (p.clone(), s.name.clone())))
-        .collect();
+    );
+    subnet.insert(tx).await?;
+    let mut edges = Edges::default();
+    for s in &added {
+        for p in &s.prereqs {
+            edges.add(workflow_id, p, &s.name);
+        }
+    }
 
     // Existing steps that have not started wait for their new prerequisites.
     for s in steps.iter().filter(|s| {
@@ -137,7 +140,9 @@ pub(super) async fn recompose(
             continue;
         }
         wait_for(tx, workflow_id, std::slice::from_ref(&s.name), &new_prereqs).await?;
-        edges.extend(new_prereqs.into_iter().map(|p| (p, s.name.clone())));
+        for p in &new_prereqs {
+            edges.add(workflow_id, p, &s.name);
+        }
     }
     // The generator's dependants that have not started wait for the new last steps.
     let new_sinks: Vec<String> = dispatch::sinks(&steps)
@@ -162,11 +167,13 @@ pub(super) async fn recompose(
         if !dependants.is_empty() {
             wait_for(tx, workflow_id, &dependants, &new_sinks).await?;
             for d in &dependants {
-                edges.extend(new_sinks.iter().map(|s| (s.clone(), d.clone())));
+                for s in &new_sinks {
+                    edges.add(workflow_id, s, d);
+                }
             }
         }
     }
-    insert_edges(tx, workflow_id, edges).await?;
+    edges.insert(tx).await?;
 
     let times = record["composed"][generator]["recomposed"]
         .as_u64()

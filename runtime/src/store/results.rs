@@ -192,43 +192,50 @@ impl Store {
         let mut tx = self.pool.begin().await?;
         let mut events = EventBuf::default();
         let mut ready = ReadyKeys::default();
-        // A generator's subnet goes in before its completion is applied, so that the counters
-        // its completion moves (its dependants', its workflow's) already count the subnet.
-        for r in results {
-            if let Some(Dispatch::Compose { generator }) = &r.effects.dispatch
-                && let Some(found) = dispatching.get(&r.workflow_id)
-            {
-                let (spec, bricklets) = &**found;
-                super::dispatch::compose(
-                    &mut tx,
-                    (&mut events, &mut ready),
-                    (r.change.id, r.change.lease),
-                    generator,
-                    (&**spec, bricklets),
-                    actor,
-                )
-                .await?;
-            }
-        }
+        // Generators' subnets go in before their completions are applied, so that the counters
+        // their completions move (their dependants', their workflows') already count the subnets.
+        let generators: Vec<super::compose::Generator<'_>> = results
+            .iter()
+            .filter_map(
+                |r| match (&r.effects.dispatch, dispatching.get(&r.workflow_id)) {
+                    (Some(Dispatch::Compose { generator }), Some(found)) => {
+                        Some(super::compose::Generator {
+                            step_id: r.change.id,
+                            lease: r.change.lease,
+                            name: generator,
+                            spec: &found.0,
+                            bricklets: &found.1,
+                        })
+                    }
+                    _ => None,
+                },
+            )
+            .collect();
+        super::compose::compose(&mut tx, (&mut events, &mut ready), &generators, actor).await?;
         let applied = Self::steps_apply(&mut tx, results.iter().map(|r| &r.change), actor).await?;
         let lost: HashSet<i64> = applied.lost.iter().copied().collect();
+        let observations: Vec<super::dispatch::Observation<'_>> = results
+            .iter()
+            .filter(|r| !lost.contains(&r.change.id))
+            .filter_map(
+                |r| match (&r.effects.dispatch, dispatching.get(&r.workflow_id)) {
+                    (Some(Dispatch::Observed { observer, matches }), Some(found)) => {
+                        Some(super::dispatch::Observation {
+                            workflow_id: r.workflow_id,
+                            observer,
+                            matches,
+                            spec: &found.0,
+                            bricklets: &found.1,
+                        })
+                    }
+                    _ => None,
+                },
+            )
+            .collect();
+        super::dispatch::record_observed(&mut tx, (&mut events, &mut ready), &observations, actor)
+            .await?;
         for r in results.iter().filter(|r| !lost.contains(&r.change.id)) {
             let fx = &r.effects;
-            if let Some(Dispatch::Observed { observer, matches }) = &fx.dispatch
-                && let Some(found) = dispatching.get(&r.workflow_id)
-            {
-                let (spec, bricklets) = &**found;
-                super::dispatch::record_observed(
-                    &mut tx,
-                    (&mut events, &mut ready),
-                    r.workflow_id,
-                    observer,
-                    matches,
-                    (&**spec, bricklets),
-                    actor,
-                )
-                .await?;
-            }
             if !fx.properties.is_empty() || !fx.documents.is_empty() {
                 let props = Value::Object(fx.properties.clone());
                 sqlx::query(
