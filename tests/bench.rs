@@ -49,6 +49,8 @@ async fn quick_bench_runs_every_scenario_and_checks_itself() {
         "claim+complete, 2 steps then 10 side by side, ordinary steps",
         "claim+complete, the same composed at run time (observer, generator, 10 generated)",
         "start and run, composed at run time (10 of 12 step rows written by the generator)",
+        "claim+complete, the same composed at run time, the bricklet's step with the ten steps' 1,000 slots",
+        "start and run, composed at run time, the bricklet's step with the ten steps' 1,000 slots",
         "machine signals, one job, one after another",
         "alarm firing delay: p99",
         "archive: 2000 finished workflows, 8000 events, batches of 1000",

@@ -352,25 +352,26 @@ pub(super) async fn scale(store: &Store, waiting: i64, claims: usize) -> Result<
 const SCALE: &str = "name: benchScaleWF\nsteps:\n  - { name: work, function: { builtin: noop } }\n";
 
 /// Generated steps against ordinary ones of the same shape: each workflow is two steps, then
-/// `width` steps side by side after them. Generated: an observer finds `width` fragments in the
-/// object's document and a generator composes `width` parallel instances of a one-step
-/// bricklet. Ordinary: the same twelve steps, fixed in the template. Returns steps per second
+/// `width` steps side by side after them. Generated (`slots`: the bricklet's step's
+/// concurrency): an observer finds `width` fragments in the object's document and a generator
+/// composes `width` parallel instances of a one-step bricklet. Ordinary (`None`): the same
+/// twelve steps, fixed in the template, each of concurrency 100. Returns steps per second
 /// (all of them, claimed and completed through the runtime; every one checked to have
 /// completed exactly once) over the run, and over the workflows' start and the run.
 pub(super) async fn fanout(
     store: &Store,
     workflows: usize,
     width: usize,
-    generated: bool,
+    slots: Option<usize>,
 ) -> Result<(f64, f64)> {
     store.bench_reset().await?;
     let noop = "{ builtin: noop, concurrency: 100 }";
-    let template = if generated {
+    let template = if let Some(slots) = slots {
         load(
             store,
             "bench-gen.yaml",
             &format!(
-                "name: benchGenWF\nsteps:\n  - {{ name: look, observe: {{ document: d, rules: [{{ match: '//f', op: add, generator: gen, bricklets: [w] }}] }} }}\n  - {{ name: gen, prereqs: [look], generate: {{ refset: [w], rules: [{{ parallel: w }}] }} }}\nbricklets:\n  - {{ name: w, steps: [{{ name: work, function: {noop} }}] }}\n"
+                "name: benchGenWF\nsteps:\n  - {{ name: look, observe: {{ document: d, rules: [{{ match: '//f', op: add, generator: gen, bricklets: [w] }}] }} }}\n  - {{ name: gen, prereqs: [look], generate: {{ refset: [w], rules: [{{ parallel: w }}] }} }}\nbricklets:\n  - {{ name: w, steps: [{{ name: work, function: {{ builtin: noop, concurrency: {slots} }} }}] }}\n"
             ),
         )
         .await?;
