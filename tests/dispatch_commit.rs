@@ -221,3 +221,102 @@ async fn generators_of_many_workflows_compose_in_one_commit_each_into_its_own() 
             .expect("composed");
     assert_eq!(composed, 2 * N as i64);
 }
+
+/// `look` activates one `x` per `a` for `ga`; `more`, beside `ga`, adds one per `b`.
+const MORE: &str = "name: moreWF\nsteps:\n  - name: look\n    observe: { document: d, rules: [{ match: '//a', op: add, generator: ga, bricklets: [x] }] }\n  - name: more\n    prereqs: [look]\n    observe: { document: d, rules: [{ match: '//b', op: add, generator: ga, bricklets: [x] }] }\n  - { name: ga, prereqs: [look], generate: { refset: [x], rules: [{ parallel: x }] } }\n  - { name: after, prereqs: [ga, more], function: { builtin: noop } }\nbricklets:\n  - { name: x, steps: [{ name: run, function: { builtin: noop } }] }\n";
+
+#[tokio::test]
+async fn an_observer_committed_with_the_generator_it_feeds_recomposes_what_was_just_composed() {
+    let t = db().await;
+    load(&t.store, "more.yaml", MORE).await;
+    let object = "obj:more";
+    put_document(&t, object, "d", "<d><a/><a/><b/></d>").await;
+    t.store
+        .workflow_start(&StartRequest::new("moreWF", &[object]))
+        .await
+        .expect("start");
+    let claim = |step: &'static str| {
+        let store = t.store.clone();
+        async move {
+            let mut c = store
+                .step_claim("moreWF", step, None, 10, "test", LEASE)
+                .await
+                .expect("claim");
+            assert_eq!(c.len(), 1, "{step}");
+            c.remove(0)
+        }
+    };
+    let rule = |generator: &str, n: usize| workdo::model::dispatch::RuleMatch {
+        rule: 0,
+        op: Op::Add,
+        generator: generator.into(),
+        bricklets: vec!["x".into()],
+        fragments: u32::try_from(n).expect("small"),
+        matched: vec![None; n],
+    };
+    let look = claim("look").await;
+    let observed = |c: &Claimed, n: usize| {
+        result(
+            c,
+            Dispatch::Observed {
+                observer: c.name.clone(),
+                matches: vec![rule("ga", n)],
+            },
+        )
+    };
+    t.store
+        .results_commit(&[observed(&look, 2)], "test")
+        .await
+        .expect("look");
+    // The observer `more` and the generator in one commit, the observer's result first: the
+    // generator composes from what `look` found, then `more`'s finding recomposes it.
+    let (more, ga) = (claim("more").await, claim("ga").await);
+    let generate = result(
+        &ga,
+        Dispatch::Compose {
+            generator: "ga".into(),
+        },
+    );
+    let applied = t
+        .store
+        .results_commit(&[observed(&more, 1), generate], "test")
+        .await
+        .expect("commit");
+    assert!(applied.lost.is_empty());
+    let names = support::generated_names(&t, object).await;
+    assert_eq!(names, ["ga/x#1/run", "ga/x#2/run", "ga/x#3/run"]);
+    let kinds: Vec<String> = sqlx::query_scalar(
+        "select kind from workdo.events where object_id = $1 and kind in ('composed', 'recomposed')
+          order by id",
+    )
+    .bind(object)
+    .fetch_all(t.pool())
+    .await
+    .expect("events");
+    assert_eq!(kinds, ["composed", "recomposed"]);
+    let (pending, prereqs): (i32, Vec<String>) = sqlx::query_as(
+        "select pending, prereqs from workdo.steps where object_id = $1 and name = 'after'",
+    )
+    .bind(object)
+    .fetch_one(t.pool())
+    .await
+    .expect("after");
+    assert_eq!(pending, 3, "the three instances: {prereqs:?}");
+    let rt = start(&t.store, config()).await;
+    wait_until(
+        t.pool(),
+        "select bool_and(status = 'completed') from workdo.workflows",
+        60,
+    )
+    .await;
+    rt.stop().await;
+    let early: i64 = sqlx::query_scalar(
+        "select count(*) from workdo.steps a join workdo.steps g
+            on g.workflow_id = a.workflow_id and g.generated is not null
+         where a.name = 'after' and a.started_at < g.finished_at",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("order");
+    assert_eq!(early, 0);
+}

@@ -61,7 +61,10 @@ pub(super) async fn compose(
     }
     let ids: Vec<i64> = generators.iter().map(|g| g.step_id).collect();
     let leases: Vec<Option<uuid::Uuid>> = generators.iter().map(|g| g.lease).collect();
-    // Locked in id order, steps then workflows, as every batch here locks them.
+    // Steps before workflows, each in id order: `workdo.apply` writes a batch's steps and their
+    // dependants before its workflows' counters, so a composition that held a workflow while
+    // waiting for a dependant another commit had readied could deadlock with it (the commit
+    // would be retried, nothing lost, the work done twice).
     let held: HashMap<i64, i64> = sqlx::query_as(
         "select s.id, s.workflow_id
            from workdo.steps s join unnest($1::bigint[], $2::uuid[]) as g(id, lease) on s.id = g.id
@@ -76,6 +79,33 @@ pub(super) async fn compose(
     .collect();
     if held.is_empty() {
         return Ok(());
+    }
+    // The generators' dependants, which their subnets' last steps will hold back.
+    let (mut dep_workflows, mut dep_names) = (Vec::new(), Vec::new());
+    for g in generators {
+        if let Some(&workflow_id) = held.get(&g.step_id) {
+            for d in g
+                .spec
+                .steps
+                .iter()
+                .filter(|s| s.prereqs.iter().any(|p| p == g.name))
+            {
+                dep_workflows.push(workflow_id);
+                dep_names.push(d.name.as_str());
+            }
+        }
+    }
+    if !dep_workflows.is_empty() {
+        sqlx::query(
+            "select s.id from workdo.steps s
+               join unnest($1::bigint[], $2::text[]) as d(workflow_id, name)
+                 on s.workflow_id = d.workflow_id and s.name = d.name
+              order by s.id for update of s",
+        )
+        .bind(&dep_workflows)
+        .bind(&dep_names)
+        .execute(&mut **tx)
+        .await?;
     }
     let workflow_ids: Vec<i64> = held.values().copied().collect();
     let rows: Vec<(i64, Value, String, String, i32, String, i32)> = sqlx::query_as(

@@ -274,6 +274,9 @@ pub(super) async fn record_observed(
                 .detail(json!({"matched": matched, "rules": o.matches.len(), "actsets": changed})),
         );
     }
+    if workflows.is_empty() {
+        return Ok(());
+    }
     let (ids, records): (Vec<i64>, Vec<Value>) = workflows
         .into_iter()
         .map(|(id, (record, ..))| (id, record))
