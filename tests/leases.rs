@@ -170,3 +170,92 @@ async fn a_runtime_that_reconnects_gives_back_what_it_does_not_hold() {
     let kinds = support::event_kinds(t.pool(), "obj:lost", "a").await;
     assert!(kinds.iter().any(|k| k == "released"), "{kinds:?}");
 }
+
+/// Renewing locks the steps in id order, the order a commit locks them in: a renewal that
+/// locked them in the order the runtime held them waited for a commit holding one while
+/// holding another the commit wanted next (Postgres then aborts one of the two as a deadlock).
+#[tokio::test]
+async fn renewing_leases_locks_steps_in_the_order_commits_do() {
+    let t = db().await;
+    support::load(
+        &t.store,
+        "two.yaml",
+        "name: twoWF\nsteps:\n  - { name: a }\n",
+    )
+    .await;
+    // Enough steps that the renewal's plan is what it is in production: the steps read by
+    // their primary key, in the order the runtime's list gives them.
+    let mut req = StartRequest::new("twoWF", &[]);
+    req.objects = (0..50_000).map(|i| format!("obj:r{i}")).collect();
+    t.store.workflow_start(&req).await.expect("start");
+    sqlx::query("analyze workdo.steps")
+        .execute(t.pool())
+        .await
+        .expect("analyze");
+    // The two claimed are the newest (the highest ids), as a long-running runtime's are.
+    sqlx::query(
+        "update workdo.steps set priority = 1 where object_id in ('obj:r49998', 'obj:r49999')",
+    )
+    .execute(t.pool())
+    .await
+    .expect("prioritize");
+    let mut claimed = t
+        .store
+        .step_claim("twoWF", "a", None, 2, "test", Duration::from_secs(60))
+        .await
+        .expect("claim");
+    claimed.sort_by_key(|c| c.id);
+    // Many more leased, as under a busy runtime: the renewal's plan then reads the steps by
+    // their primary key in the list's order, not through the lease index.
+    let others = t
+        .store
+        .step_claim("twoWF", "a", None, 5_000, "test", Duration::from_secs(60))
+        .await
+        .expect("claim");
+    assert_eq!(others.len(), 5_000);
+    sqlx::query("analyze workdo.steps")
+        .execute(t.pool())
+        .await
+        .expect("analyze");
+    let [first, second] = &claimed[..] else {
+        panic!("two steps claimed: {claimed:?}");
+    };
+    // A commit in progress holds the first step and will want the second.
+    let mut commit = t.pool().begin().await.expect("begin");
+    sqlx::query("set local lock_timeout = '10s'")
+        .execute(&mut *commit)
+        .await
+        .expect("timeout");
+    sqlx::query("select 1 from workdo.steps where id = $1 for update")
+        .bind(first.id)
+        .execute(&mut *commit)
+        .await
+        .expect("lock first");
+    // The runtime renews both, as it happens to hold them: second, first.
+    let held = vec![
+        (second.id, second.lease_token, 60.0),
+        (first.id, first.lease_token, 60.0),
+    ];
+    let store = t.store.clone();
+    let renewal = tokio::spawn(async move { store.steps_renew_leases(&held).await });
+    support::wait_for("the renewal to wait for the commit's lock", 30, || async {
+        let waiting: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity
+              where datname = current_database() and wait_event_type = 'Lock'",
+        )
+        .fetch_one(t.pool())
+        .await
+        .expect("activity");
+        waiting == 1
+    })
+    .await;
+    // The commit takes the second step: the renewal must not be holding it.
+    sqlx::query("select 1 from workdo.steps where id = $1 for update")
+        .bind(second.id)
+        .execute(&mut *commit)
+        .await
+        .expect("the commit takes its second step without a deadlock");
+    commit.commit().await.expect("commit");
+    let renewed = renewal.await.expect("joined").expect("renewed");
+    assert_eq!(renewed, 2);
+}

@@ -408,6 +408,21 @@ impl Store {
         let ids: Vec<i64> = held.iter().map(|h| h.0).collect();
         let tokens: Vec<Uuid> = held.iter().map(|h| h.1).collect();
         let secs: Vec<f64> = held.iter().map(|h| h.2).collect();
+        // The rows locked first, in id order, the order every commit locks steps in
+        // (`workdo.apply` reads `id = any` in index order, compositions lock `order by id`).
+        // The update alone locked them in whatever order its plan read them (the list's, or
+        // the lease index's), and deadlocked with the completers committing those same steps
+        // (retried, nothing lost, the commit done twice).
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "select 1 from workdo.steps
+              where id = any($1) and lease_token = any($2) and status = 'started'
+              order by id for update",
+        )
+        .bind(&ids)
+        .bind(&tokens)
+        .execute(&mut *tx)
+        .await?;
         let done = sqlx::query(
             "update workdo.steps s
                 set lease_expires_at = greatest(s.lease_expires_at,
@@ -418,8 +433,9 @@ impl Store {
         .bind(&ids)
         .bind(&tokens)
         .bind(&secs)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(done.rows_affected())
     }
 
