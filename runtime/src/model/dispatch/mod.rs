@@ -90,6 +90,9 @@ pub fn observe(observe: &Observe, document: &str) -> Result<Vec<RuleMatch>, Stri
             MAX_OBSERVED_BYTES / (1024 * 1024)
         ));
     }
+    // A UTF-8 byte order mark may open a document (XML 1.0, 4.3.3): many editors and
+    // exports write one. The parser reads it as content and refused the whole document.
+    let document = document.strip_prefix('\u{feff}').unwrap_or(document);
     let package = sxd_document::parser::parse(document)
         .map_err(|e| format!("is not well-formed XML: {e}"))?;
     let doc = package.as_document();

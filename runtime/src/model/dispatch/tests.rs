@@ -185,6 +185,14 @@ fn rules_count_fragments_on_the_document() {
         .map(|m| m.fragments)
         .collect();
     assert_eq!(found, vec![2, 1, 3]);
+    // The same document saved with a byte order mark, as many editors write it.
+    let with_bom = format!("\u{feff}{doc}");
+    let found: Vec<u32> = observe(&obs, &with_bom)
+        .expect("a byte order mark opens a document")
+        .iter()
+        .map(|m| m.fragments)
+        .collect();
+    assert_eq!(found, vec![2, 1, 3]);
     let err = observe(&obs, "<content>").expect_err("malformed");
     assert!(err.contains("not well-formed XML"), "{err}");
     assert!(check_xpath("//a[").is_err());
