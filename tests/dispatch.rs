@@ -57,12 +57,7 @@ async fn the_papers_example_composes_figure_3d_and_runs_to_the_end() {
         .await
         .expect("start");
     let rt = start(&t.store, config()).await;
-    wait_until(
-        t.pool(),
-        "select bool_and(status = 'completed') from workdo.workflows",
-        60,
-    )
-    .await;
+    support::all_completed(t.pool(), 60).await;
     rt.stop().await;
     let fe = |b: &str| format!("feature-extraction/{b}");
     let expected: BTreeSet<(String, String)> = [
@@ -197,12 +192,7 @@ async fn a_second_observation_of_a_changed_document_changes_the_subnet() {
         .expect("retry");
     assert_eq!(again, 1);
     let rt = start(&t.store, config()).await;
-    wait_until(
-        t.pool(),
-        "select bool_and(status = 'completed') from workdo.workflows",
-        30,
-    )
-    .await;
+    support::all_completed(t.pool(), 30).await;
     rt.stop().await;
     // delete removed img; undo added audio's compensation, after audio.
     assert_eq!(
@@ -243,12 +233,7 @@ async fn observers_running_side_by_side_on_one_workflow_both_count() {
     let mut cfg = config();
     cfg.completers = 4;
     let rt = start(&t.store, cfg).await;
-    wait_until(
-        t.pool(),
-        "select bool_and(status = 'completed') from workdo.workflows",
-        60,
-    )
-    .await;
+    support::all_completed(t.pool(), 60).await;
     rt.stop().await;
     let wrong: i64 = sqlx::query_scalar(
         "select count(*) from workdo.workflows
@@ -409,12 +394,7 @@ async fn both_shipped_examples_run_end_to_end_under_workdo_up() {
     ]);
     cli(&["start", "lectureWF", "druid:bb123cd4567"]);
     let mut up = support::spawn_up(&t.url, &["--poll-interval", "200ms"]);
-    wait_until(
-        t.pool(),
-        "select bool_and(status = 'completed') from workdo.workflows",
-        60,
-    )
-    .await;
+    support::all_completed(t.pool(), 60).await;
     up.kill().expect("stop");
     up.wait().expect("reaped");
     // One extractor per file, side by side, all before derivatives, then shelving.
@@ -497,12 +477,7 @@ async fn an_observers_function_runs_first_and_its_document_is_the_one_observed()
         .await
         .expect("start");
     let rt = start(&t.store, config()).await;
-    wait_until(
-        t.pool(),
-        "select bool_and(status = 'completed') from workdo.workflows",
-        30,
-    )
-    .await;
+    support::all_completed(t.pool(), 30).await;
     rt.stop().await;
     assert_eq!(
         generated_names(&t, "obj:fn").await,

@@ -9,7 +9,7 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use support::{TestDb, config, db, load, put_document, start, wait_until};
+use support::{TestDb, config, db, load, put_document, start};
 use workdo::model::spec::Op;
 use workdo::model::status::Status;
 use workdo::store::{Change, Claimed, Dispatch, Effects, StartRequest, StepResult};
@@ -68,6 +68,23 @@ async fn claim(t: &TestDb, step: &str, n: usize) -> Vec<Claimed> {
         .expect("claim");
     assert_eq!(claimed.len(), n, "{step}");
     claimed
+}
+
+/// Run every workflow to its end under the runtime; `after` must not have started before any
+/// generated step of its workflow finished.
+async fn run_to_the_end(t: &TestDb) {
+    let rt = start(&t.store, config()).await;
+    support::all_completed(t.pool(), 60).await;
+    rt.stop().await;
+    let early: i64 = sqlx::query_scalar(
+        "select count(*) from workdo.steps a join workdo.steps g
+            on g.workflow_id = a.workflow_id and g.generated is not null
+         where a.name = 'after' and a.started_at < g.finished_at",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("order");
+    assert_eq!(early, 0, "`after` started before a generated step finished");
 }
 
 #[tokio::test]
@@ -197,23 +214,7 @@ async fn generators_of_many_workflows_compose_in_one_commit_each_into_its_own() 
         .await
         .expect("commit");
     assert!(applied.lost.is_empty());
-    let rt = start(&t.store, config()).await;
-    wait_until(
-        t.pool(),
-        "select bool_and(status = 'completed') from workdo.workflows",
-        60,
-    )
-    .await;
-    rt.stop().await;
-    let early: i64 = sqlx::query_scalar(
-        "select count(*) from workdo.steps a join workdo.steps g
-            on g.workflow_id = a.workflow_id and g.generated is not null
-         where a.name = 'after' and a.started_at < g.finished_at",
-    )
-    .fetch_one(t.pool())
-    .await
-    .expect("order");
-    assert_eq!(early, 0, "`after` started before a generated step finished");
+    run_to_the_end(&t).await;
     let composed: i64 =
         sqlx::query_scalar("select count(*) from workdo.events where kind = 'composed'")
             .fetch_one(t.pool())
@@ -302,21 +303,5 @@ async fn an_observer_committed_with_the_generator_it_feeds_recomposes_what_was_j
     .await
     .expect("after");
     assert_eq!(pending, 3, "the three instances: {prereqs:?}");
-    let rt = start(&t.store, config()).await;
-    wait_until(
-        t.pool(),
-        "select bool_and(status = 'completed') from workdo.workflows",
-        60,
-    )
-    .await;
-    rt.stop().await;
-    let early: i64 = sqlx::query_scalar(
-        "select count(*) from workdo.steps a join workdo.steps g
-            on g.workflow_id = a.workflow_id and g.generated is not null
-         where a.name = 'after' and a.started_at < g.finished_at",
-    )
-    .fetch_one(t.pool())
-    .await
-    .expect("order");
-    assert_eq!(early, 0);
+    run_to_the_end(&t).await;
 }

@@ -124,12 +124,7 @@ async fn a_missing_or_malformed_document_fails_the_observer_and_retry_after_a_fi
         .steps_retry(&StepFilter::default(), "test")
         .await
         .expect("retry");
-    wait_until(
-        t.pool(),
-        "select bool_and(status = 'completed') from workdo.workflows",
-        30,
-    )
-    .await;
+    support::all_completed(t.pool(), 30).await;
     rt.stop().await;
     assert_eq!(generated_names(&t, "obj:m").await, vec!["gen/img#1/run"]);
 }

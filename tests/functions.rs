@@ -85,12 +85,7 @@ async fn exec_warm_and_http_functions_run_a_workflow_end_to_end() {
     req.context = serde_json::json!({"batch": 7});
     t.store.workflow_start(&req).await.expect("start");
     let rt = start(&t.store, config()).await;
-    wait_until(
-        t.pool(),
-        "select bool_and(status = 'completed') from workdo.workflows",
-        30,
-    )
-    .await;
+    support::all_completed(t.pool(), 30).await;
     rt.stop().await;
 
     let event: Value = serde_json::from_str(&std::fs::read_to_string(&seen).expect("event file"))

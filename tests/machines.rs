@@ -294,12 +294,7 @@ async fn a_function_actions_result_comes_back_as_a_signal_and_its_failure_as_err
     let mut cfg = config();
     cfg.backoff.max = Duration::from_millis(100);
     let rt = start(&t.store, cfg).await;
-    wait_until(
-        t.pool(),
-        "select bool_and(status = 'completed') from workdo.workflows",
-        60,
-    )
-    .await;
+    support::all_completed(t.pool(), 60).await;
     rt.stop().await;
     assert_eq!(state(&t, good).await.0, "Done");
     assert_eq!(state(&t, failing).await.0, "Failed");

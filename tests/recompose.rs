@@ -9,7 +9,7 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
-use support::{config, db, put_document, start, wait_until};
+use support::{config, db, put_document, start};
 use workdo::model::dispatch;
 use workdo::runtime::{self, inject};
 use workdo::store::{SetRequest, StartRequest, StepFilter};
@@ -202,12 +202,7 @@ async fn a_changed_document_recomposes_the_subnet() {
         .await
         .expect("audio#1 done");
     let rt = start(&t.store, config()).await;
-    wait_until(
-        t.pool(),
-        "select bool_and(status = 'completed') from workdo.workflows",
-        30,
-    )
-    .await;
+    support::all_completed(t.pool(), 30).await;
     rt.stop().await;
     let finished: Vec<(String, String)> = sqlx::query_as(
         "select name, status from workdo.steps where status not in ('completed', 'skipped')",

@@ -297,6 +297,16 @@ pub async fn start(store: &Store, config: Config) -> Running {
 }
 
 /// Poll `sql` (a query returning one boolean) until it is true; fail after `secs`.
+/// Wait (up to `secs`) until every workflow in the database is completed.
+pub async fn all_completed(pool: &PgPool, secs: u64) {
+    wait_until(
+        pool,
+        "select bool_and(status = 'completed') from workdo.workflows",
+        secs,
+    )
+    .await;
+}
+
 pub async fn wait_until(pool: &PgPool, sql: &'static str, secs: u64) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {

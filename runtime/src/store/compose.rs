@@ -8,13 +8,15 @@
 //! insert). [`super::dispatch`] has the activation sets; the composition itself is
 //! [`crate::model::dispatch`].
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde_json::{Value, json};
 use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::Result;
-use super::dispatch::{Bricklets, activation_fragments, composable};
+use super::dispatch::{
+    Bricklets, activation_fragments, composable, lock_workflows, write_workflows,
+};
 use super::events::{EventBuf, NewEvent, ReadyKeys};
 use crate::model::dispatch::{self, Actset};
 use crate::model::template::Template;
@@ -27,19 +29,6 @@ pub(super) struct Generator<'a> {
     pub name: &'a str,
     pub spec: &'a Template,
     pub bricklets: &'a Bricklets,
-}
-
-/// What a workflow row gives a composition: its dispatch record and what its steps copy.
-struct Workflow {
-    record: Value,
-    object: String,
-    template: String,
-    version: i32,
-    lane: String,
-    priority: i32,
-    /// Steps added to it by this commit's generators.
-    added: usize,
-    changed: bool,
 }
 
 /// Compose each of `generators`' subnets into its workflow, before the generators' own
@@ -84,12 +73,7 @@ pub(super) async fn compose(
     let (mut dep_workflows, mut dep_names) = (Vec::new(), Vec::new());
     for g in generators {
         if let Some(&workflow_id) = held.get(&g.step_id) {
-            for d in g
-                .spec
-                .steps
-                .iter()
-                .filter(|s| s.prereqs.iter().any(|p| p == g.name))
-            {
+            for d in g.spec.dependants(g.name) {
                 dep_workflows.push(workflow_id);
                 dep_names.push(d.name.as_str());
             }
@@ -108,34 +92,9 @@ pub(super) async fn compose(
         .await?;
     }
     let workflow_ids: Vec<i64> = held.values().copied().collect();
-    let rows: Vec<(i64, Value, String, String, i32, String, i32)> = sqlx::query_as(
-        "select id, dispatch, object_id, template, version, lane, priority
-           from workdo.workflows where id = any($1) order by id for update",
-    )
-    .bind(&workflow_ids)
-    .fetch_all(&mut **tx)
-    .await?;
-    let mut workflows: BTreeMap<i64, Workflow> = rows
-        .into_iter()
-        .map(|(id, record, object, template, version, lane, priority)| {
-            let record = if record.is_object() {
-                record
-            } else {
-                json!({})
-            };
-            let w = Workflow {
-                record,
-                object,
-                template,
-                version,
-                lane,
-                priority,
-                added: 0,
-                changed: false,
-            };
-            (id, w)
-        })
-        .collect();
+    let mut workflows = lock_workflows(tx, &workflow_ids).await?;
+    // The workflows a generator composed into: only those are written back.
+    let mut composed = BTreeSet::new();
 
     let mut subnets = Subnets::default();
     let mut edges = Edges::default();
@@ -160,11 +119,10 @@ pub(super) async fn compose(
         let graph = dispatch::compose(&actset, &generate.rules);
         let steps = dispatch::expand(g.name, &graph, &g.bricklets.by_name);
         let sinks = dispatch::sinks(&steps);
-        let observed = w.record["observed"]
-            .as_object()
-            .cloned()
-            .unwrap_or_default();
-        let fragments = activation_fragments(g.spec, &observed, g.name, g.bricklets);
+        let fragments = match w.record["observed"].as_object() {
+            Some(observed) => activation_fragments(g.spec, observed, g.name, g.bricklets),
+            None => dispatch::Fragments::new(),
+        };
         subnets.add(
             workflow_id,
             g.name,
@@ -177,12 +135,7 @@ pub(super) async fn compose(
             }
         }
         // Its dependants wait for the subnet's last steps too, and say so in their prerequisites.
-        for d in g
-            .spec
-            .steps
-            .iter()
-            .filter(|s| s.prereqs.iter().any(|p| p == g.name))
-        {
+        for d in g.spec.dependants(g.name) {
             if sinks.is_empty() {
                 break;
             }
@@ -207,7 +160,7 @@ pub(super) async fn compose(
             "bricklet_sha256": g.bricklets.sha256,
         });
         w.added += steps.len();
-        w.changed = true;
+        composed.insert(workflow_id);
         events.push(
             NewEvent::new(&w.object, "composed", actor)
                 .workflow(workflow_id)
@@ -249,26 +202,13 @@ pub(super) async fn compose(
         .await?;
     }
     edges.insert(tx).await?;
-    let (mut ids, mut records, mut added) = (Vec::new(), Vec::new(), Vec::new());
-    for (id, w) in workflows.into_iter().filter(|(_, w)| w.changed) {
-        ids.push(id);
-        records.push(w.record);
-        added.push(i32::try_from(w.added).unwrap_or(i32::MAX));
-    }
-    if !ids.is_empty() {
-        sqlx::query(
-            "update workdo.workflows w
-                set dispatch = t.dispatch, unfinished = w.unfinished + t.added
-               from unnest($1::bigint[], $2::jsonb[], $3::int[]) as t(id, dispatch, added)
-              where w.id = t.id",
-        )
-        .bind(&ids)
-        .bind(&records)
-        .bind(&added)
-        .execute(&mut **tx)
-        .await?;
-    }
-    Ok(())
+    write_workflows(
+        tx,
+        workflows
+            .into_iter()
+            .filter(|(id, _)| composed.contains(id)),
+    )
+    .await
 }
 
 /// Edges (step, dependant) of workflows, which the engine follows when a step finishes,

@@ -184,6 +184,82 @@ pub fn activation_fragments(
     out
 }
 
+/// A dispatching workflow's row, locked for the commit: its `dispatch` record, what its
+/// generated steps copy, and how many steps this commit added to it.
+pub(super) struct WorkflowRecord {
+    pub record: Value,
+    pub object: String,
+    pub template: String,
+    pub version: i32,
+    pub lane: String,
+    pub priority: i32,
+    pub added: usize,
+}
+
+/// The workflows `ids`, locked in id order (after any step rows the caller locks: the order
+/// `workdo.apply` writes them in).
+pub(super) async fn lock_workflows(
+    tx: &mut Transaction<'_, Postgres>,
+    ids: &[i64],
+) -> Result<BTreeMap<i64, WorkflowRecord>> {
+    let rows: Vec<(i64, Value, String, String, i32, String, i32)> = sqlx::query_as(
+        "select id, dispatch, object_id, template, version, lane, priority
+           from workdo.workflows where id = any($1) order by id for update",
+    )
+    .bind(ids)
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, record, object, template, version, lane, priority)| {
+            let record = if record.is_object() {
+                record
+            } else {
+                json!({})
+            };
+            let w = WorkflowRecord {
+                record,
+                object,
+                template,
+                version,
+                lane,
+                priority,
+                added: 0,
+            };
+            (id, w)
+        })
+        .collect())
+}
+
+/// Write `workflows` back by one statement: each one's record, and its unfinished count up by
+/// the steps added.
+pub(super) async fn write_workflows(
+    tx: &mut Transaction<'_, Postgres>,
+    workflows: impl IntoIterator<Item = (i64, WorkflowRecord)>,
+) -> Result<()> {
+    let (mut ids, mut records, mut added) = (Vec::new(), Vec::new(), Vec::new());
+    for (id, w) in workflows {
+        ids.push(id);
+        records.push(w.record);
+        added.push(i32::try_from(w.added).unwrap_or(i32::MAX));
+    }
+    if ids.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "update workdo.workflows w
+            set dispatch = t.dispatch, unfinished = w.unfinished + t.added
+           from unnest($1::bigint[], $2::jsonb[], $3::int[]) as t(id, dispatch, added)
+          where w.id = t.id",
+    )
+    .bind(&ids)
+    .bind(&records)
+    .bind(&added)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
 /// An observer's result in this commit: what its rules matched, and the template version
 /// (with its bricklets) of its workflow.
 pub(super) struct Observation<'a> {
@@ -208,32 +284,22 @@ pub(super) async fn record_observed(
         return Ok(());
     }
     let ids: Vec<i64> = observations.iter().map(|o| o.workflow_id).collect();
-    let rows: Vec<(i64, Value, String, String, i32)> = sqlx::query_as(
-        "select id, dispatch, object_id, template, version from workdo.workflows
-          where id = any($1) order by id for update",
-    )
-    .bind(&ids)
-    .fetch_all(&mut **tx)
-    .await?;
-    let mut workflows: BTreeMap<i64, (Value, String, String, i32)> = rows
-        .into_iter()
-        .map(|(id, record, object, template, version)| {
-            let record = if record.is_object() {
-                record
-            } else {
-                json!({})
-            };
-            (id, (record, object, template, version))
-        })
-        .collect();
+    let mut workflows = lock_workflows(tx, &ids).await?;
     for o in observations {
-        let Some((record, object, template, version)) = workflows.get_mut(&o.workflow_id) else {
+        let Some(w) = workflows.get_mut(&o.workflow_id) else {
             continue;
         };
         let (spec, bricklets) = (o.spec, o.bricklets);
-        record["observed"][o.observer] = json!(o.matches);
-        let observed = record["observed"].as_object().cloned().unwrap_or_default();
-        let composed = record["composed"].as_object().cloned().unwrap_or_default();
+        w.record["observed"][o.observer] = json!(o.matches);
+        // Copies: a recomposition below changes the record while these are read.
+        let observed = w.record["observed"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        let composed = w.record["composed"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
         let mut changed = serde_json::Map::new();
         for g in spec.steps.iter().filter(|s| s.generate.is_some()) {
             let set = activation(spec, &observed, &g.name, bricklets);
@@ -243,17 +309,16 @@ pub(super) async fn record_observed(
                 super::recompose::recompose(
                     tx,
                     (&mut *events, &mut *ready),
-                    o.workflow_id,
+                    (o.workflow_id, &mut *w),
                     &g.name,
                     set,
-                    record,
                     (spec, bricklets),
                     actor,
                 )
                 .await?;
                 continue;
             }
-            record["actsets"][&g.name] = json!(set);
+            w.record["actsets"][&g.name] = json!(set);
             changed.insert(g.name.clone(), json!(set));
         }
         let matched: Vec<Value> = o
@@ -266,28 +331,13 @@ pub(super) async fn record_observed(
             })
             .collect();
         events.push(
-            NewEvent::new(object, "observed", actor)
+            NewEvent::new(&w.object, "observed", actor)
                 .workflow(o.workflow_id)
-                .template(template)
-                .version(*version)
+                .template(&w.template)
+                .version(w.version)
                 .step(o.observer)
                 .detail(json!({"matched": matched, "rules": o.matches.len(), "actsets": changed})),
         );
     }
-    if workflows.is_empty() {
-        return Ok(());
-    }
-    let (ids, records): (Vec<i64>, Vec<Value>) = workflows
-        .into_iter()
-        .map(|(id, (record, ..))| (id, record))
-        .unzip();
-    sqlx::query(
-        "update workdo.workflows w set dispatch = t.dispatch
-           from unnest($1::bigint[], $2::jsonb[]) as t(id, dispatch) where w.id = t.id",
-    )
-    .bind(&ids)
-    .bind(&records)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
+    write_workflows(tx, workflows).await
 }

@@ -14,11 +14,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use serde_json::{Value, json};
+use serde_json::json;
 use sqlx::{Postgres, Transaction};
 
 use super::compose::{Edges, Subnets};
-use super::dispatch::{Bricklets, activation_fragments, composable};
+use super::dispatch::{Bricklets, WorkflowRecord, activation_fragments, composable};
 use super::events::{EventBuf, NewEvent, ReadyKeys};
 use super::{Change, Result, Store};
 use crate::model::dispatch::{self, Actset};
@@ -29,19 +29,19 @@ use crate::model::template::Template;
 const NOT_STARTED: [&str; 5] = ["waiting", "ready", "scheduled", "retrying", "error"];
 
 /// Recompose `generator`'s subnet in workflow `workflow_id` to `new_set` (already composed
-/// once: `record["composed"][generator]` holds the old set). Updates `record` in place; the
-/// caller writes it.
-#[allow(clippy::too_many_arguments)]
+/// once: `w.record["composed"][generator]` holds the old set). Updates `w.record` in place;
+/// the caller writes it. The workflow's unfinished count moves here, at once, so that skipping
+/// the dropped instances never sees the workflow without the added ones.
 pub(super) async fn recompose(
     tx: &mut Transaction<'_, Postgres>,
     (events, ready): (&mut EventBuf, &mut ReadyKeys),
-    workflow_id: i64,
+    (workflow_id, w): (i64, &mut WorkflowRecord),
     generator: &str,
     new_set: Actset,
-    record: &mut Value,
     (spec, bricklets): (&Template, &Bricklets),
     actor: &str,
 ) -> Result<()> {
+    let record = &mut w.record;
     let Some(generate) = spec.step(generator).and_then(|s| s.generate.as_ref()) else {
         return Ok(());
     };
@@ -51,13 +51,8 @@ pub(super) async fn recompose(
     if old_set == new_set {
         return Ok(());
     }
-    let (object, template, version, lane, priority): (String, String, i32, String, i32) =
-        sqlx::query_as(
-            "select object_id, template, version, lane, priority from workdo.workflows where id = $1",
-        )
-        .bind(workflow_id)
-        .fetch_one(&mut **tx)
-        .await?;
+    let (object, template, version, lane, priority) =
+        (&w.object, &w.template, w.version, &w.lane, w.priority);
     let graph = dispatch::compose(&new_set, &generate.rules);
     let steps = dispatch::expand(generator, &graph, &bricklets.by_name);
     let existing: Vec<(i64, String, String)> = sqlx::query_as(
@@ -113,7 +108,7 @@ pub(super) async fn recompose(
     subnet.add(
         workflow_id,
         generator,
-        (&object, &template, version, &lane, priority),
+        (object, template, version, lane, priority),
         (&added, &fragments, &done),
     );
     subnet.insert(tx).await?;
@@ -156,10 +151,8 @@ pub(super) async fn recompose(
         )
         .bind(workflow_id)
         .bind(
-            spec.steps
-                .iter()
-                .filter(|s| s.prereqs.iter().any(|p| p == generator))
-                .map(|s| s.name.clone())
+            spec.dependants(generator)
+                .map(|s| s.name.as_str())
                 .collect::<Vec<_>>(),
         )
         .fetch_all(&mut **tx)
@@ -191,9 +184,9 @@ pub(super) async fn recompose(
     let added_list: Vec<&str> = added.iter().map(|s| s.name.as_str()).collect();
     let dropped_list: Vec<&str> = dropped.iter().map(|(_, n)| n.as_str()).collect();
     events.push(
-        NewEvent::new(&object, "recomposed", actor)
+        NewEvent::new(object, "recomposed", actor)
             .workflow(workflow_id)
-            .template(&template)
+            .template(template)
             .version(version)
             .step(generator)
             .detail(
@@ -206,7 +199,7 @@ pub(super) async fn recompose(
         .filter(|s| s.prereqs.iter().all(|p| done.contains(p)) && s.spec.function.is_some())
         .map(|s| format!("{}/{}", s.bricklet, s.spec.name))
         .collect();
-    ready.add(&template, &firsts);
+    ready.add(template, &firsts);
     Ok(())
 }
 

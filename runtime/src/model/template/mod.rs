@@ -167,6 +167,13 @@ impl Template {
         self.steps.iter().find(|s| s.name == name)
     }
 
+    /// The steps that name `step` among their prerequisites.
+    pub fn dependants<'a>(&'a self, step: &'a str) -> impl Iterator<Item = &'a StepSpec> + 'a {
+        self.steps
+            .iter()
+            .filter(move |s| s.prereqs.iter().any(|p| p == step))
+    }
+
     /// Whether `status` may be set on `step`: a built-in status or one the step declares.
     pub fn allows_status(&self, step: &str, status: &str) -> bool {
         Status::parse(status).is_some_and(|s| s.is_builtin())
