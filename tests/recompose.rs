@@ -261,3 +261,298 @@ async fn a_watching_observer_recomposes_when_its_document_is_replaced() {
     let names: BTreeSet<String> = rows(&t).await.into_keys().collect();
     assert!(names.contains("gen/img#2/run"), "{names:?}");
 }
+
+/// A sequence of one bricklet per `<item>`, then `publish`.
+const SEQUENCE_WF: &str = "
+name: seqWF
+steps:
+  - name: look
+    observe:
+      document: items
+      rules:
+        - { match: '//item', op: add, generator: gen, bricklets: [b] }
+  - name: gen
+    prereqs: [look]
+    generate:
+      refset: [b]
+      rules:
+        - sequence: b
+  - name: publish
+    prereqs: [gen]
+    function: { builtin: noop }
+bricklets:
+  - name: b
+    steps: [{ name: work, function: { builtin: noop } }]
+";
+
+fn items(n: usize) -> String {
+    format!("<items>{}</items>", "<item/>".repeat(n))
+}
+
+/// `seqWF` on `obj` with `n` items, observed and composed by hand.
+async fn sequence_of(t: &support::TestDb, obj: &str, n: usize) {
+    support::load(&t.store, "seq.yaml", SEQUENCE_WF).await;
+    put_document(t, obj, "items", &items(n)).await;
+    t.store
+        .workflow_start(&StartRequest::new("seqWF", &[obj]))
+        .await
+        .expect("start");
+    for step in ["look", "gen"] {
+        run_step(t, obj, step).await;
+    }
+}
+
+async fn run_step(t: &support::TestDb, obj: &str, step: &str) {
+    let bindings = runtime::bindings(&t.store, &[]).await.expect("bindings");
+    let b = bindings.iter().find(|b| b.step == step).expect("binding");
+    inject::run_now(&t.store, b, &config(), &[obj.to_string()])
+        .await
+        .expect("run");
+}
+
+/// The document changes to `n` items and the observer runs again.
+async fn observe_again(t: &support::TestDb, obj: &str, n: usize) -> Value {
+    put_document(t, obj, "items", &items(n)).await;
+    let filter = StepFilter {
+        step: Some("look".into()),
+        objects: vec![obj.into()],
+        ..StepFilter::default()
+    };
+    assert_eq!(
+        t.store.steps_again(&filter, "test").await.expect("again"),
+        1
+    );
+    run_step(t, obj, "look").await;
+    sqlx::query_scalar(
+        "select detail from workdo.events where kind = 'recomposed' and object_id = $1
+          order by id desc limit 1",
+    )
+    .bind(obj)
+    .fetch_one(t.pool())
+    .await
+    .expect("recomposed event")
+}
+
+async fn claim_next(t: &support::TestDb) -> String {
+    let claimed = t
+        .store
+        .step_claim_queue(
+            "seqWF:b/work",
+            None,
+            1,
+            "test",
+            std::time::Duration::from_secs(600),
+        )
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), 1, "one instance ready");
+    claimed[0].name.clone()
+}
+
+/// Runs everything left, then: every step finished, and `publish` completed after every
+/// instance of the sequence that completed.
+async fn publish_last(t: &support::TestDb, obj: &str) {
+    let rt = start(&t.store, config()).await;
+    support::all_completed(t.pool(), 30).await;
+    rt.stop().await;
+    let order: Vec<(String, String)> = sqlx::query_as(
+        "select step, kind from workdo.events
+          where object_id = $1 and kind in ('completed', 'status_set') and step is not null
+          order by id",
+    )
+    .bind(obj)
+    .fetch_all(t.pool())
+    .await
+    .expect("events");
+    let published = order
+        .iter()
+        .position(|(s, _)| s == "publish")
+        .expect("publish completed");
+    let late: Vec<&String> = order[published..]
+        .iter()
+        .map(|(s, _)| s)
+        .filter(|s| s.starts_with("gen/"))
+        .collect();
+    assert!(
+        late.is_empty(),
+        "completed after publish: {late:?} ({order:?})"
+    );
+}
+
+/// Found by a helper: shortening a sequence made `publish` wait for nothing. Its prerequisite
+/// was the old last instance; skipped, it counted `publish` down to nought while the instance
+/// that became last had not run.
+#[tokio::test]
+async fn shortening_a_sequence_makes_the_dependant_wait_for_its_new_last_step() {
+    let t = db().await;
+    let obj = "obj:short";
+    sequence_of(&t, obj, 3).await;
+    assert_eq!(claim_next(&t).await, "gen/b#1/work");
+    let event = observe_again(&t, obj, 2).await;
+    assert_eq!(event["skipped"], json!(["gen/b#3/work"]));
+    let now = rows(&t).await;
+    assert_eq!(now["gen/b#3/work"].0, "skipped");
+    assert_eq!(now["gen/b#2/work"].0, "waiting");
+    let publish = support::step(t.pool(), obj, "publish").await;
+    assert_eq!(
+        (publish.status.as_str(), publish.pending),
+        ("waiting", 1),
+        "publish waits for b#2, the new last step"
+    );
+    t.store
+        .step_set(&SetRequest::new(obj, "seqWF", "gen/b#1/work", "completed"))
+        .await
+        .expect("b#1 done");
+    publish_last(&t, obj).await;
+}
+
+/// An instance no longer activated that is running is waited for: `publish` does not
+/// start while it runs.
+#[tokio::test]
+async fn emptying_a_subnet_keeps_the_dependant_waiting_for_the_instance_still_running() {
+    let t = db().await;
+    let obj = "obj:empty";
+    sequence_of(&t, obj, 3).await;
+    assert_eq!(claim_next(&t).await, "gen/b#1/work");
+    let event = observe_again(&t, obj, 0).await;
+    assert_eq!(event["skipped"], json!(["gen/b#2/work", "gen/b#3/work"]));
+    let publish = support::step(t.pool(), obj, "publish").await;
+    assert_eq!((publish.status.as_str(), publish.pending), ("waiting", 1));
+    assert!(publish.prereqs.contains(&"gen/b#1/work".to_string()));
+    t.store
+        .step_set(&SetRequest::new(obj, "seqWF", "gen/b#1/work", "completed"))
+        .await
+        .expect("b#1 done");
+    let publish = support::step(t.pool(), obj, "publish").await;
+    assert_eq!((publish.status.as_str(), publish.pending), ("ready", 0));
+    publish_last(&t, obj).await;
+}
+
+/// Found by a helper: an instance dropped by one recomposition and activated again by the
+/// next stayed skipped (it existed, so it was not added), and the workflow ended without it.
+#[tokio::test]
+async fn an_instance_activated_again_is_reopened_and_waited_for() {
+    let t = db().await;
+    let obj = "obj:again";
+    sequence_of(&t, obj, 3).await;
+    observe_again(&t, obj, 2).await;
+    assert_eq!(rows(&t).await["gen/b#3/work"].0, "skipped");
+    let event = observe_again(&t, obj, 3).await;
+    assert_eq!(event["reopened"], json!(["gen/b#3/work"]));
+    assert_eq!(event["added"], json!([]));
+    let now = rows(&t).await;
+    assert_eq!(
+        (now["gen/b#3/work"].0.as_str(), now["gen/b#3/work"].1),
+        ("waiting", 1),
+        "b#3 waits for b#2 again"
+    );
+    let publish = support::step(t.pool(), obj, "publish").await;
+    assert_eq!(
+        (publish.status.as_str(), publish.pending),
+        ("waiting", 2),
+        "publish waits for b#2 and b#3"
+    );
+    let unfinished: i32 =
+        sqlx::query_scalar("select unfinished from workdo.workflows where object_id = $1")
+            .bind(obj)
+            .fetch_one(t.pool())
+            .await
+            .expect("workflow");
+    assert_eq!(unfinished, 4, "three instances and publish");
+    publish_last(&t, obj).await;
+    assert_eq!(rows(&t).await["gen/b#3/work"].0, "completed");
+}
+
+/// Found by a helper: a watching observer that read its document, then saw it replaced before
+/// its result committed, recorded the old reading for good (it was running, so the
+/// replacement did not put it back). Now its commit puts it back in its queue, and its next
+/// run composes from the new document.
+#[tokio::test]
+async fn a_document_replaced_while_its_watching_observer_runs_is_observed_again() {
+    use workdo::model::status::Status;
+    use workdo::store::{Change, Dispatch, Effects, StepResult};
+    let t = db().await;
+    let watching = SEQUENCE_WF.replace(
+        "      document: items\n",
+        "      document: items\n      watch: true\n",
+    );
+    assert_ne!(watching, SEQUENCE_WF);
+    support::load(&t.store, "seq.yaml", &watching).await;
+    let obj = "obj:race";
+    put_document(&t, obj, "items", &items(1)).await;
+    t.store
+        .workflow_start(&StartRequest::new("seqWF", &[obj]))
+        .await
+        .expect("start");
+    // The observer is claimed and reads its document.
+    let mut claimed = t
+        .store
+        .step_claim_objects(
+            "seqWF",
+            "look",
+            &[obj.to_string()],
+            "test",
+            std::time::Duration::from_secs(600),
+        )
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), 1);
+    let mut inputs = t
+        .store
+        .step_inputs(&mut claimed, &["items".to_string()])
+        .await
+        .expect("inputs");
+    let read = inputs
+        .remove(&claimed[0].id)
+        .and_then(|i| i.documents.get("items").cloned())
+        .expect("document read");
+    // Replaced while it runs: nothing to put back yet.
+    put_document(&t, obj, "items", &items(3)).await;
+    assert_eq!(support::step(t.pool(), obj, "look").await.status, "started");
+    // It commits what it read, one item.
+    let spec = workdo::model::template::parse(
+        "seq.yaml",
+        workdo::model::template::Format::Yaml,
+        &watching,
+    )
+    .expect("template")
+    .template;
+    let observe = spec
+        .step("look")
+        .and_then(|s| s.observe.clone())
+        .expect("observer");
+    let matches = dispatch::observe(&observe, &read).expect("observed");
+    let mut change = Change::new(claimed[0].id, Status::Completed, "completed");
+    change.lease = Some(claimed[0].lease_token);
+    let result = StepResult {
+        change,
+        object_id: obj.to_string(),
+        workflow_id: claimed[0].workflow_id,
+        effects: Effects {
+            dispatch: Some(Dispatch::Observed {
+                observer: "look".into(),
+                matches,
+            }),
+            ..Effects::default()
+        },
+    };
+    t.store
+        .results_commit(&[result], "test")
+        .await
+        .expect("commit");
+    let look = support::step(t.pool(), obj, "look").await;
+    assert_eq!(look.status, "ready", "the observer reads the new document");
+    let gen_step = support::step(t.pool(), obj, "gen").await;
+    assert_eq!(gen_step.status, "waiting", "the generator waits for it");
+    let rt = start(&t.store, config()).await;
+    support::all_completed(t.pool(), 30).await;
+    rt.stop().await;
+    let names: BTreeSet<String> = rows(&t).await.into_keys().collect();
+    assert_eq!(
+        names,
+        ["gen/b#1/work", "gen/b#2/work", "gen/b#3/work"]
+            .into_iter()
+            .map(String::from)
+            .collect::<BTreeSet<_>>()
+    );
+}

@@ -157,7 +157,7 @@ impl Store {
 }
 
 /// A step back in the queue with fresh attempts (retry, and running a finished step again).
-fn retried(id: i64) -> Change {
+pub(super) fn retried(id: i64) -> Change {
     let mut c = Change::new(id, Status::Waiting, "retried");
     c.reset_attempts = true;
     c

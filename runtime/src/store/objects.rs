@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::events::{EventBuf, NewEvent};
 use super::{Result, Store, object_id};
@@ -70,32 +70,38 @@ impl Store {
             events.push(NewEvent::new(id, if new { "object_registered" } else { "object_updated" }, actor).detail(serde_json::json!({ "properties": props, "documents": o.documents.keys().collect::<Vec<_>>() })));
             created.push(new);
         }
-        events.flush(&mut tx).await?;
-        tx.commit().await?;
         for o in objects.iter().filter(|o| !o.documents.is_empty()) {
-            self.observers_watch(&object_id(&o.id)?, &o.documents, actor)
+            self.observers_watch(&mut tx, &object_id(&o.id)?, &o.documents, actor)
                 .await?;
         }
+        events.flush(&mut tx).await?;
+        tx.commit().await?;
         Ok(created)
     }
 
     /// Observers that `watch` a document just replaced observe it again, in the object's
-    /// workflows still running whose observer has run: their generators recompose (seed 001's
-    /// run-time adaption). Returns how many observers were put back.
-    async fn observers_watch(
+    /// workflows still running, in the transaction that replaces it (a crash between the two
+    /// would lose the observation): one that has run is put back in its queue at once; one
+    /// running now is marked in its workflow's record, and its own commit puts it back (it may
+    /// have read the document before). The workflow's row, which that commit holds from
+    /// reading the record to committing, orders the two. Returns how many were put back or
+    /// marked.
+    pub(super) async fn observers_watch(
         &self,
+        tx: &mut sqlx::PgConnection,
         object: &str,
         documents: &BTreeMap<String, String>,
         actor: &str,
     ) -> Result<usize> {
         let running: Vec<(i64, i64)> = sqlx::query_as(
             "select id, template_id from workdo.workflows
-              where object_id = $1 and active and status <> 'completed'",
+              where object_id = $1 and active and status <> 'completed' order by id",
         )
         .bind(object)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await?;
-        let mut ids = Vec::new();
+        let mut again = Vec::new();
+        let mut marked = 0;
         for (workflow, template_id) in running {
             let spec = self.template_by_id(template_id).await?.spec;
             let watching: Vec<String> = spec
@@ -111,25 +117,57 @@ impl Store {
             if watching.is_empty() {
                 continue;
             }
-            let found: Vec<i64> = sqlx::query_scalar(
-                "select id from workdo.steps
-                  where workflow_id = $1 and name = any($2) and status = 'completed'",
+            let record: Option<Value> = sqlx::query_scalar(
+                "select dispatch from workdo.workflows where id = $1 for update",
+            )
+            .bind(workflow)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let found: Vec<(i64, String, String)> = sqlx::query_as(
+                "select id, name, status from workdo.steps
+                  where workflow_id = $1 and name = any($2) and status in ('completed', 'started')",
             )
             .bind(workflow)
             .bind(&watching)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *tx)
             .await?;
-            ids.extend(found);
+            let mut running_now = Vec::new();
+            for (id, name, status) in found {
+                if status == "completed" {
+                    again.push(id);
+                } else {
+                    running_now.push(name);
+                }
+            }
+            if running_now.is_empty() {
+                continue;
+            }
+            let mut record = record.filter(Value::is_object).unwrap_or_else(|| json!({}));
+            let mut names: Vec<String> = record["observe_again"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default();
+            for n in running_now {
+                if !names.contains(&n) {
+                    names.push(n);
+                    marked += 1;
+                }
+            }
+            record["observe_again"] = json!(names);
+            sqlx::query("update workdo.workflows set dispatch = $2 where id = $1")
+                .bind(workflow)
+                .bind(&record)
+                .execute(&mut *tx)
+                .await?;
         }
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        let filter = super::StepFilter {
-            ids: Some(ids),
-            ..super::StepFilter::default()
-        };
-        self.steps_again(&filter, &format!("document:{actor}"))
-            .await
+        let changes: Vec<super::Change> =
+            again.iter().map(|id| super::bulk::retried(*id)).collect();
+        let applied = Self::steps_apply(tx, &changes, &format!("document:{actor}")).await?;
+        Ok(applied.changed.len() + marked)
     }
 }
 

@@ -212,6 +212,7 @@ impl Store {
             )
             .collect();
         super::compose::compose(&mut tx, (&mut events, &mut ready), &generators, actor).await?;
+        lock_recomposable(&mut tx, results, &dispatching).await?;
         let applied = Self::steps_apply(&mut tx, results.iter().map(|r| &r.change), actor).await?;
         let lost: HashSet<i64> = applied.lost.iter().copied().collect();
         let observations: Vec<super::dispatch::Observation<'_>> = results
@@ -222,6 +223,7 @@ impl Store {
                     (Some(Dispatch::Observed { observer, matches }), Some(found)) => {
                         Some(super::dispatch::Observation {
                             workflow_id: r.workflow_id,
+                            step_id: r.change.id,
                             observer,
                             matches,
                             spec: &found.0,
@@ -250,6 +252,10 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
                 super::objects::documents_put(&mut tx, &r.object_id, &fx.documents).await?;
+                if !fx.documents.is_empty() {
+                    self.observers_watch(&mut tx, &r.object_id, &fx.documents, actor)
+                        .await?;
+                }
             }
             if let Some((signal, data)) = &fx.signal {
                 super::machine::signal_in(
@@ -318,4 +324,45 @@ impl Store {
         tx.commit().await?;
         Ok(applied)
     }
+}
+
+/// The steps a recomposition below may change — the observing workflows' generated steps and
+/// their generators' dependants — locked now, in id order, before the completions lock the
+/// workflows: every commit locks steps before workflows, and a recomposition that locked a
+/// subnet's steps while holding their workflow deadlocked with the commits of those steps (an
+/// observer watching its document, the subnet running).
+async fn lock_recomposable(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    results: &[StepResult],
+    dispatching: &HashMap<i64, Dispatching>,
+) -> Result<()> {
+    let mut workflows = Vec::new();
+    let mut dependants: Vec<&str> = Vec::new();
+    for r in results {
+        let (Some(Dispatch::Observed { .. }), Some(found)) =
+            (&r.effects.dispatch, dispatching.get(&r.workflow_id))
+        else {
+            continue;
+        };
+        workflows.push(r.workflow_id);
+        let spec = &found.0;
+        for g in spec.steps.iter().filter(|s| s.generate.is_some()) {
+            dependants.extend(spec.dependants(&g.name).map(|d| d.name.as_str()));
+        }
+    }
+    if workflows.is_empty() {
+        return Ok(());
+    }
+    dependants.sort_unstable();
+    dependants.dedup();
+    sqlx::query(
+        "select id from workdo.steps
+          where workflow_id = any($1) and (generated is not null or name = any($2))
+          order by id for update",
+    )
+    .bind(&workflows)
+    .bind(&dependants)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }
