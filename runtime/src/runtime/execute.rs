@@ -258,21 +258,49 @@ fn result_of(
     }
 }
 
-/// An observer's rules on `xml`, on a blocking thread (XPath evaluation cannot yield), waiting at
-/// most [`OBSERVE_TIMEOUT`](crate::model::dispatch::OBSERVE_TIMEOUT).
+/// How many observers' rules may be evaluated at once in this process: the cores, at least
+/// two. An evaluation abandoned at its timeout keeps its place until it ends (XPath evaluation
+/// cannot be interrupted), so runaway rules occupy these, not every core the process has.
+fn observe_slots() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get().max(2))
+}
+
+/// An observer's rules on `xml`, on a thread of its own (XPath evaluation cannot yield, and a
+/// thread of the runtime's blocking pool would keep the process from exiting until an
+/// abandoned evaluation ended), waiting at most
+/// [`OBSERVE_TIMEOUT`](crate::model::dispatch::OBSERVE_TIMEOUT) for a place and the result.
 async fn observe_bounded(
     obs: &crate::model::dispatch::Observe,
     xml: String,
 ) -> Result<Vec<crate::model::dispatch::RuleMatch>, String> {
     use crate::model::dispatch::OBSERVE_TIMEOUT;
+    use std::sync::{Arc, LazyLock};
+    static SLOTS: LazyLock<Arc<tokio::sync::Semaphore>> =
+        LazyLock::new(|| Arc::new(tokio::sync::Semaphore::new(observe_slots())));
     let obs = obs.clone();
-    let work = tokio::task::spawn_blocking(move || crate::model::dispatch::observe(&obs, &xml));
+    let work = async move {
+        let slot = Arc::clone(&SLOTS)
+            .acquire_owned()
+            .await
+            .map_err(|e| format!("could not be observed: {e}"))?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("workdo-observe".into())
+            .spawn(move || {
+                let result = crate::model::dispatch::observe(&obs, &xml);
+                drop(slot);
+                let _ = tx.send(result);
+            })
+            .map_err(|e| format!("could not be observed: no thread: {e}"))?;
+        rx.await
+            .map_err(|_| "could not be observed: its evaluation stopped".to_string())?
+    };
     match tokio::time::timeout(OBSERVE_TIMEOUT, work).await {
-        Ok(Ok(result)) => result,
-        Ok(Err(e)) => Err(format!("could not be observed: {e}")),
+        Ok(result) => result,
         Err(_) => Err(format!(
-            "took the rules longer than {} s; they were abandoned (make the XPath cheaper or the document smaller)",
-            OBSERVE_TIMEOUT.as_secs()
+            "took the rules longer than {} s; they were abandoned (make the XPath cheaper or the document smaller; at most {} observers evaluate at once, and an abandoned one holds its place until it ends)",
+            OBSERVE_TIMEOUT.as_secs(),
+            observe_slots()
         )),
     }
 }

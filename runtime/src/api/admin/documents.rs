@@ -4,6 +4,8 @@
 /// holding only text kept on its line; prefixes, attributes and text as written); anything
 /// else as it is.
 pub(super) fn pretty_xml(text: &str) -> String {
+    // A byte order mark may open the document (XML 1.0, 4.3.3); it is not shown.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     if !text.trim_start().starts_with('<') || roxmltree::Document::parse(text).is_err() {
         return text.to_string();
     }
@@ -92,6 +94,8 @@ mod tests {
             pretty_xml(mods),
             "<?xml version=\"1.0\"?>\n<mods:mods xmlns:mods=\"http://www.loc.gov/mods/v3\">\n  <mods:titleInfo>\n    <mods:title>A &amp; B</mods:title>\n  </mods:titleInfo>\n  <!-- a <note> -->\n  <mods:note type=\"a>b\">x</mods:note>\n  <mods:empty/>\n</mods:mods>\n"
         );
+        // Saved with a byte order mark: indented the same, the mark not shown.
+        assert_eq!(pretty_xml(&format!("\u{feff}{mods}")), pretty_xml(mods));
         for other in ["plain text", "<unclosed>", "{\"json\": 1}", ""] {
             assert_eq!(pretty_xml(other), other);
         }

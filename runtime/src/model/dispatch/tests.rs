@@ -193,6 +193,20 @@ fn rules_count_fragments_on_the_document() {
         .map(|m| m.fragments)
         .collect();
     assert_eq!(found, vec![2, 1, 3]);
+    // Nested as deep as an observer reads, and one deeper.
+    let nested = |n: usize| {
+        format!(
+            "{}<file type='image'/>{}",
+            "<d>".repeat(n - 1),
+            "</d>".repeat(n - 1)
+        )
+    };
+    let found = observe(&obs, &nested(MAX_OBSERVED_DEPTH)).expect("as deep as allowed");
+    assert_eq!(found[0].fragments, 1);
+    let err = observe(&obs, &nested(MAX_OBSERVED_DEPTH + 1)).expect_err("too deep");
+    assert!(err.contains("more than 256 deep"), "{err}");
+    let err = observe(&obs, &nested(200_000)).expect_err("far too deep");
+    assert!(err.contains("more than 256 deep"), "{err}");
     let err = observe(&obs, "<content>").expect_err("malformed");
     assert!(err.contains("not well-formed XML"), "{err}");
     assert!(check_xpath("//a[").is_err());
@@ -398,4 +412,25 @@ fn an_undeclared_prefix_is_an_error_not_a_panic() {
     };
     let e = observe(&obs, r#"<c xmlns:m="urn:m"><m:file/></c>"#).expect_err("no namespaces");
     assert!(e.contains("rule 1") && e.contains("local-name()"), "{e}");
+}
+
+#[test]
+fn nesting_is_measured_by_tags_not_by_what_looks_like_them() {
+    // Each document nests exactly 3 deep; what else it holds must not count.
+    for doc in [
+        "<a><b><c/></b></a>",
+        "<?xml version='1.0'?><!DOCTYPE a [ <!ELEMENT a ANY> <!ENTITY e '<x><y>'> ]><a><b><c></c></b></a>",
+        "<a><!-- <x><y><z> --><b x='>' y=\"/>\" z='<q>'><c>t<![CDATA[<x><y><z>]]></c></b></a>",
+        "<a><?pi <x><y>?><b><c/><c/><c></c></b><b/></a>",
+        "<a>\n  <b>\n    <c attr='v'\n       other='w' />\n  </b>\n</a>\n",
+    ] {
+        assert!(!nests_deeper(doc, 3), "{doc}");
+        assert!(nests_deeper(doc, 2), "{doc}");
+    }
+    assert!(!nests_deeper("", 0));
+    assert!(!nests_deeper("plain text", 0));
+    // Malformed: counted as written, never a panic.
+    assert!(nests_deeper("<a><b", 1));
+    assert!(!nests_deeper("</a></b><c", 1));
+    assert!(nests_deeper(&"<d>".repeat(200_000), MAX_OBSERVED_DEPTH));
 }
