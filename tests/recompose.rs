@@ -213,106 +213,25 @@ async fn a_changed_document_recomposes_the_subnet() {
     assert!(finished.is_empty(), "{finished:?}");
 }
 
-/// An observer that says `watch: true` observes again by itself when its document is replaced
-/// while the workflow runs, and its generator recomposes: no `retry --again` needed.
-#[tokio::test]
-async fn a_watching_observer_recomposes_when_its_document_is_replaced() {
-    let t = db().await;
-    let watching = CONTENT_WF.replace(
-        "      document: content\n",
-        "      document: content\n      watch: true\n",
-    );
-    assert_ne!(watching, CONTENT_WF);
-    support::load(&t.store, "content.yaml", &watching).await;
-    let obj = "obj:w1";
-    put_document(
-        &t,
-        obj,
-        "content",
-        "<content><file kind='image'/></content>",
-    )
-    .await;
-    t.store
-        .workflow_start(&StartRequest::new("contentWF", &[obj]))
-        .await
-        .expect("start");
-    let bindings = runtime::bindings(&t.store, &[]).await.expect("bindings");
-    let cfg = config();
-    for step in ["look", "gen"] {
-        let b = bindings.iter().find(|b| b.step == step).expect("binding");
-        inject::run_now(&t.store, b, &cfg, &[obj.to_string()])
-            .await
-            .expect("run");
-    }
-    // Replaced: the observer is ready again at once.
-    put_document(
-        &t,
-        obj,
-        "content",
-        "<content><file kind='image'/><file kind='image'/></content>",
-    )
-    .await;
-    let look = support::step(t.pool(), obj, "look").await;
-    assert_eq!(look.status, "ready", "the watching observer runs again");
-    let b = bindings.iter().find(|b| b.step == "look").expect("binding");
-    inject::run_now(&t.store, b, &cfg, &[obj.to_string()])
-        .await
-        .expect("observe again");
-    let names: BTreeSet<String> = rows(&t).await.into_keys().collect();
-    assert!(names.contains("gen/img#2/run"), "{names:?}");
-}
-
 /// A sequence of one bricklet per `<item>`, then `publish`.
-const SEQUENCE_WF: &str = "
-name: seqWF
-steps:
-  - name: look
-    observe:
-      document: items
-      rules:
-        - { match: '//item', op: add, generator: gen, bricklets: [b] }
-  - name: gen
-    prereqs: [look]
-    generate:
-      refset: [b]
-      rules:
-        - sequence: b
-  - name: publish
-    prereqs: [gen]
-    function: { builtin: noop }
-bricklets:
-  - name: b
-    steps: [{ name: work, function: { builtin: noop } }]
-";
-
-fn items(n: usize) -> String {
-    format!("<items>{}</items>", "<item/>".repeat(n))
-}
+const SEQUENCE_WF: &str = include_str!("fixtures/seqWF.yaml");
 
 /// `seqWF` on `obj` with `n` items, observed and composed by hand.
 async fn sequence_of(t: &support::TestDb, obj: &str, n: usize) {
     support::load(&t.store, "seq.yaml", SEQUENCE_WF).await;
-    put_document(t, obj, "items", &items(n)).await;
+    put_document(t, obj, "items", &support::items_document(n)).await;
     t.store
         .workflow_start(&StartRequest::new("seqWF", &[obj]))
         .await
         .expect("start");
     for step in ["look", "gen"] {
-        run_step(t, obj, step).await;
+        support::run_step(t, obj, step).await;
     }
-}
-
-async fn run_step(t: &support::TestDb, obj: &str, step: &str) {
-    let bindings = runtime::bindings(&t.store, &[]).await.expect("bindings");
-    let b = bindings.iter().find(|b| b.step == step).expect("binding");
-    inject::run_now(&t.store, b, &config(), &[obj.to_string()])
-        .await
-        .expect("run");
 }
 
 /// The document changes to `n` items and the observer runs again.
 async fn observe_again(t: &support::TestDb, obj: &str, n: usize) -> Value {
-    put_document(t, obj, "items", &items(n)).await;
+    put_document(t, obj, "items", &support::items_document(n)).await;
     let filter = StepFilter {
         step: Some("look".into()),
         objects: vec![obj.into()],
@@ -322,7 +241,7 @@ async fn observe_again(t: &support::TestDb, obj: &str, n: usize) -> Value {
         t.store.steps_again(&filter, "test").await.expect("again"),
         1
     );
-    run_step(t, obj, "look").await;
+    support::run_step(t, obj, "look").await;
     sqlx::query_scalar(
         "select detail from workdo.events where kind = 'recomposed' and object_id = $1
           order by id desc limit 1",
@@ -461,98 +380,4 @@ async fn an_instance_activated_again_is_reopened_and_waited_for() {
     assert_eq!(unfinished, 4, "three instances and publish");
     publish_last(&t, obj).await;
     assert_eq!(rows(&t).await["gen/b#3/work"].0, "completed");
-}
-
-/// Found by a helper: a watching observer that read its document, then saw it replaced before
-/// its result committed, recorded the old reading for good (it was running, so the
-/// replacement did not put it back). Now its commit puts it back in its queue, and its next
-/// run composes from the new document.
-#[tokio::test]
-async fn a_document_replaced_while_its_watching_observer_runs_is_observed_again() {
-    use workdo::model::status::Status;
-    use workdo::store::{Change, Dispatch, Effects, StepResult};
-    let t = db().await;
-    let watching = SEQUENCE_WF.replace(
-        "      document: items\n",
-        "      document: items\n      watch: true\n",
-    );
-    assert_ne!(watching, SEQUENCE_WF);
-    support::load(&t.store, "seq.yaml", &watching).await;
-    let obj = "obj:race";
-    put_document(&t, obj, "items", &items(1)).await;
-    t.store
-        .workflow_start(&StartRequest::new("seqWF", &[obj]))
-        .await
-        .expect("start");
-    // The observer is claimed and reads its document.
-    let mut claimed = t
-        .store
-        .step_claim_objects(
-            "seqWF",
-            "look",
-            &[obj.to_string()],
-            "test",
-            std::time::Duration::from_secs(600),
-        )
-        .await
-        .expect("claim");
-    assert_eq!(claimed.len(), 1);
-    let mut inputs = t
-        .store
-        .step_inputs(&mut claimed, &["items".to_string()])
-        .await
-        .expect("inputs");
-    let read = inputs
-        .remove(&claimed[0].id)
-        .and_then(|i| i.documents.get("items").cloned())
-        .expect("document read");
-    // Replaced while it runs: nothing to put back yet.
-    put_document(&t, obj, "items", &items(3)).await;
-    assert_eq!(support::step(t.pool(), obj, "look").await.status, "started");
-    // It commits what it read, one item.
-    let spec = workdo::model::template::parse(
-        "seq.yaml",
-        workdo::model::template::Format::Yaml,
-        &watching,
-    )
-    .expect("template")
-    .template;
-    let observe = spec
-        .step("look")
-        .and_then(|s| s.observe.clone())
-        .expect("observer");
-    let matches = dispatch::observe(&observe, &read).expect("observed");
-    let mut change = Change::new(claimed[0].id, Status::Completed, "completed");
-    change.lease = Some(claimed[0].lease_token);
-    let result = StepResult {
-        change,
-        object_id: obj.to_string(),
-        workflow_id: claimed[0].workflow_id,
-        effects: Effects {
-            dispatch: Some(Dispatch::Observed {
-                observer: "look".into(),
-                matches,
-            }),
-            ..Effects::default()
-        },
-    };
-    t.store
-        .results_commit(&[result], "test")
-        .await
-        .expect("commit");
-    let look = support::step(t.pool(), obj, "look").await;
-    assert_eq!(look.status, "ready", "the observer reads the new document");
-    let gen_step = support::step(t.pool(), obj, "gen").await;
-    assert_eq!(gen_step.status, "waiting", "the generator waits for it");
-    let rt = start(&t.store, config()).await;
-    support::all_completed(t.pool(), 30).await;
-    rt.stop().await;
-    let names: BTreeSet<String> = rows(&t).await.into_keys().collect();
-    assert_eq!(
-        names,
-        ["gen/b#1/work", "gen/b#2/work", "gen/b#3/work"]
-            .into_iter()
-            .map(String::from)
-            .collect::<BTreeSet<_>>()
-    );
 }

@@ -426,3 +426,19 @@ pub async fn lecture_composed(t: &TestDb, druid: &str) {
         assert_eq!(ran.len(), 1, "{step} ran");
     }
 }
+
+/// An `<items>` document of `n` `<item/>` elements (tests/fixtures/seqWF.yaml observes them).
+pub fn items_document(n: usize) -> String {
+    format!("<items>{}</items>", "<item/>".repeat(n))
+}
+
+/// Run `step` of `object`'s workflow now, as `workdo run` does (claim, call, commit).
+pub async fn run_step(t: &TestDb, object: &str, step: &str) {
+    let bindings = workdo::runtime::bindings(&t.store, &[])
+        .await
+        .expect("bindings");
+    let b = bindings.iter().find(|b| b.step == step).expect("binding");
+    workdo::runtime::inject::run_now(&t.store, b, &config(), &[object.to_string()])
+        .await
+        .expect("run");
+}
