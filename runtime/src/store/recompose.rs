@@ -214,6 +214,8 @@ pub(super) async fn recompose(
     //    counts itself up through the engine.)
     let mut sinks = dispatch::sinks(&steps);
     sinks.extend(orphans.iter().cloned());
+    let by_name: HashMap<&str, &dispatch::GeneratedStep> =
+        steps.iter().map(|s| (s.name.as_str(), s)).collect();
     let mut waits: Vec<(String, Vec<String>)> = Vec::new();
     for r in &rows {
         let wants: &[String] = if r.generated {
@@ -221,7 +223,7 @@ pub(super) async fn recompose(
             if !(reopening || WAITING.contains(&r.status.as_str())) {
                 continue;
             }
-            match steps.iter().find(|s| s.name == r.name) {
+            match by_name.get(r.name.as_str()) {
                 Some(s) => &s.prereqs,
                 None => continue,
             }
@@ -231,9 +233,10 @@ pub(super) async fn recompose(
             }
             &sinks
         };
+        let have: HashSet<&str> = r.prereqs.iter().map(String::as_str).collect();
         let new: Vec<String> = wants
             .iter()
-            .filter(|p| !r.prereqs.contains(p) && open(p))
+            .filter(|p| !have.contains(p.as_str()) && open(p))
             .cloned()
             .collect();
         if !new.is_empty() {
