@@ -381,3 +381,51 @@ async fn an_instance_activated_again_is_reopened_and_waited_for() {
     publish_last(&t, obj).await;
     assert_eq!(rows(&t).await["gen/b#3/work"].0, "completed");
 }
+
+/// Found by a helper: `publish` running when the subnet grew under it, then released (its
+/// attempt failed, or its lease expired), ran again at once without the new instances. It now
+/// counts them while it runs, and waits for them when it is put back.
+#[tokio::test]
+async fn a_running_dependant_put_back_waits_for_instances_added_under_it() {
+    use workdo::model::status::Status;
+    use workdo::store::{Change, Effects, StepResult};
+    let t = db().await;
+    let obj = "obj:under";
+    sequence_of(&t, obj, 1).await;
+    t.store
+        .step_set(&SetRequest::new(obj, "seqWF", "gen/b#1/work", "completed"))
+        .await
+        .expect("b#1 done");
+    let claimed = t
+        .store
+        .step_claim_objects(
+            "seqWF",
+            "publish",
+            &[obj.to_string()],
+            "test",
+            std::time::Duration::from_secs(600),
+        )
+        .await
+        .expect("claim publish");
+    assert_eq!(claimed.len(), 1, "publish runs");
+    let event = observe_again(&t, obj, 3).await;
+    assert_eq!(event["added"], json!(["gen/b#2/work", "gen/b#3/work"]));
+    let publish = support::step(t.pool(), obj, "publish").await;
+    assert_eq!((publish.status.as_str(), publish.pending), ("started", 1));
+    // Its attempt ends without completing: back to the queue, which it may not enter yet.
+    let mut change = Change::new(claimed[0].id, Status::Waiting, "released");
+    change.lease = Some(claimed[0].lease_token);
+    let released = StepResult {
+        change,
+        object_id: obj.to_string(),
+        workflow_id: claimed[0].workflow_id,
+        effects: Effects::default(),
+    };
+    t.store
+        .results_commit(&[released], "test")
+        .await
+        .expect("release");
+    let publish = support::step(t.pool(), obj, "publish").await;
+    assert_eq!((publish.status.as_str(), publish.pending), ("waiting", 1));
+    publish_last(&t, obj).await;
+}

@@ -6,11 +6,11 @@
 //! - instances the new subnet has and the old did not are inserted, wired by the construction
 //!   rules to the instances already there (a prerequisite already finished does not hold them);
 //! - instances an earlier recomposition skipped and the new subnet has again are reopened;
-//! - an existing step that has not started and gains a prerequisite not yet finished waits
-//!   for it;
+//! - an existing step that has not finished and gains a prerequisite not yet finished waits
+//!   for it (one running runs on, and its next attempt, if any, waits);
 //! - instances the new subnet lacks are skipped when they have not started (through the one
 //!   status path, with an event naming why); running and finished ones stay;
-//! - the generator's dependants that have not started wait for every last step of the new
+//! - the generator's dependants that have not finished wait for every last step of the new
 //!   subnet not yet finished — added, reopened, or one that became last when the steps after
 //!   it were dropped — and for instances no longer activated that still run.
 //!
@@ -33,9 +33,6 @@ use crate::model::template::Template;
 
 /// Statuses of a step that has not started (and is not running).
 const NOT_STARTED: [&str; 5] = ["waiting", "ready", "scheduled", "retrying", "error"];
-
-/// Statuses of a step whose prerequisites can still grow: it waits, or is queued but unclaimed.
-const WAITING: [&str; 3] = ["waiting", "ready", "scheduled"];
 
 fn finished(status: &str) -> bool {
     status == "completed" || status == "skipped"
@@ -208,10 +205,12 @@ pub(super) async fn recompose(
         }
     }
 
-    // 2. Steps that have not started — of the subnet, reopened, or the generator's dependants
+    // 2. Steps that have not finished — of the subnet, reopened, or the generator's dependants
     //    — wait for the prerequisites the new subnet gives them that they do not have yet and
     //    that are not finished. (A prerequisite they have already and that is reopened below
-    //    counts itself up through the engine.)
+    //    counts itself up through the engine.) One running now runs on, but counts them: if
+    //    its attempt fails or its lease expires, its next one waits for them (a helper saw a
+    //    retried `publish` complete while the instances added under it still ran).
     let mut sinks = dispatch::sinks(&steps);
     sinks.extend(orphans.iter().cloned());
     let by_name: HashMap<&str, &dispatch::GeneratedStep> =
@@ -219,8 +218,7 @@ pub(super) async fn recompose(
     let mut waits: Vec<(String, Vec<String>)> = Vec::new();
     for r in &rows {
         let wants: &[String] = if r.generated {
-            let reopening = reopened_names.contains(r.name.as_str());
-            if !(reopening || WAITING.contains(&r.status.as_str())) {
+            if !(reopened_names.contains(r.name.as_str()) || !finished(&r.status)) {
                 continue;
             }
             match by_name.get(r.name.as_str()) {
@@ -228,7 +226,7 @@ pub(super) async fn recompose(
                 None => continue,
             }
         } else {
-            if !WAITING.contains(&r.status.as_str()) {
+            if finished(&r.status) {
                 continue;
             }
             &sinks
@@ -318,7 +316,8 @@ fn bricklet_of(name: &str) -> &str {
 }
 
 /// Steps wait for more prerequisites: each named step's count of unfinished prerequisites
-/// grows by its list's length and the list joins its prerequisites; a queued one waits again.
+/// grows by its list's length and the list joins its prerequisites; a queued one waits again
+/// (one running, retrying or in error keeps its status, and waits when it is put back).
 async fn wait_for(
     tx: &mut Transaction<'_, Postgres>,
     workflow_id: i64,
