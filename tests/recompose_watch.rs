@@ -223,3 +223,70 @@ async fn a_document_written_by_a_step_wakes_the_watching_observer() {
         .collect();
     assert!(names.contains("gen/b#2/work"), "{names:?}");
 }
+
+/// Found by a helper: a watching observer whose own result wrote its document put itself back
+/// in its queue, forty times a second, for ever (even with the document unchanged). A result
+/// does not wake its own step, and a document written as it was wakes nobody.
+#[tokio::test]
+async fn an_observer_writing_its_own_document_and_an_unchanged_document_wake_nobody() {
+    use workdo::model::status::Status;
+    use workdo::store::{Change, Dispatch, Effects, StepResult};
+    let t = db().await;
+    let watching = SEQUENCE_WF.replace(
+        "      document: items\n",
+        "      document: items\n      watch: true\n",
+    );
+    let obj = "obj:self";
+    support::load(&t.store, "seq.yaml", &watching).await;
+    put_document(&t, obj, "items", &support::items_document(1)).await;
+    t.store
+        .workflow_start(&StartRequest::new("seqWF", &[obj]))
+        .await
+        .expect("start");
+    let claimed = t
+        .store
+        .step_claim_objects(
+            "seqWF",
+            "look",
+            &[obj.to_string()],
+            "test",
+            std::time::Duration::from_secs(600),
+        )
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), 1);
+    let mut change = Change::new(claimed[0].id, Status::Completed, "completed");
+    change.lease = Some(claimed[0].lease_token);
+    let own = StepResult {
+        change,
+        object_id: obj.to_string(),
+        workflow_id: claimed[0].workflow_id,
+        effects: Effects {
+            documents: [("items".to_string(), support::items_document(2))]
+                .into_iter()
+                .collect(),
+            dispatch: Some(Dispatch::Observed {
+                observer: "look".into(),
+                matches: Vec::new(),
+            }),
+            ..Effects::default()
+        },
+    };
+    t.store
+        .results_commit(&[own], "test")
+        .await
+        .expect("commit");
+    assert_eq!(
+        support::step(t.pool(), obj, "look").await.status,
+        "completed"
+    );
+    // The same document again, from outside: nothing to observe.
+    put_document(&t, obj, "items", &support::items_document(2)).await;
+    assert_eq!(
+        support::step(t.pool(), obj, "look").await.status,
+        "completed"
+    );
+    // A different one: observed again.
+    put_document(&t, obj, "items", &support::items_document(3)).await;
+    assert_eq!(support::step(t.pool(), obj, "look").await.status, "ready");
+}

@@ -258,49 +258,65 @@ fn result_of(
     }
 }
 
-/// How many observers' rules may be evaluated at once in this process: the cores, at least
-/// two. An evaluation abandoned at its timeout keeps its place until it ends (XPath evaluation
-/// cannot be interrupted), so runaway rules occupy these, not every core the process has.
-fn observe_slots() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get().max(2))
-}
+type Observed = Result<Vec<crate::model::dispatch::RuleMatch>, String>;
 
-/// An observer's rules on `xml`, on a thread of its own (XPath evaluation cannot yield, and a
-/// thread of the runtime's blocking pool would keep the process from exiting until an
-/// abandoned evaluation ended), waiting at most
-/// [`OBSERVE_TIMEOUT`](crate::model::dispatch::OBSERVE_TIMEOUT) for a place and the result.
-async fn observe_bounded(
-    obs: &crate::model::dispatch::Observe,
-    xml: String,
-) -> Result<Vec<crate::model::dispatch::RuleMatch>, String> {
+/// Evaluations running now, by what they evaluate (the rules, and the document's SHA-256),
+/// each with the channel its answer comes on.
+type Running =
+    std::collections::HashMap<(String, [u8; 32]), tokio::sync::watch::Receiver<Option<Observed>>>;
+
+/// An observer's rules on `xml`, on a thread of its own (XPath evaluation cannot yield or be
+/// stopped, and a thread of the runtime's blocking pool would keep the process from exiting
+/// until an abandoned evaluation ended), waiting at most
+/// [`OBSERVE_TIMEOUT`](crate::model::dispatch::OBSERVE_TIMEOUT) for the answer. The same rules
+/// on the same document while an evaluation of them runs — the next attempt of an observer
+/// whose evaluation was abandoned — wait for that evaluation instead of starting another: a
+/// runaway rule keeps one thread busy however often it is retried, and takes nothing from
+/// other observers.
+async fn observe_bounded(obs: &crate::model::dispatch::Observe, xml: String) -> Observed {
     use crate::model::dispatch::OBSERVE_TIMEOUT;
-    use std::sync::{Arc, LazyLock};
-    static SLOTS: LazyLock<Arc<tokio::sync::Semaphore>> =
-        LazyLock::new(|| Arc::new(tokio::sync::Semaphore::new(observe_slots())));
-    let obs = obs.clone();
-    let work = async move {
-        let slot = Arc::clone(&SLOTS)
-            .acquire_owned()
-            .await
-            .map_err(|e| format!("could not be observed: {e}"))?;
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        std::thread::Builder::new()
-            .name("workdo-observe".into())
-            .spawn(move || {
-                let result = crate::model::dispatch::observe(&obs, &xml);
-                drop(slot);
-                let _ = tx.send(result);
-            })
-            .map_err(|e| format!("could not be observed: no thread: {e}"))?;
-        rx.await
-            .map_err(|_| "could not be observed: its evaluation stopped".to_string())?
+    use sha2::Digest;
+    use std::sync::{LazyLock, Mutex, PoisonError};
+    static RUNNING: LazyLock<Mutex<Running>> = LazyLock::new(Mutex::default);
+    let key = (
+        format!("{:?}", obs.rules),
+        sha2::Sha256::digest(xml.as_bytes()).into(),
+    );
+    let mut answer = {
+        let mut running = RUNNING.lock().unwrap_or_else(PoisonError::into_inner);
+        match running.get(&key) {
+            Some(rx) => rx.clone(),
+            None => {
+                let (tx, rx) = tokio::sync::watch::channel(None);
+                running.insert(key.clone(), rx.clone());
+                let (obs, mine) = (obs.clone(), key.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("workdo-observe".into())
+                    .spawn(move || {
+                        let result = crate::model::dispatch::observe(&obs, &xml);
+                        RUNNING
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .remove(&mine);
+                        let _ = tx.send(Some(result));
+                    });
+                if let Err(e) = spawned {
+                    running.remove(&key);
+                    return Err(format!("could not be observed: no thread: {e}"));
+                }
+                rx
+            }
+        }
     };
-    match tokio::time::timeout(OBSERVE_TIMEOUT, work).await {
-        Ok(result) => result,
+    let waited = tokio::time::timeout(OBSERVE_TIMEOUT, answer.wait_for(Option::is_some)).await;
+    match waited {
+        Ok(Ok(done)) => done
+            .clone()
+            .unwrap_or_else(|| Err("could not be observed: no answer".into())),
+        Ok(Err(_)) => Err("could not be observed: its evaluation stopped".into()),
         Err(_) => Err(format!(
-            "took the rules longer than {} s; they were abandoned (make the XPath cheaper or the document smaller; at most {} observers evaluate at once, and an abandoned one holds its place until it ends)",
-            OBSERVE_TIMEOUT.as_secs(),
-            observe_slots()
+            "took the rules longer than {} s; they were abandoned, and go on running until they end (an attempt on the same document waits for them): make the XPath cheaper",
+            OBSERVE_TIMEOUT.as_secs()
         )),
     }
 }

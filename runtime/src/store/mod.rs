@@ -154,6 +154,13 @@ impl StoreError {
             _ => true,
         }
     }
+
+    /// Whether the database aborted the transaction for another one's sake (a deadlock broken,
+    /// a serialization failure): the same transaction run again may well commit.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, StoreError::Sql(sqlx::Error::Database(d))
+                 if matches!(d.code().as_deref(), Some("40P01") | Some("40001")))
+    }
 }
 
 /// Starts a trace for a new workflow and returns its W3C `traceparent`, or `None` when

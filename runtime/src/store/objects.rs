@@ -1,6 +1,6 @@
 //! Objects: registering them, their properties and their documents.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Value, json};
 
@@ -46,11 +46,24 @@ impl Store {
     }
 
     /// Register or update many objects in one transaction: all of them or (an error) none.
-    /// Returns, for each, whether it was new.
+    /// Returns, for each, whether it was new. A transaction the database aborts to break a
+    /// deadlock (with a commit of the runtime's over the same workflows) or a serialization
+    /// failure is run again, up to three times: it is an upsert, and nothing of it committed.
     pub async fn objects_put(&self, objects: &[NewObject], actor: &str) -> Result<Vec<bool>> {
+        let mut tries = 0;
+        loop {
+            match self.objects_put_once(objects, actor).await {
+                Err(e) if tries < 3 && e.is_conflict() => tries += 1,
+                done => return done,
+            }
+        }
+    }
+
+    async fn objects_put_once(&self, objects: &[NewObject], actor: &str) -> Result<Vec<bool>> {
         let mut tx = self.pool.begin().await?;
         let mut events = EventBuf::default();
         let mut created = Vec::with_capacity(objects.len());
+        let mut replaced = Vec::new();
         for o in objects {
             let id = &object_id(&o.id)?;
             let props = serde_json::to_value(&o.properties).unwrap_or(Value::Null);
@@ -66,130 +79,165 @@ impl Store {
             .bind(&props)
             .fetch_one(&mut *tx)
             .await?;
-            documents_put(&mut tx, id, &o.documents).await?;
-            events.push(NewEvent::new(id, if new { "object_registered" } else { "object_updated" }, actor).detail(serde_json::json!({ "properties": props, "documents": o.documents.keys().collect::<Vec<_>>() })));
+            let changed = documents_put(&mut tx, id, &o.documents).await?;
+            if !changed.is_empty() {
+                replaced.push((id.to_string(), changed));
+            }
+            events.push(NewEvent::new(id, if new { "object_registered" } else { "object_updated" }, actor).detail(json!({ "properties": props, "documents": o.documents.keys().collect::<Vec<_>>() })));
             created.push(new);
         }
-        for o in objects.iter().filter(|o| !o.documents.is_empty()) {
-            self.observers_watch(&mut tx, &object_id(&o.id)?, &o.documents, actor)
-                .await?;
-        }
+        self.observers_watch(&mut tx, &replaced, None, actor)
+            .await?;
         events.flush(&mut tx).await?;
         tx.commit().await?;
         Ok(created)
     }
 
-    /// Observers that `watch` a document just replaced observe it again, in the object's
-    /// workflows still running, in the transaction that replaces it (a crash between the two
-    /// would lose the observation): one that has run is put back in its queue at once; one
-    /// running now is marked in its workflow's record, and its own commit puts it back (it may
-    /// have read the document before). The workflow's row, which that commit holds from
-    /// reading the record to committing, orders the two. Returns how many were put back or
-    /// marked.
+    /// Observers that `watch` a document whose content just changed (`replaced`: objects and
+    /// their documents) observe it again, in the objects' workflows still running, in the
+    /// transaction that changes it (a crash between the two would lose the observation): one
+    /// that has run is put back in its queue at once; one running now is marked in its
+    /// workflow's record, and its own commit puts it back (it may have read the document
+    /// before). `except`: the step whose result wrote the documents, which does not wake
+    /// itself (an observer that writes its own document would run for ever). Returns how many
+    /// were put back or marked.
+    ///
+    /// The observers' steps are locked first, then the workflows, each in id order — the order
+    /// every commit takes. The step's lock also keeps a claim from taking a queued observer,
+    /// and reading the document this transaction replaces, until it commits; the workflow's,
+    /// which an observer's commit holds from reading the record to committing, orders the
+    /// mark and that commit.
     pub(super) async fn observers_watch(
         &self,
         tx: &mut sqlx::PgConnection,
-        object: &str,
-        documents: &BTreeMap<String, String>,
+        replaced: &[(String, Vec<String>)],
+        except: Option<i64>,
         actor: &str,
     ) -> Result<usize> {
-        let running: Vec<(i64, i64)> = sqlx::query_as(
-            "select id, template_id from workdo.workflows
-              where object_id = $1 and active and status <> 'completed' order by id",
+        if replaced.is_empty() {
+            return Ok(0);
+        }
+        let by_object: HashMap<&str, &Vec<String>> =
+            replaced.iter().map(|(o, d)| (o.as_str(), d)).collect();
+        let objects: Vec<&str> = by_object.keys().copied().collect();
+        let running: Vec<(i64, String, i64)> = sqlx::query_as(
+            "select id, object_id, template_id from workdo.workflows
+              where object_id = any($1) and active and status <> 'completed'",
         )
-        .bind(object)
+        .bind(&objects)
+        .fetch_all(&mut *tx)
+        .await?;
+        let (mut workflows, mut names) = (Vec::new(), Vec::new());
+        for (workflow, object, template_id) in running {
+            let Some(documents) = by_object.get(object.as_str()) else {
+                continue;
+            };
+            let spec = self.template_by_id(template_id).await?.spec;
+            for s in &spec.steps {
+                if s.observe
+                    .as_ref()
+                    .is_some_and(|o| o.watch && documents.contains(&o.document))
+                {
+                    workflows.push(workflow);
+                    names.push(s.name.clone());
+                }
+            }
+        }
+        if workflows.is_empty() {
+            return Ok(0);
+        }
+        let found: Vec<(i64, i64, String, String)> = sqlx::query_as(
+            "select s.id, s.workflow_id, s.name, s.status
+               from workdo.steps s
+               join unnest($1::bigint[], $2::text[]) as w(id, name)
+                 on s.workflow_id = w.id and s.name = w.name
+              where s.id is distinct from $3
+              order by s.id for update of s",
+        )
+        .bind(&workflows)
+        .bind(&names)
+        .bind(except)
         .fetch_all(&mut *tx)
         .await?;
         let mut again = Vec::new();
-        let mut marked = 0;
-        for (workflow, template_id) in running {
-            let spec = self.template_by_id(template_id).await?.spec;
-            let watching: Vec<String> = spec
-                .steps
-                .iter()
-                .filter(|s| {
-                    s.observe
-                        .as_ref()
-                        .is_some_and(|o| o.watch && documents.contains_key(&o.document))
-                })
-                .map(|s| s.name.clone())
-                .collect();
-            if watching.is_empty() {
-                continue;
+        let mut running_now: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+        for (id, workflow, name, status) in found {
+            match status.as_str() {
+                "completed" => again.push(super::bulk::retried(id)),
+                "started" => running_now.entry(workflow).or_default().push(name),
+                _ => {}
             }
-            let record: Option<Value> = sqlx::query_scalar(
-                "select dispatch from workdo.workflows where id = $1 for update",
+        }
+        let mut marked = 0;
+        if !running_now.is_empty() {
+            let ids: Vec<i64> = running_now.keys().copied().collect();
+            let records: Vec<(i64, Value)> = sqlx::query_as(
+                "select id, dispatch from workdo.workflows where id = any($1) order by id for update",
             )
-            .bind(workflow)
-            .fetch_optional(&mut *tx)
-            .await?;
-            let found: Vec<(i64, String, String)> = sqlx::query_as(
-                "select id, name, status from workdo.steps
-                  where workflow_id = $1 and name = any($2) and status in ('completed', 'started')",
-            )
-            .bind(workflow)
-            .bind(&watching)
+            .bind(&ids)
             .fetch_all(&mut *tx)
             .await?;
-            let mut running_now = Vec::new();
-            for (id, name, status) in found {
-                if status == "completed" {
-                    again.push(id);
-                } else {
-                    running_now.push(name);
+            let (mut ids, mut written) = (Vec::new(), Vec::new());
+            for (workflow, mut record) in records {
+                if !record.is_object() {
+                    record = json!({});
                 }
-            }
-            if running_now.is_empty() {
-                continue;
-            }
-            let mut record = record.filter(Value::is_object).unwrap_or_else(|| json!({}));
-            let mut names: Vec<String> = record["observe_again"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|v| v.as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default();
-            for n in running_now {
-                if !names.contains(&n) {
-                    names.push(n);
-                    marked += 1;
+                let mut list: Vec<String> = record["observe_again"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for n in running_now.remove(&workflow).unwrap_or_default() {
+                    if !list.contains(&n) {
+                        list.push(n);
+                        marked += 1;
+                    }
                 }
+                record["observe_again"] = json!(list);
+                ids.push(workflow);
+                written.push(record);
             }
-            record["observe_again"] = json!(names);
-            sqlx::query("update workdo.workflows set dispatch = $2 where id = $1")
-                .bind(workflow)
-                .bind(&record)
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query(
+                "update workdo.workflows w set dispatch = t.dispatch
+                   from unnest($1::bigint[], $2::jsonb[]) as t(id, dispatch) where w.id = t.id",
+            )
+            .bind(&ids)
+            .bind(&written)
+            .execute(&mut *tx)
+            .await?;
         }
-        let changes: Vec<super::Change> =
-            again.iter().map(|id| super::bulk::retried(*id)).collect();
-        let applied = Self::steps_apply(tx, &changes, &format!("document:{actor}")).await?;
+        let applied = Self::steps_apply(tx, &again, &format!("document:{actor}")).await?;
         Ok(applied.changed.len() + marked)
     }
 }
 
-/// Replace (or add) named documents of an object.
+/// Replace (or add) named documents of an object. Returns the names of those whose content
+/// changed (a document written again as it was changes nothing, and wakes no observer).
 pub(crate) async fn documents_put(
     conn: &mut sqlx::PgConnection,
     object: &str,
     documents: &BTreeMap<String, String>,
-) -> Result<()> {
+) -> Result<Vec<String>> {
+    let mut changed = Vec::new();
     for (name, content) in documents {
-        sqlx::query(
+        let written: Option<String> = sqlx::query_scalar(
             "insert into workdo.documents (object_id, name, content) values ($1, $2, $3)
              on conflict (object_id, name) do update
-                set content = excluded.content, updated_at = now()",
+                set content = excluded.content, updated_at = now()
+              where workdo.documents.content is distinct from excluded.content
+             returning name",
         )
         .bind(object)
         .bind(name)
         .bind(content)
-        .execute(&mut *conn)
+        .fetch_optional(&mut *conn)
         .await?;
+        changed.extend(written);
     }
-    Ok(())
+    Ok(changed)
 }
 
 /// The event recording that an object (version) was registered.

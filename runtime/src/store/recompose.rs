@@ -218,7 +218,7 @@ pub(super) async fn recompose(
     let mut waits: Vec<(String, Vec<String>)> = Vec::new();
     for r in &rows {
         let wants: &[String] = if r.generated {
-            if !(reopened_names.contains(r.name.as_str()) || !finished(&r.status)) {
+            if finished(&r.status) && !reopened_names.contains(r.name.as_str()) {
                 continue;
             }
             match by_name.get(r.name.as_str()) {

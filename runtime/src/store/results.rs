@@ -251,9 +251,11 @@ impl Store {
                 .bind(&props)
                 .execute(&mut *tx)
                 .await?;
-                super::objects::documents_put(&mut tx, &r.object_id, &fx.documents).await?;
-                if !fx.documents.is_empty() {
-                    self.observers_watch(&mut tx, &r.object_id, &fx.documents, actor)
+                let changed =
+                    super::objects::documents_put(&mut tx, &r.object_id, &fx.documents).await?;
+                if !changed.is_empty() {
+                    let replaced = [(r.object_id.clone(), changed)];
+                    self.observers_watch(&mut tx, &replaced, Some(r.change.id), actor)
                         .await?;
                 }
             }
