@@ -280,12 +280,21 @@ async fn an_observer_writing_its_own_document_and_an_unchanged_document_wake_nob
         support::step(t.pool(), obj, "look").await.status,
         "completed"
     );
-    // The same document again, from outside: nothing to observe.
+    // The same document again, from outside: nothing to observe, and the event says so.
     put_document(&t, obj, "items", &support::items_document(2)).await;
     assert_eq!(
         support::step(t.pool(), obj, "look").await.status,
         "completed"
     );
+    let updated: serde_json::Value = sqlx::query_scalar(
+        "select detail from workdo.events where object_id = $1 and kind = 'object_updated'
+          order by id desc limit 1",
+    )
+    .bind(obj)
+    .fetch_one(t.pool())
+    .await
+    .expect("object_updated");
+    assert_eq!(updated["unchanged"], serde_json::json!(["items"]));
     // A different one: observed again.
     put_document(&t, obj, "items", &support::items_document(3)).await;
     assert_eq!(support::step(t.pool(), obj, "look").await.status, "ready");

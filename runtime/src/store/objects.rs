@@ -80,10 +80,32 @@ impl Store {
             .fetch_one(&mut *tx)
             .await?;
             let changed = documents_put(&mut tx, id, &o.documents).await?;
+            let mut detail =
+                json!({ "properties": props, "documents": o.documents.keys().collect::<Vec<_>>() });
+            // Documents given as they already were are kept, and wake no observer: say which.
+            let unchanged: Vec<&String> = o
+                .documents
+                .keys()
+                .filter(|d| !changed.contains(d))
+                .collect();
+            if !unchanged.is_empty() {
+                detail["unchanged"] = json!(unchanged);
+            }
             if !changed.is_empty() {
                 replaced.push((id.to_string(), changed));
             }
-            events.push(NewEvent::new(id, if new { "object_registered" } else { "object_updated" }, actor).detail(json!({ "properties": props, "documents": o.documents.keys().collect::<Vec<_>>() })));
+            events.push(
+                NewEvent::new(
+                    id,
+                    if new {
+                        "object_registered"
+                    } else {
+                        "object_updated"
+                    },
+                    actor,
+                )
+                .detail(detail),
+            );
             created.push(new);
         }
         self.observers_watch(&mut tx, &replaced, None, actor)
