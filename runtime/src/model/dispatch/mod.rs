@@ -99,10 +99,19 @@ pub fn observe(observe: &Observe, document: &str) -> Result<Vec<RuleMatch>, Stri
     // A UTF-8 byte order mark may open a document (XML 1.0, 4.3.3): many editors and
     // exports write one. The parser reads it as content and refused the whole document.
     let document = document.strip_prefix('\u{feff}').unwrap_or(document);
-    if nests_deeper(document, MAX_OBSERVED_DEPTH) {
-        return Err(format!(
-            "nests elements more than {MAX_OBSERVED_DEPTH} deep, deeper than an observer reads"
-        ));
+    match nests_deeper(document, MAX_OBSERVED_DEPTH) {
+        Nesting::Within => {}
+        Nesting::Deeper => {
+            return Err(format!(
+                "nests elements more than {MAX_OBSERVED_DEPTH} deep, deeper than an observer reads"
+            ));
+        }
+        Nesting::Unclosed => {
+            return Err(
+                "is not well-formed XML: a tag, comment, CDATA section, processing instruction or DOCTYPE is never closed"
+                    .into(),
+            );
+        }
     }
     let package = sxd_document::parser::parse(document)
         .map_err(|e| format!("is not well-formed XML: {e}"))?;
@@ -169,17 +178,45 @@ pub fn observe(observe: &Observe, document: &str) -> Result<Vec<RuleMatch>, Stri
     Ok(out)
 }
 
-/// Whether elements nest more than `limit` deep in `document`, by a scan of its tags (comments,
-/// CDATA sections, processing instructions and the DOCTYPE skipped, quoted attribute values
-/// read whole): exact for well-formed XML, and what the parser would build for the rest. It
-/// runs before sxd-document's parser, which took 100 s (debug build) on a document nested
-/// 200,000 deep.
-fn nests_deeper(document: &str, limit: usize) -> bool {
+/// What a scan of a document's tags finds about its nesting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Nesting {
+    Within,
+    Deeper,
+    /// Markup (a tag, comment, CDATA section, processing instruction or DOCTYPE) that never
+    /// closes: not well-formed, and not measured.
+    Unclosed,
+}
+
+/// Whether elements nest more than `limit` deep in `document`, by a scan of its tags: comments,
+/// CDATA sections and processing instructions skipped to their ends, quoted attribute values
+/// read whole, a DOCTYPE's internal subset ended at its first `]` as sxd-document's parser ends
+/// it. Exact for well-formed XML; markup left open is [`Nesting::Unclosed`], so no document
+/// the scan cannot measure reaches the parser. It runs before sxd-document's parser, which took
+/// 100 s (debug build) on a document nested 200,000 deep.
+fn nests_deeper(document: &str, limit: usize) -> Nesting {
     let b = document.as_bytes();
-    let find = |from: usize, pat: &[u8]| {
+    // The index just past `pat`, searched from `from`.
+    let past = |from: usize, pat: &[u8]| {
         b.get(from..)
             .and_then(|rest| rest.windows(pat.len()).position(|w| w == pat))
-            .map_or(b.len(), |p| from + p + pat.len())
+            .map(|p| from + p + pat.len())
+    };
+    // The index of the `>` ending a tag begun before `from` (quoted values read whole), or of
+    // the `[` opening a DOCTYPE's subset when `subset`.
+    let tag_end = |from: usize, subset: bool| {
+        let mut quote = None;
+        for (j, &c) in b.iter().enumerate().skip(from) {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), _) => {}
+                (None, b'"' | b'\'') => quote = Some(c),
+                (None, b'[') if subset => return Some(j),
+                (None, b'>') => return Some(j),
+                _ => {}
+            }
+        }
+        None
     };
     let (mut i, mut depth) = (0usize, 0usize);
     while let Some(p) = b
@@ -188,44 +225,42 @@ fn nests_deeper(document: &str, limit: usize) -> bool {
     {
         i += p;
         let rest = &b[i..];
-        if rest.starts_with(b"<!--") {
-            i = find(i + 4, b"-->");
+        let next = if rest.starts_with(b"<!--") {
+            past(i + 4, b"-->")
         } else if rest.starts_with(b"<![CDATA[") {
-            i = find(i + 9, b"]]>");
+            past(i + 9, b"]]>")
         } else if rest.starts_with(b"<?") {
-            i = find(i + 2, b"?>");
+            past(i + 2, b"?>")
+        } else if rest.starts_with(b"<!") {
+            match tag_end(i + 2, true) {
+                Some(j) if b[j] == b'[' => {
+                    past(j, b"]").and_then(|k| tag_end(k, false)).map(|k| k + 1)
+                }
+                Some(j) => Some(j + 1),
+                None => None,
+            }
         } else {
-            // A tag (or the DOCTYPE, whose internal subset nests in brackets) up to its `>`.
-            let (mut j, mut quote, mut brackets) = (i + 1, None, 0usize);
-            while let Some(&c) = b.get(j) {
-                match (quote, c) {
-                    (Some(q), c) if c == q => quote = None,
-                    (Some(_), _) => {}
-                    (None, b'"' | b'\'') => quote = Some(c),
-                    (None, b'[') => brackets += 1,
-                    (None, b']') => brackets = brackets.saturating_sub(1),
-                    (None, b'>') if brackets == 0 => break,
-                    _ => {}
+            tag_end(i + 1, false).map(|j| {
+                if rest.get(1) == Some(&b'/') {
+                    depth = depth.saturating_sub(1);
+                } else if b[j - 1] != b'/' {
+                    depth += 1;
+                } else if depth == limit {
+                    // Closes itself: one deeper than those open, for itself alone.
+                    depth += 1;
                 }
-                j += 1;
-            }
-            match rest.get(1) {
-                Some(b'/') => depth = depth.saturating_sub(1),
-                Some(b'!') => {}
-                _ => {
-                    // An element one deeper than those open; one that closes itself ends here.
-                    if depth + 1 > limit {
-                        return true;
-                    }
-                    if b.get(j - 1) != Some(&b'/') {
-                        depth += 1;
-                    }
-                }
-            }
-            i = j + 1;
+                j + 1
+            })
+        };
+        if depth > limit {
+            return Nesting::Deeper;
+        }
+        match next {
+            Some(n) => i = n,
+            None => return Nesting::Unclosed,
         }
     }
-    false
+    Nesting::Within
 }
 
 /// A matched node as XML text: an element with its attributes and content (namespace prefixes

@@ -424,13 +424,37 @@ fn nesting_is_measured_by_tags_not_by_what_looks_like_them() {
         "<a><?pi <x><y>?><b><c/><c/><c></c></b><b/></a>",
         "<a>\n  <b>\n    <c attr='v'\n       other='w' />\n  </b>\n</a>\n",
     ] {
-        assert!(!nests_deeper(doc, 3), "{doc}");
-        assert!(nests_deeper(doc, 2), "{doc}");
+        assert_eq!(nests_deeper(doc, 3), Nesting::Within, "{doc}");
+        assert_eq!(nests_deeper(doc, 2), Nesting::Deeper, "{doc}");
     }
-    assert!(!nests_deeper("", 0));
-    assert!(!nests_deeper("plain text", 0));
-    // Malformed: counted as written, never a panic.
-    assert!(nests_deeper("<a><b", 1));
-    assert!(!nests_deeper("</a></b><c", 1));
-    assert!(nests_deeper(&"<d>".repeat(200_000), MAX_OBSERVED_DEPTH));
+    assert_eq!(nests_deeper("", 0), Nesting::Within);
+    assert_eq!(nests_deeper("plain text", 0), Nesting::Within);
+    let deep = "<d>".repeat(200_000);
+    assert_eq!(nests_deeper(&deep, MAX_OBSERVED_DEPTH), Nesting::Deeper);
+    // Found by a review: a DOCTYPE subset the parser ends at its first `]` whatever it holds
+    // (a second `[`, a quote in a comment) must not hide what follows from the scan.
+    for prefix in [
+        "<!DOCTYPE r [[]>",
+        "<!DOCTYPE r [<!-- don't -->]>",
+        "<!DOCTYPE r [ \" ]>",
+    ] {
+        let doc = format!("{prefix}{deep}");
+        assert_eq!(
+            nests_deeper(&doc, MAX_OBSERVED_DEPTH),
+            Nesting::Deeper,
+            "{prefix}"
+        );
+    }
+    // Markup left open is not measured, whatever follows: never "within".
+    for open in [
+        "<a><b",
+        "<!-- <a>",
+        "<![CDATA[ <a>",
+        "<?pi <a>",
+        "<!DOCTYPE r [ <a>",
+        "<a x='>",
+    ] {
+        assert_eq!(nests_deeper(open, 10), Nesting::Unclosed, "{open}");
+    }
+    assert_eq!(nests_deeper("</a></b><c/>", 1), Nesting::Within);
 }
