@@ -139,26 +139,42 @@ impl Store {
         if replaced.is_empty() {
             return Ok(0);
         }
-        let by_object: HashMap<&str, &Vec<String>> =
-            replaced.iter().map(|(o, d)| (o.as_str(), d)).collect();
+        // An object named twice in one call: its documents together.
+        let mut by_object: HashMap<&str, Vec<&str>> = HashMap::new();
+        for (object, documents) in replaced {
+            by_object
+                .entry(object.as_str())
+                .or_default()
+                .extend(documents.iter().map(String::as_str));
+        }
         let objects: Vec<&str> = by_object.keys().copied().collect();
-        let running: Vec<(i64, String, i64)> = sqlx::query_as(
-            "select id, object_id, template_id from workdo.workflows
-              where object_id = any($1) and active and status <> 'completed'",
+        let running: Vec<(i64, String, i64, String)> = sqlx::query_as(
+            "select w.id, w.object_id, w.template_id, t.sha256
+               from workdo.workflows w join workdo.templates t on t.id = w.template_id
+              where w.object_id = any($1) and w.active and w.status <> 'completed'",
         )
         .bind(&objects)
         .fetch_all(&mut *tx)
         .await?;
         let (mut workflows, mut names) = (Vec::new(), Vec::new());
-        for (workflow, object, template_id) in running {
+        for (workflow, object, template_id, sha256) in running {
             let Some(documents) = by_object.get(object.as_str()) else {
                 continue;
             };
-            let spec = self.template_by_id(template_id).await?.spec;
+            // Through this transaction's connection (a second from the pool could wait for
+            // ever), and from the cache after the first time. A version this binary cannot
+            // read watches nothing here; the document is written all the same.
+            let spec = match self.spec_by_id(&mut *tx, template_id, &sha256).await {
+                Ok(spec) => spec,
+                Err(e) => {
+                    tracing::warn!(workflow, error = %e, "cannot read the template to wake its watching observers");
+                    continue;
+                }
+            };
             for s in &spec.steps {
                 if s.observe
                     .as_ref()
-                    .is_some_and(|o| o.watch && documents.contains(&o.document))
+                    .is_some_and(|o| o.watch && documents.contains(&o.document.as_str()))
                 {
                     workflows.push(workflow);
                     names.push(s.name.clone());
