@@ -147,6 +147,18 @@ async fn a_document_replaced_while_its_watching_observer_runs_is_observed_again(
     assert_eq!(look.status, "ready", "the observer reads the new document");
     let gen_step = support::step(t.pool(), obj, "gen").await;
     assert_eq!(gen_step.status, "waiting", "the generator waits for it");
+    // Its stale reading is not recorded, and the observer never completed: a workflow it was
+    // the last step of would otherwise have passed through 'completed'.
+    let (observed, completed): (i64, i64) = sqlx::query_as(
+        "select count(*) filter (where kind = 'observed'),
+                count(*) filter (where kind = 'completed' and step = 'look')
+           from workdo.events where object_id = $1",
+    )
+    .bind(obj)
+    .fetch_one(t.pool())
+    .await
+    .expect("events");
+    assert_eq!((observed, completed), (0, 0));
     let rt = start(&t.store, config()).await;
     support::all_completed(t.pool(), 30).await;
     rt.stop().await;

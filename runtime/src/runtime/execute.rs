@@ -293,7 +293,14 @@ async fn observe_bounded(obs: &crate::model::dispatch::Observe, xml: String) -> 
                 let spawned = std::thread::Builder::new()
                     .name("workdo-observe".into())
                     .spawn(move || {
-                        let result = crate::model::dispatch::observe(&obs, &xml);
+                        // A panic here would leave the entry behind, failing every later
+                        // attempt on the same document: it is an answer like any other.
+                        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            crate::model::dispatch::observe(&obs, &xml)
+                        }))
+                        .unwrap_or_else(|_| {
+                            Err("could not be observed: the evaluation panicked".into())
+                        });
                         RUNNING
                             .lock()
                             .unwrap_or_else(PoisonError::into_inner)

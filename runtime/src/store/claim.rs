@@ -52,6 +52,9 @@ impl Store {
                 select s.id from workdo.steps s join workdo.workflows w on w.id = s.workflow_id
                  where w.template = $1 and s.name = $2 and w.object_id = any($3) and s.active
                    and s.status in ('ready', 'scheduled', 'retrying', 'error')
+                   -- a step in error or retrying may wait for prerequisites a recomposition
+                   -- gave it since it ran (store/recompose.rs)
+                   and s.pending = 0
                  limit $4
                    for update of s skip locked), p_owner => $5, p_lease_secs => $6)",
         )

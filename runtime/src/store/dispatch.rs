@@ -264,8 +264,6 @@ pub(super) async fn write_workflows(
 /// (with its bricklets) of its workflow.
 pub(super) struct Observation<'a> {
     pub workflow_id: i64,
-    /// The observer's step, completed in this commit.
-    pub step_id: i64,
     pub observer: &'a str,
     pub matches: &'a [RuleMatch],
     pub spec: &'a Template,
@@ -287,22 +285,11 @@ pub(super) async fn record_observed(
     }
     let ids: Vec<i64> = observations.iter().map(|o| o.workflow_id).collect();
     let mut workflows = lock_workflows(tx, &ids).await?;
-    // Observers whose document was replaced while they ran (`watch`): they observe again.
-    let mut again = Vec::new();
     for o in observations {
         let Some(w) = workflows.get_mut(&o.workflow_id) else {
             continue;
         };
         let (spec, bricklets) = (o.spec, o.bricklets);
-        if let Some(marked) = w.record["observe_again"].as_array_mut() {
-            let before = marked.len();
-            marked.retain(|n| n.as_str() != Some(o.observer));
-            if marked.len() < before {
-                let mut c = super::bulk::retried(o.step_id);
-                c.note = Some("its document was replaced while it was observed".into());
-                again.push(c);
-            }
-        }
         w.record["observed"][o.observer] = json!(o.matches);
         // Copies: a recomposition below changes the record while these are read.
         let observed = w.record["observed"]
@@ -352,7 +339,5 @@ pub(super) async fn record_observed(
                 .detail(json!({"matched": matched, "rules": o.matches.len(), "actsets": changed})),
         );
     }
-    write_workflows(tx, workflows).await?;
-    super::Store::steps_apply(tx, &again, actor).await?;
-    Ok(())
+    write_workflows(tx, workflows).await
 }

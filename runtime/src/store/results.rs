@@ -211,19 +211,23 @@ impl Store {
                 },
             )
             .collect();
-        super::compose::compose(&mut tx, (&mut events, &mut ready), &generators, actor).await?;
         lock_recomposable(&mut tx, results, &dispatching).await?;
-        let applied = Self::steps_apply(&mut tx, results.iter().map(|r| &r.change), actor).await?;
+        let stale = stale_observations(&mut tx, results).await?;
+        super::compose::compose(&mut tx, (&mut events, &mut ready), &generators, actor).await?;
+        let changes = results
+            .iter()
+            .map(|r| stale.get(&r.change.id).unwrap_or(&r.change));
+        let applied = Self::steps_apply(&mut tx, changes, actor).await?;
+        clear_stale_marks(&mut tx, results, &stale).await?;
         let lost: HashSet<i64> = applied.lost.iter().copied().collect();
         let observations: Vec<super::dispatch::Observation<'_>> = results
             .iter()
-            .filter(|r| !lost.contains(&r.change.id))
+            .filter(|r| !lost.contains(&r.change.id) && !stale.contains_key(&r.change.id))
             .filter_map(
                 |r| match (&r.effects.dispatch, dispatching.get(&r.workflow_id)) {
                     (Some(Dispatch::Observed { observer, matches }), Some(found)) => {
                         Some(super::dispatch::Observation {
                             workflow_id: r.workflow_id,
-                            step_id: r.change.id,
                             observer,
                             matches,
                             spec: &found.0,
@@ -328,42 +332,136 @@ impl Store {
     }
 }
 
-/// The steps a recomposition below may change — the observing workflows' generated steps and
-/// their generators' dependants — locked now, in id order, before the completions lock the
-/// workflows: every commit locks steps before workflows, and a recomposition that locked a
-/// subnet's steps while holding their workflow deadlocked with the commits of those steps (an
-/// observer watching its document, the subnet running).
+/// The steps a recomposition below may change — the observing workflows' generated steps,
+/// then their generators' dependants — and the observers' own steps, locked first, each group
+/// in id order, before anything locks a workflow. Every commit locks steps before workflows; a
+/// finishing step before its dependants (as a completion does: a generated step, then the
+/// template step after its generator); and an observer's step before the workflow whose record
+/// marks it (as a replaced document's watch does, `objects::observers_watch`), so that the
+/// mark read below is the last one.
 async fn lock_recomposable(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     results: &[StepResult],
     dispatching: &HashMap<i64, Dispatching>,
 ) -> Result<()> {
     let mut workflows = Vec::new();
-    let mut dependants: Vec<&str> = Vec::new();
+    let mut then: Vec<(i64, &str)> = Vec::new();
     for r in results {
-        let (Some(Dispatch::Observed { .. }), Some(found)) =
+        let (Some(Dispatch::Observed { observer, .. }), Some(found)) =
             (&r.effects.dispatch, dispatching.get(&r.workflow_id))
         else {
             continue;
         };
         workflows.push(r.workflow_id);
+        then.push((r.workflow_id, observer.as_str()));
         let spec = &found.0;
         for g in spec.steps.iter().filter(|s| s.generate.is_some()) {
-            dependants.extend(spec.dependants(&g.name).map(|d| d.name.as_str()));
+            then.extend(
+                spec.dependants(&g.name)
+                    .map(|d| (r.workflow_id, d.name.as_str())),
+            );
         }
     }
     if workflows.is_empty() {
         return Ok(());
     }
-    dependants.sort_unstable();
-    dependants.dedup();
     sqlx::query(
         "select id from workdo.steps
-          where workflow_id = any($1) and (generated is not null or name = any($2))
+          where workflow_id = any($1) and generated is not null
           order by id for update",
     )
     .bind(&workflows)
-    .bind(&dependants)
+    .execute(&mut **tx)
+    .await?;
+    let (ids, names): (Vec<i64>, Vec<&str>) = then.into_iter().unzip();
+    sqlx::query(
+        "select s.id from workdo.steps s
+           join unnest($1::bigint[], $2::text[]) as t(workflow_id, name)
+             on s.workflow_id = t.workflow_id and s.name = t.name
+          order by s.id for update of s",
+    )
+    .bind(&ids)
+    .bind(&names)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Observers whose workflow marks them (`observe_again`: their document was replaced while
+/// they ran, `objects::observers_watch`), with the change that puts each back in its queue
+/// instead of completing it: what it read may be the old document, so it is neither recorded
+/// nor composed from, and its workflow, which it may have been the last step of, never passes
+/// through 'completed' (which would tell a parent its child was done). Read after
+/// [`lock_recomposable`] holds the observers' steps, which a watch locks before marking.
+async fn stale_observations(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    results: &[StepResult],
+) -> Result<HashMap<i64, Change>> {
+    let observing: Vec<(&StepResult, &str)> = results
+        .iter()
+        .filter_map(|r| match &r.effects.dispatch {
+            Some(Dispatch::Observed { observer, .. }) => Some((r, observer.as_str())),
+            _ => None,
+        })
+        .collect();
+    if observing.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let ids: Vec<i64> = observing.iter().map(|(r, _)| r.workflow_id).collect();
+    let marks: HashMap<i64, Value> = sqlx::query_as(
+        "select id, dispatch -> 'observe_again' from workdo.workflows
+          where id = any($1) and dispatch ? 'observe_again'",
+    )
+    .bind(&ids)
+    .fetch_all(&mut **tx)
+    .await?
+    .into_iter()
+    .collect();
+    Ok(observing
+        .into_iter()
+        .filter(|(r, observer)| {
+            marks
+                .get(&r.workflow_id)
+                .and_then(Value::as_array)
+                .is_some_and(|a| a.iter().any(|n| n.as_str() == Some(*observer)))
+        })
+        .map(|(r, _)| {
+            let mut c = super::bulk::retried(r.change.id);
+            c.lease = r.change.lease;
+            c.note =
+                Some("its document was replaced while it was observed: it observes again".into());
+            (r.change.id, c)
+        })
+        .collect())
+}
+
+/// The marks of the observers put back by [`stale_observations`], removed.
+async fn clear_stale_marks(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    results: &[StepResult],
+    stale: &HashMap<i64, Change>,
+) -> Result<()> {
+    let mut by_workflow: BTreeMap<i64, Vec<&str>> = BTreeMap::new();
+    for r in results.iter().filter(|r| stale.contains_key(&r.change.id)) {
+        if let Some(Dispatch::Observed { observer, .. }) = &r.effects.dispatch {
+            by_workflow.entry(r.workflow_id).or_default().push(observer);
+        }
+    }
+    if by_workflow.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<i64> = by_workflow.keys().copied().collect();
+    let names: Vec<Value> = by_workflow.values().map(|n| serde_json::json!(n)).collect();
+    sqlx::query(
+        "update workdo.workflows w
+            set dispatch = jsonb_set(w.dispatch, '{observe_again}',
+                                     (w.dispatch -> 'observe_again')
+                                       - array(select jsonb_array_elements_text(t.names)))
+           from unnest($1::bigint[], $2::jsonb[]) as t(id, names)
+          where w.id = t.id and w.dispatch ? 'observe_again'",
+    )
+    .bind(&ids)
+    .bind(&names)
     .execute(&mut **tx)
     .await?;
     Ok(())

@@ -220,9 +220,13 @@ pub fn expand(
 
 /// The steps of a subnet that nothing in it waits for: the generator's dependants wait for them.
 pub fn sinks(steps: &[GeneratedStep]) -> Vec<String> {
+    let before: std::collections::HashSet<&str> = steps
+        .iter()
+        .flat_map(|s| s.prereqs.iter().map(String::as_str))
+        .collect();
     steps
         .iter()
-        .filter(|s| !steps.iter().any(|o| o.prereqs.contains(&s.name)))
+        .filter(|s| !before.contains(s.name.as_str()))
         .map(|s| s.name.clone())
         .collect()
 }
