@@ -489,3 +489,41 @@ async fn a_dependant_in_error_that_waits_is_not_injected() {
         "error"
     );
 }
+
+/// Found by a helper: an observer that was its workflow's last unfinished step, run again
+/// (`retry --again`) on a document that adds instances, completed the workflow for an instant
+/// before the instances reopened it — a parent machine was told its child was done. The
+/// observation now goes in before the observer's completion.
+#[tokio::test]
+async fn an_observer_finishing_last_does_not_complete_the_workflow_it_grows() {
+    let t = db().await;
+    let obj = "obj:last";
+    sequence_of(&t, obj, 1).await;
+    t.store
+        .step_set(&SetRequest::new(obj, "seqWF", "gen/b#1/work", "completed"))
+        .await
+        .expect("b#1 done");
+    support::run_step(&t, obj, "publish").await;
+    let completed = |t: &support::TestDb| {
+        let pool = t.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "select count(*) from workdo.events
+                  where object_id = $1 and kind = 'workflow_completed'",
+            )
+            .bind(obj)
+            .fetch_one(&pool)
+            .await
+            .expect("events")
+        }
+    };
+    assert_eq!(completed(&t).await, 1, "the workflow ran to the end once");
+    let event = observe_again(&t, obj, 3).await;
+    assert_eq!(event["added"], json!(["gen/b#2/work", "gen/b#3/work"]));
+    assert_eq!(completed(&t).await, 1, "never completed on the way");
+    // `publish` finished before the subnet grew, and stays finished; the rest runs.
+    let rt = start(&t.store, config()).await;
+    support::all_completed(t.pool(), 30).await;
+    rt.stop().await;
+    assert_eq!(completed(&t).await, 2);
+}

@@ -197,9 +197,27 @@ impl Store {
         .bind(except)
         .fetch_all(&mut *tx)
         .await?;
+        // Their workflows, locked, and only those still running: one whose last step completed
+        // while this waited for an observer's lock stays completed (reopening it would tell a
+        // parent its child was done, then not).
+        let mut ids: Vec<i64> = found.iter().map(|(_, w, _, _)| *w).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let records: BTreeMap<i64, Value> = sqlx::query_as(
+            "select id, dispatch from workdo.workflows
+              where id = any($1) and status <> 'completed' order by id for update",
+        )
+        .bind(&ids)
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .collect();
         let mut again = Vec::new();
         let mut running_now: BTreeMap<i64, Vec<String>> = BTreeMap::new();
         for (id, workflow, name, status) in found {
+            if !records.contains_key(&workflow) {
+                continue;
+            }
             match status.as_str() {
                 "completed" => again.push(super::bulk::retried(id)),
                 "started" => running_now.entry(workflow).or_default().push(name),
@@ -208,18 +226,13 @@ impl Store {
         }
         let mut marked = 0;
         if !running_now.is_empty() {
-            let ids: Vec<i64> = running_now.keys().copied().collect();
-            let records: Vec<(i64, Value)> = sqlx::query_as(
-                "select id, dispatch from workdo.workflows where id = any($1) order by id for update",
-            )
-            .bind(&ids)
-            .fetch_all(&mut *tx)
-            .await?;
             let (mut ids, mut written) = (Vec::new(), Vec::new());
-            for (workflow, mut record) in records {
-                if !record.is_object() {
-                    record = json!({});
-                }
+            for (workflow, names) in running_now {
+                let mut record = records
+                    .get(&workflow)
+                    .filter(|r| r.is_object())
+                    .cloned()
+                    .unwrap_or_else(|| json!({}));
                 let mut list: Vec<String> = record["observe_again"]
                     .as_array()
                     .map(|a| {
@@ -228,7 +241,7 @@ impl Store {
                             .collect()
                     })
                     .unwrap_or_default();
-                for n in running_now.remove(&workflow).unwrap_or_default() {
+                for n in names {
                     if !list.contains(&n) {
                         list.push(n);
                         marked += 1;

@@ -211,18 +211,16 @@ impl Store {
                 },
             )
             .collect();
-        lock_recomposable(&mut tx, results, &dispatching).await?;
+        let held = lock_recomposable(&mut tx, results, &dispatching).await?;
         let stale = stale_observations(&mut tx, results).await?;
         super::compose::compose(&mut tx, (&mut events, &mut ready), &generators, actor).await?;
-        let changes = results
-            .iter()
-            .map(|r| stale.get(&r.change.id).unwrap_or(&r.change));
-        let applied = Self::steps_apply(&mut tx, changes, actor).await?;
-        clear_stale_marks(&mut tx, results, &stale).await?;
-        let lost: HashSet<i64> = applied.lost.iter().copied().collect();
+        // Observations (and the recompositions they cause) go in before the observers'
+        // completions, as subnets before their generators': an observer that was its
+        // workflow's last unfinished step would otherwise complete the workflow for an instant
+        // (and tell a parent its child was done) before the instances it adds reopened it.
         let observations: Vec<super::dispatch::Observation<'_>> = results
             .iter()
-            .filter(|r| !lost.contains(&r.change.id) && !stale.contains_key(&r.change.id))
+            .filter(|r| held.contains(&r.change.id) && !stale.contains_key(&r.change.id))
             .filter_map(
                 |r| match (&r.effects.dispatch, dispatching.get(&r.workflow_id)) {
                     (Some(Dispatch::Observed { observer, matches }), Some(found)) => {
@@ -240,6 +238,12 @@ impl Store {
             .collect();
         super::dispatch::record_observed(&mut tx, (&mut events, &mut ready), &observations, actor)
             .await?;
+        let changes = results
+            .iter()
+            .map(|r| stale.get(&r.change.id).unwrap_or(&r.change));
+        let applied = Self::steps_apply(&mut tx, changes, actor).await?;
+        clear_stale_marks(&mut tx, results, &stale).await?;
+        let lost: HashSet<i64> = applied.lost.iter().copied().collect();
         for r in results.iter().filter(|r| !lost.contains(&r.change.id)) {
             let fx = &r.effects;
             if !fx.properties.is_empty() || !fx.documents.is_empty() {
@@ -338,12 +342,13 @@ impl Store {
 /// finishing step before its dependants (as a completion does: a generated step, then the
 /// template step after its generator); and an observer's step before the workflow whose record
 /// marks it (as a replaced document's watch does, `objects::observers_watch`), so that the
-/// mark read below is the last one.
+/// mark read below is the last one. Returns the observers' steps still started under the
+/// leases their results name: only those are recorded (held, the lease cannot be lost now).
 async fn lock_recomposable(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     results: &[StepResult],
     dispatching: &HashMap<i64, Dispatching>,
-) -> Result<()> {
+) -> Result<HashSet<i64>> {
     let mut workflows = Vec::new();
     let mut then: Vec<(i64, &str)> = Vec::new();
     for r in results {
@@ -363,7 +368,7 @@ async fn lock_recomposable(
         }
     }
     if workflows.is_empty() {
-        return Ok(());
+        return Ok(HashSet::new());
     }
     sqlx::query(
         "select id from workdo.steps
@@ -374,17 +379,30 @@ async fn lock_recomposable(
     .execute(&mut **tx)
     .await?;
     let (ids, names): (Vec<i64>, Vec<&str>) = then.into_iter().unzip();
-    sqlx::query(
-        "select s.id from workdo.steps s
+    // Every one locked, whatever its status; an observer's lease is checked on its row.
+    let locked: HashMap<i64, Option<uuid::Uuid>> = sqlx::query_as(
+        "select s.id, case when s.status = 'started' then s.lease_token end
+           from workdo.steps s
            join unnest($1::bigint[], $2::text[]) as t(workflow_id, name)
              on s.workflow_id = t.workflow_id and s.name = t.name
           order by s.id for update of s",
     )
     .bind(&ids)
     .bind(&names)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
+    .fetch_all(&mut **tx)
+    .await?
+    .into_iter()
+    .collect();
+    Ok(results
+        .iter()
+        .filter(|r| matches!(r.effects.dispatch, Some(Dispatch::Observed { .. })))
+        .filter(|r| {
+            locked
+                .get(&r.change.id)
+                .is_some_and(|l| l.is_some() && *l == r.change.lease)
+        })
+        .map(|r| r.change.id)
+        .collect())
 }
 
 /// Observers whose workflow marks them (`observe_again`: their document was replaced while
