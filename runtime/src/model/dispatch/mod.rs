@@ -113,8 +113,17 @@ pub fn observe(observe: &Observe, document: &str) -> Result<Vec<RuleMatch>, Stri
             );
         }
     }
-    let package = sxd_document::parser::parse(document)
-        .map_err(|e| format!("is not well-formed XML: {e}"))?;
+    let package = match sxd_document::parser::parse(document) {
+        Ok(package) => package,
+        // sxd-document wants an XML declaration before a DOCTYPE, which XML 1.0 does not
+        // (`<!DOCTYPE ead …><ead>`, as older finding aids are written): the same document with
+        // one. Its own error is the one reported if that fails too.
+        Err(e) if !document.trim_start().starts_with("<?xml") => {
+            sxd_document::parser::parse(&format!("<?xml version=\"1.0\"?>{document}"))
+                .map_err(|_| format!("is not well-formed XML: {e}"))?
+        }
+        Err(e) => return Err(format!("is not well-formed XML: {e}")),
+    };
     let doc = package.as_document();
     let factory = sxd_xpath::Factory::new();
     let context = sxd_xpath::Context::new();

@@ -207,6 +207,13 @@ fn rules_count_fragments_on_the_document() {
     assert!(err.contains("more than 256 deep"), "{err}");
     let err = observe(&obs, &nested(200_000)).expect_err("far too deep");
     assert!(err.contains("more than 256 deep"), "{err}");
+    // A DOCTYPE without an XML declaration is well-formed XML (the parser wanted one).
+    let found: Vec<u32> = observe(&obs, &format!("<!DOCTYPE content>{doc}"))
+        .expect("a DOCTYPE opens a document")
+        .iter()
+        .map(|m| m.fragments)
+        .collect();
+    assert_eq!(found, vec![2, 1, 3]);
     let err = observe(&obs, "<content>").expect_err("malformed");
     assert!(err.contains("not well-formed XML"), "{err}");
     assert!(check_xpath("//a[").is_err());
