@@ -311,3 +311,90 @@ async fn an_observer_writing_its_own_document_and_an_unchanged_document_wake_nob
     put_document(&t, obj, "items", &support::items_document(3)).await;
     assert_eq!(support::step(t.pool(), obj, "look").await.status, "ready");
 }
+
+/// Found by a helper: a replacement that read the workflow as running, then waited while its
+/// last step completed, reopened the completed workflow (a parent would be told its child was
+/// done, then not). The watch now acts only on workflows still running once it holds them.
+#[tokio::test]
+async fn a_replacement_racing_the_last_step_leaves_the_workflow_completed() {
+    let t = db().await;
+    let watching = SEQUENCE_WF.replace(
+        "      document: items\n",
+        "      document: items\n      watch: true\n",
+    );
+    let obj = "obj:racing";
+    support::load(&t.store, "seq.yaml", &watching).await;
+    put_document(&t, obj, "items", &support::items_document(1)).await;
+    t.store
+        .workflow_start(&StartRequest::new("seqWF", &[obj]))
+        .await
+        .expect("start");
+    for step in ["look", "gen"] {
+        support::run_step(&t, obj, step).await;
+    }
+    t.store
+        .step_set(&workdo::store::SetRequest::new(
+            obj,
+            "seqWF",
+            "gen/b#1/work",
+            "completed",
+        ))
+        .await
+        .expect("b#1 done");
+    // Another transaction holds the workflow while it finishes its last step.
+    let mut last = t.pool().begin().await.expect("begin");
+    let workflow: i64 =
+        sqlx::query_scalar("select id from workdo.workflows where object_id = $1 for update")
+            .bind(obj)
+            .fetch_one(&mut *last)
+            .await
+            .expect("lock");
+    // The replacement starts, and waits for it.
+    let store = t.store.clone();
+    let replacing = tokio::spawn(async move {
+        let docs = [("items".to_string(), support::items_document(2))]
+            .into_iter()
+            .collect();
+        store
+            .object_put(obj, &Default::default(), &docs, "test")
+            .await
+    });
+    support::wait_for("the replacement to wait for the workflow", 30, || async {
+        support::count(
+            t.pool(),
+            "select count(*) from pg_stat_activity
+              where wait_event_type = 'Lock' and query like '%from workdo.workflows%'",
+        )
+        .await
+            > 0
+    })
+    .await;
+    sqlx::query(
+        "update workdo.steps set status = 'completed', finished_at = now()
+          where workflow_id = $1 and name = 'publish'",
+    )
+    .bind(workflow)
+    .execute(&mut *last)
+    .await
+    .expect("publish done");
+    sqlx::query(
+        "update workdo.workflows set unfinished = 0, status = 'completed', completed_at = now()
+          where id = $1",
+    )
+    .bind(workflow)
+    .execute(&mut *last)
+    .await
+    .expect("workflow done");
+    last.commit().await.expect("commit");
+    replacing.await.expect("task").expect("replaced");
+    let status: String = sqlx::query_scalar("select status from workdo.workflows where id = $1")
+        .bind(workflow)
+        .fetch_one(t.pool())
+        .await
+        .expect("workflow");
+    assert_eq!(status, "completed");
+    assert_eq!(
+        support::step(t.pool(), obj, "look").await.status,
+        "completed"
+    );
+}
