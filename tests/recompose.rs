@@ -527,3 +527,48 @@ async fn an_observer_finishing_last_does_not_complete_the_workflow_it_grows() {
     rt.stop().await;
     assert_eq!(completed(&t).await, 2);
 }
+
+/// Found by a review: a dependant scheduled for later (deferred) that a recomposition made
+/// wait lost its time; it keeps it now, and is not queued before the new instances finish.
+#[tokio::test]
+async fn a_scheduled_dependant_keeps_its_time_while_it_waits() {
+    let t = db().await;
+    let obj = "obj:later";
+    sequence_of(&t, obj, 1).await;
+    t.store
+        .step_set(&SetRequest::new(obj, "seqWF", "gen/b#1/work", "completed"))
+        .await
+        .expect("b#1 done");
+    let publish = support::step(t.pool(), obj, "publish").await;
+    let due: chrono::DateTime<chrono::Utc> = sqlx::query_scalar(
+        "update workdo.steps set status = 'scheduled', run_at = now() + interval '1 hour'
+          where id = $1 returning run_at",
+    )
+    .bind(publish.id)
+    .fetch_one(t.pool())
+    .await
+    .expect("deferred");
+    observe_again(&t, obj, 2).await;
+    let waiting: (String, i32, chrono::DateTime<chrono::Utc>) =
+        sqlx::query_as("select status, pending, run_at from workdo.steps where id = $1")
+            .bind(publish.id)
+            .fetch_one(t.pool())
+            .await
+            .expect("publish");
+    assert_eq!(waiting, ("scheduled".to_string(), 1, due));
+    t.store
+        .step_set(&SetRequest::new(obj, "seqWF", "gen/b#2/work", "completed"))
+        .await
+        .expect("b#2 done");
+    let after: (String, i32, chrono::DateTime<chrono::Utc>) =
+        sqlx::query_as("select status, pending, run_at from workdo.steps where id = $1")
+            .bind(publish.id)
+            .fetch_one(t.pool())
+            .await
+            .expect("publish");
+    assert_eq!(
+        after,
+        ("scheduled".to_string(), 0, due),
+        "due in an hour still"
+    );
+}

@@ -316,8 +316,10 @@ fn bricklet_of(name: &str) -> &str {
 }
 
 /// Steps wait for more prerequisites: each named step's count of unfinished prerequisites
-/// grows by its list's length and the list joins its prerequisites; a queued one waits again
-/// (one running, retrying or in error keeps its status, and waits when it is put back).
+/// grows by its list's length and the list joins its prerequisites; a queued one waits again.
+/// One running, retrying, in error or scheduled keeps its status (a scheduled one its time:
+/// when it comes due it waits, and it is ready when both have come), and waits when it is put
+/// back.
 async fn wait_for(
     tx: &mut Transaction<'_, Postgres>,
     workflow_id: i64,
@@ -332,8 +334,7 @@ async fn wait_for(
         "update workdo.steps s
             set pending = s.pending + jsonb_array_length(t.prereqs),
                 prereqs = s.prereqs || array(select jsonb_array_elements_text(t.prereqs)),
-                status = case when s.status in ('ready', 'scheduled') then 'waiting'
-                              else s.status end,
+                status = case when s.status = 'ready' then 'waiting' else s.status end,
                 updated_at = now()
            from unnest($2::text[], $3::jsonb[]) as t(name, prereqs)
           where s.workflow_id = $1 and s.name = t.name",
