@@ -45,23 +45,8 @@ async fn a_changed_document_recomposes_the_subnet() {
         .workflow_start(&StartRequest::new("contentWF", &[obj]))
         .await
         .expect("start");
-    let bindings = runtime::bindings(&t.store, &[]).await.expect("bindings");
-    let cfg = config();
-    let run = |step: &'static str| {
-        let b = bindings
-            .iter()
-            .find(|b| b.step == step)
-            .cloned()
-            .expect("binding");
-        let (store, cfg) = (t.store.clone(), cfg.clone());
-        async move {
-            inject::run_now(&store, &b, &cfg, &[obj.to_string()])
-                .await
-                .expect("run")
-        }
-    };
-    run("look").await;
-    run("gen").await;
+    support::run_step(&t, obj, "look").await;
+    support::run_step(&t, obj, "gen").await;
     // One image instance finished, the audio instance running, the other image pending.
     t.store
         .step_set(&SetRequest::new(
@@ -106,7 +91,7 @@ async fn a_changed_document_recomposes_the_subnet() {
         .await
         .expect("again");
     assert_eq!(again, 1);
-    run("look").await;
+    support::run_step(&t, obj, "look").await;
 
     // Listing 1 applied to the new activation set.
     let loaded = workdo::model::template::parse(
@@ -400,19 +385,12 @@ async fn an_instance_activated_again_is_reopened_and_waited_for() {
 #[tokio::test]
 async fn a_running_dependant_put_back_waits_for_instances_added_under_it() {
     use workdo::model::status::Status;
-    use workdo::store::{Change, Effects, StepResult};
+    use workdo::store::Effects;
     let t = db().await;
     let obj = "obj:under";
     let claimed = publish_running_when_the_subnet_grows(&t, obj).await;
     // Its attempt ends without completing: back to the queue, which it may not enter yet.
-    let mut change = Change::new(claimed.id, Status::Waiting, "released");
-    change.lease = Some(claimed.lease_token);
-    let released = StepResult {
-        change,
-        object_id: obj.to_string(),
-        workflow_id: claimed.workflow_id,
-        effects: Effects::default(),
-    };
+    let released = support::result_for(&claimed, Status::Waiting, "released", Effects::default());
     t.store
         .results_commit(&[released], "test")
         .await
@@ -433,23 +411,12 @@ async fn publish_running_when_the_subnet_grows(
         .step_set(&SetRequest::new(obj, "seqWF", "gen/b#1/work", "completed"))
         .await
         .expect("b#1 done");
-    let mut claimed = t
-        .store
-        .step_claim_objects(
-            "seqWF",
-            "publish",
-            &[obj.to_string()],
-            "test",
-            std::time::Duration::from_secs(600),
-        )
-        .await
-        .expect("claim publish");
-    assert_eq!(claimed.len(), 1, "publish runs");
+    let claimed = support::claim_step(t, "seqWF", obj, "publish").await;
     let event = observe_again(t, obj, 3).await;
     assert_eq!(event["added"], json!(["gen/b#2/work", "gen/b#3/work"]));
     let publish = support::step(t.pool(), obj, "publish").await;
     assert_eq!((publish.status.as_str(), publish.pending), ("started", 1));
-    claimed.remove(0)
+    claimed
 }
 
 /// Found by a review: a dependant in error that a recomposition made wait is not taken by
@@ -457,18 +424,11 @@ async fn publish_running_when_the_subnet_grows(
 #[tokio::test]
 async fn a_dependant_in_error_that_waits_is_not_injected() {
     use workdo::model::status::Status;
-    use workdo::store::{Change, Effects, StepResult};
+    use workdo::store::Effects;
     let t = db().await;
     let obj = "obj:inject";
     let claimed = publish_running_when_the_subnet_grows(&t, obj).await;
-    let mut change = Change::new(claimed.id, Status::Error, "failed");
-    change.lease = Some(claimed.lease_token);
-    let failed = StepResult {
-        change,
-        object_id: obj.to_string(),
-        workflow_id: claimed.workflow_id,
-        effects: Effects::default(),
-    };
+    let failed = support::result_for(&claimed, Status::Error, "failed", Effects::default());
     t.store
         .results_commit(&[failed], "test")
         .await

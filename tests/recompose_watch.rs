@@ -8,11 +8,42 @@ use std::collections::BTreeSet;
 
 use support::{config, db, put_document, start};
 use workdo::model::dispatch;
-use workdo::runtime::{self, inject};
 use workdo::store::StartRequest;
 
 const CONTENT_WF: &str = include_str!("fixtures/contentWF.yaml");
 const SEQUENCE_WF: &str = include_str!("fixtures/seqWF.yaml");
+
+/// `seqWF` with its observer watching its document.
+fn watching() -> String {
+    let watching = SEQUENCE_WF.replace(
+        "      document: items\n",
+        "      document: items\n      watch: true\n",
+    );
+    assert_ne!(watching, SEQUENCE_WF);
+    watching
+}
+
+/// The `items` document of `n` items, to write.
+fn items(n: usize) -> std::collections::BTreeMap<String, String> {
+    [("items".to_string(), support::items_document(n))]
+        .into_iter()
+        .collect()
+}
+
+/// Watching `seqWF` started on `obj` with one item; `composed`: its observer and generator run.
+async fn watching_sequence(t: &support::TestDb, obj: &str, composed: bool) {
+    support::load(&t.store, "seq.yaml", &watching()).await;
+    put_document(t, obj, "items", &support::items_document(1)).await;
+    t.store
+        .workflow_start(&StartRequest::new("seqWF", &[obj]))
+        .await
+        .expect("start");
+    if composed {
+        for step in ["look", "gen"] {
+            support::run_step(t, obj, step).await;
+        }
+    }
+}
 
 /// An observer that says `watch: true` observes again by itself when its document is replaced
 /// while the workflow runs, and its generator recomposes: no `retry --again` needed.
@@ -37,13 +68,8 @@ async fn a_watching_observer_recomposes_when_its_document_is_replaced() {
         .workflow_start(&StartRequest::new("contentWF", &[obj]))
         .await
         .expect("start");
-    let bindings = runtime::bindings(&t.store, &[]).await.expect("bindings");
-    let cfg = config();
     for step in ["look", "gen"] {
-        let b = bindings.iter().find(|b| b.step == step).expect("binding");
-        inject::run_now(&t.store, b, &cfg, &[obj.to_string()])
-            .await
-            .expect("run");
+        support::run_step(&t, obj, step).await;
     }
     // Replaced: the observer is ready again at once.
     put_document(
@@ -55,10 +81,7 @@ async fn a_watching_observer_recomposes_when_its_document_is_replaced() {
     .await;
     let look = support::step(t.pool(), obj, "look").await;
     assert_eq!(look.status, "ready", "the watching observer runs again");
-    let b = bindings.iter().find(|b| b.step == "look").expect("binding");
-    inject::run_now(&t.store, b, &cfg, &[obj.to_string()])
-        .await
-        .expect("observe again");
+    support::run_step(&t, obj, "look").await;
     let names: BTreeSet<String> = support::generated_names(&t, obj)
         .await
         .into_iter()
@@ -73,33 +96,12 @@ async fn a_watching_observer_recomposes_when_its_document_is_replaced() {
 #[tokio::test]
 async fn a_document_replaced_while_its_watching_observer_runs_is_observed_again() {
     use workdo::model::status::Status;
-    use workdo::store::{Change, Dispatch, Effects, StepResult};
+    use workdo::store::{Dispatch, Effects};
     let t = db().await;
-    let watching = SEQUENCE_WF.replace(
-        "      document: items\n",
-        "      document: items\n      watch: true\n",
-    );
-    assert_ne!(watching, SEQUENCE_WF);
-    support::load(&t.store, "seq.yaml", &watching).await;
     let obj = "obj:race";
-    put_document(&t, obj, "items", &support::items_document(1)).await;
-    t.store
-        .workflow_start(&StartRequest::new("seqWF", &[obj]))
-        .await
-        .expect("start");
+    watching_sequence(&t, obj, false).await;
     // The observer is claimed and reads its document.
-    let mut claimed = t
-        .store
-        .step_claim_objects(
-            "seqWF",
-            "look",
-            &[obj.to_string()],
-            "test",
-            std::time::Duration::from_secs(600),
-        )
-        .await
-        .expect("claim");
-    assert_eq!(claimed.len(), 1);
+    let mut claimed = [support::claim_step(&t, "seqWF", obj, "look").await];
     let mut inputs = t
         .store
         .step_inputs(&mut claimed, &["items".to_string()])
@@ -116,7 +118,7 @@ async fn a_document_replaced_while_its_watching_observer_runs_is_observed_again(
     let spec = workdo::model::template::parse(
         "seq.yaml",
         workdo::model::template::Format::Yaml,
-        &watching,
+        &watching(),
     )
     .expect("template")
     .template;
@@ -125,20 +127,14 @@ async fn a_document_replaced_while_its_watching_observer_runs_is_observed_again(
         .and_then(|s| s.observe.clone())
         .expect("observer");
     let matches = dispatch::observe(&observe, &read).expect("observed");
-    let mut change = Change::new(claimed[0].id, Status::Completed, "completed");
-    change.lease = Some(claimed[0].lease_token);
-    let result = StepResult {
-        change,
-        object_id: obj.to_string(),
-        workflow_id: claimed[0].workflow_id,
-        effects: Effects {
-            dispatch: Some(Dispatch::Observed {
-                observer: "look".into(),
-                matches,
-            }),
-            ..Effects::default()
-        },
+    let effects = Effects {
+        dispatch: Some(Dispatch::Observed {
+            observer: "look".into(),
+            matches,
+        }),
+        ..Effects::default()
     };
+    let result = support::result_for(&claimed[0], Status::Completed, "completed", effects);
     t.store
         .results_commit(&[result], "test")
         .await
@@ -180,47 +176,16 @@ async fn a_document_replaced_while_its_watching_observer_runs_is_observed_again(
 #[tokio::test]
 async fn a_document_written_by_a_step_wakes_the_watching_observer() {
     use workdo::model::status::Status;
-    use workdo::store::{Change, Effects, StepResult};
+    use workdo::store::Effects;
     let t = db().await;
-    let watching = SEQUENCE_WF.replace(
-        "      document: items\n",
-        "      document: items\n      watch: true\n",
-    );
     let obj = "obj:written";
-    support::load(&t.store, "seq.yaml", &watching).await;
-    put_document(&t, obj, "items", &support::items_document(1)).await;
-    t.store
-        .workflow_start(&StartRequest::new("seqWF", &[obj]))
-        .await
-        .expect("start");
-    for step in ["look", "gen"] {
-        support::run_step(&t, obj, step).await;
-    }
-    let claimed = t
-        .store
-        .step_claim_objects(
-            "seqWF",
-            "gen/b#1/work",
-            &[obj.to_string()],
-            "test",
-            std::time::Duration::from_secs(600),
-        )
-        .await
-        .expect("claim");
-    assert_eq!(claimed.len(), 1);
-    let mut change = Change::new(claimed[0].id, Status::Completed, "completed");
-    change.lease = Some(claimed[0].lease_token);
-    let result = StepResult {
-        change,
-        object_id: obj.to_string(),
-        workflow_id: claimed[0].workflow_id,
-        effects: Effects {
-            documents: [("items".to_string(), support::items_document(2))]
-                .into_iter()
-                .collect(),
-            ..Effects::default()
-        },
+    watching_sequence(&t, obj, true).await;
+    let claimed = support::claim_step(&t, "seqWF", obj, "gen/b#1/work").await;
+    let effects = Effects {
+        documents: items(2),
+        ..Effects::default()
     };
+    let result = support::result_for(&claimed, Status::Completed, "completed", effects);
     t.store
         .results_commit(&[result], "test")
         .await
@@ -242,48 +207,20 @@ async fn a_document_written_by_a_step_wakes_the_watching_observer() {
 #[tokio::test]
 async fn an_observer_writing_its_own_document_and_an_unchanged_document_wake_nobody() {
     use workdo::model::status::Status;
-    use workdo::store::{Change, Dispatch, Effects, StepResult};
+    use workdo::store::{Dispatch, Effects};
     let t = db().await;
-    let watching = SEQUENCE_WF.replace(
-        "      document: items\n",
-        "      document: items\n      watch: true\n",
-    );
     let obj = "obj:self";
-    support::load(&t.store, "seq.yaml", &watching).await;
-    put_document(&t, obj, "items", &support::items_document(1)).await;
-    t.store
-        .workflow_start(&StartRequest::new("seqWF", &[obj]))
-        .await
-        .expect("start");
-    let claimed = t
-        .store
-        .step_claim_objects(
-            "seqWF",
-            "look",
-            &[obj.to_string()],
-            "test",
-            std::time::Duration::from_secs(600),
-        )
-        .await
-        .expect("claim");
-    assert_eq!(claimed.len(), 1);
-    let mut change = Change::new(claimed[0].id, Status::Completed, "completed");
-    change.lease = Some(claimed[0].lease_token);
-    let own = StepResult {
-        change,
-        object_id: obj.to_string(),
-        workflow_id: claimed[0].workflow_id,
-        effects: Effects {
-            documents: [("items".to_string(), support::items_document(2))]
-                .into_iter()
-                .collect(),
-            dispatch: Some(Dispatch::Observed {
-                observer: "look".into(),
-                matches: Vec::new(),
-            }),
-            ..Effects::default()
-        },
+    watching_sequence(&t, obj, false).await;
+    let claimed = support::claim_step(&t, "seqWF", obj, "look").await;
+    let effects = Effects {
+        documents: items(2),
+        dispatch: Some(Dispatch::Observed {
+            observer: "look".into(),
+            matches: Vec::new(),
+        }),
+        ..Effects::default()
     };
+    let own = support::result_for(&claimed, Status::Completed, "completed", effects);
     t.store
         .results_commit(&[own], "test")
         .await
@@ -318,20 +255,8 @@ async fn an_observer_writing_its_own_document_and_an_unchanged_document_wake_nob
 #[tokio::test]
 async fn a_replacement_racing_the_last_step_leaves_the_workflow_completed() {
     let t = db().await;
-    let watching = SEQUENCE_WF.replace(
-        "      document: items\n",
-        "      document: items\n      watch: true\n",
-    );
     let obj = "obj:racing";
-    support::load(&t.store, "seq.yaml", &watching).await;
-    put_document(&t, obj, "items", &support::items_document(1)).await;
-    t.store
-        .workflow_start(&StartRequest::new("seqWF", &[obj]))
-        .await
-        .expect("start");
-    for step in ["look", "gen"] {
-        support::run_step(&t, obj, step).await;
-    }
+    watching_sequence(&t, obj, true).await;
     t.store
         .step_set(&workdo::store::SetRequest::new(
             obj,
@@ -352,11 +277,8 @@ async fn a_replacement_racing_the_last_step_leaves_the_workflow_completed() {
     // The replacement starts, and waits for it.
     let store = t.store.clone();
     let replacing = tokio::spawn(async move {
-        let docs = [("items".to_string(), support::items_document(2))]
-            .into_iter()
-            .collect();
         store
-            .object_put(obj, &Default::default(), &docs, "test")
+            .object_put(obj, &Default::default(), &items(2), "test")
             .await
     });
     support::wait_for("the replacement to wait for the workflow", 30, || async {

@@ -26,8 +26,8 @@ use tokio_util::sync::CancellationToken;
 use workdo::model::retry::Backoff;
 use workdo::pg::{Cluster, ClusterOptions};
 use workdo::runtime::{self, Config};
-use workdo::store::Store;
 use workdo::store::db::{self, with_database};
+use workdo::store::{Claimed, Store};
 
 struct Server {
     /// URL of a database on the server to run CREATE DATABASE from.
@@ -441,4 +441,39 @@ pub async fn run_step(t: &TestDb, object: &str, step: &str) {
     workdo::runtime::inject::run_now(&t.store, b, &config(), &[object.to_string()])
         .await
         .expect("run");
+}
+
+/// `step` of `object`'s `template` workflow, claimed as a worker claims it (a 10-minute lease).
+pub async fn claim_step(t: &TestDb, template: &str, object: &str, step: &str) -> Claimed {
+    let mut claimed = t
+        .store
+        .step_claim_objects(
+            template,
+            step,
+            &[object.to_string()],
+            "test",
+            Duration::from_secs(600),
+        )
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), 1, "{step} of {object} claimed");
+    claimed.remove(0)
+}
+
+/// What a worker commits for `claimed`: `status` (the event `event`) under its lease, with
+/// `effects`.
+pub fn result_for(
+    claimed: &Claimed,
+    status: workdo::model::status::Status,
+    event: &'static str,
+    effects: workdo::store::Effects,
+) -> workdo::store::StepResult {
+    let mut change = workdo::store::Change::new(claimed.id, status, event);
+    change.lease = Some(claimed.lease_token);
+    workdo::store::StepResult {
+        change,
+        object_id: claimed.object_id.clone(),
+        workflow_id: claimed.workflow_id,
+        effects,
+    }
 }

@@ -260,10 +260,52 @@ fn result_of(
 
 type Observed = Result<Vec<crate::model::dispatch::RuleMatch>, String>;
 
-/// Evaluations running now, by what they evaluate (the rules, and the document's SHA-256),
-/// each with the channel its answer comes on.
-type Running =
-    std::collections::HashMap<(String, [u8; 32]), tokio::sync::watch::Receiver<Option<Observed>>>;
+/// What an evaluation evaluates: the rules, and the document's SHA-256.
+type EvaluationKey = (String, [u8; 32]);
+
+/// Evaluations running now, each with the channel its answer comes on.
+static RUNNING: std::sync::LazyLock<
+    std::sync::Mutex<
+        std::collections::HashMap<EvaluationKey, tokio::sync::watch::Receiver<Option<Observed>>>,
+    >,
+> = std::sync::LazyLock::new(Default::default);
+
+/// The answer channel of the evaluation of `key`: the one running, or a new one on a thread of
+/// its own, which leaves [`RUNNING`] when it answers.
+fn evaluation(
+    key: EvaluationKey,
+    obs: &crate::model::dispatch::Observe,
+    xml: String,
+) -> Result<tokio::sync::watch::Receiver<Option<Observed>>, String> {
+    use std::sync::PoisonError;
+    let mut running = RUNNING.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(rx) = running.get(&key) {
+        return Ok(rx.clone());
+    }
+    let (tx, rx) = tokio::sync::watch::channel(None);
+    running.insert(key.clone(), rx.clone());
+    let (obs, mine) = (obs.clone(), key.clone());
+    let spawned = std::thread::Builder::new()
+        .name("workdo-observe".into())
+        .spawn(move || {
+            // A panic here would leave the entry behind, failing every later attempt on the
+            // same document: it is an answer like any other.
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                crate::model::dispatch::observe(&obs, &xml)
+            }))
+            .unwrap_or_else(|_| Err("could not be observed: the evaluation panicked".into()));
+            RUNNING
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&mine);
+            let _ = tx.send(Some(result));
+        });
+    if let Err(e) = spawned {
+        running.remove(&key);
+        return Err(format!("could not be observed: no thread: {e}"));
+    }
+    Ok(rx)
+}
 
 /// An observer's rules on `xml`, on a thread of its own (XPath evaluation cannot yield or be
 /// stopped, and a thread of the runtime's blocking pool would keep the process from exiting
@@ -276,45 +318,11 @@ type Running =
 async fn observe_bounded(obs: &crate::model::dispatch::Observe, xml: String) -> Observed {
     use crate::model::dispatch::OBSERVE_TIMEOUT;
     use sha2::Digest;
-    use std::sync::{LazyLock, Mutex, PoisonError};
-    static RUNNING: LazyLock<Mutex<Running>> = LazyLock::new(Mutex::default);
     let key = (
         format!("{:?}", obs.rules),
         sha2::Sha256::digest(xml.as_bytes()).into(),
     );
-    let mut answer = {
-        let mut running = RUNNING.lock().unwrap_or_else(PoisonError::into_inner);
-        match running.get(&key) {
-            Some(rx) => rx.clone(),
-            None => {
-                let (tx, rx) = tokio::sync::watch::channel(None);
-                running.insert(key.clone(), rx.clone());
-                let (obs, mine) = (obs.clone(), key.clone());
-                let spawned = std::thread::Builder::new()
-                    .name("workdo-observe".into())
-                    .spawn(move || {
-                        // A panic here would leave the entry behind, failing every later
-                        // attempt on the same document: it is an answer like any other.
-                        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            crate::model::dispatch::observe(&obs, &xml)
-                        }))
-                        .unwrap_or_else(|_| {
-                            Err("could not be observed: the evaluation panicked".into())
-                        });
-                        RUNNING
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .remove(&mine);
-                        let _ = tx.send(Some(result));
-                    });
-                if let Err(e) = spawned {
-                    running.remove(&key);
-                    return Err(format!("could not be observed: no thread: {e}"));
-                }
-                rx
-            }
-        }
-    };
+    let mut answer = evaluation(key, obs, xml)?;
     let waited = tokio::time::timeout(OBSERVE_TIMEOUT, answer.wait_for(Option::is_some)).await;
     match waited {
         Ok(Ok(done)) => done

@@ -8,14 +8,15 @@
 //! insert). [`super::dispatch`] has the activation sets; the composition itself is
 //! [`crate::model::dispatch`].
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde_json::{Value, json};
 use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::Result;
 use super::dispatch::{
-    Bricklets, activation_fragments, composable, lock_workflows, write_workflows,
+    Bricklets, activation_fragments, composable, lock_held, lock_named, lock_workflows,
+    write_workflows,
 };
 use super::events::{EventBuf, NewEvent, ReadyKeys};
 use crate::model::dispatch::{self, Actset};
@@ -54,18 +55,7 @@ pub(super) async fn compose(
     // dependants before its workflows' counters, so a composition that held a workflow while
     // waiting for a dependant another commit had readied could deadlock with it (the commit
     // would be retried, nothing lost, the work done twice).
-    let held: HashMap<i64, i64> = sqlx::query_as(
-        "select s.id, s.workflow_id
-           from workdo.steps s join unnest($1::bigint[], $2::uuid[]) as g(id, lease) on s.id = g.id
-          where s.status = 'started' and s.lease_token is not distinct from g.lease
-          order by s.id for update of s",
-    )
-    .bind(&ids)
-    .bind(&leases)
-    .fetch_all(&mut **tx)
-    .await?
-    .into_iter()
-    .collect();
+    let held = lock_held(tx, &ids, &leases).await?;
     if held.is_empty() {
         return Ok(());
     }
@@ -79,18 +69,7 @@ pub(super) async fn compose(
             }
         }
     }
-    if !dep_workflows.is_empty() {
-        sqlx::query(
-            "select s.id from workdo.steps s
-               join unnest($1::bigint[], $2::text[]) as d(workflow_id, name)
-                 on s.workflow_id = d.workflow_id and s.name = d.name
-              order by s.id for update of s",
-        )
-        .bind(&dep_workflows)
-        .bind(&dep_names)
-        .execute(&mut **tx)
-        .await?;
-    }
+    lock_named(tx, &dep_workflows, &dep_names).await?;
     let workflow_ids: Vec<i64> = held.values().copied().collect();
     let mut workflows = lock_workflows(tx, &workflow_ids).await?;
     // The workflows a generator composed into: only those are written back.

@@ -260,9 +260,56 @@ pub(super) async fn write_workflows(
     Ok(())
 }
 
-/// An observer's result in this commit: what its rules matched, and the template version
-/// (with its bricklets) of its workflow.
+/// Steps `ids`, each still started under its lease in `leases`, locked in id order: their
+/// workflows, by step. A step whose lease is gone is neither locked nor answered.
+pub(super) async fn lock_held(
+    tx: &mut Transaction<'_, Postgres>,
+    ids: &[i64],
+    leases: &[Option<uuid::Uuid>],
+) -> Result<std::collections::HashMap<i64, i64>> {
+    Ok(sqlx::query_as(
+        "select s.id, s.workflow_id
+           from workdo.steps s join unnest($1::bigint[], $2::uuid[]) as g(id, lease) on s.id = g.id
+          where s.status = 'started' and s.lease_token is not distinct from g.lease
+          order by s.id for update of s",
+    )
+    .bind(ids)
+    .bind(leases)
+    .fetch_all(&mut **tx)
+    .await?
+    .into_iter()
+    .collect())
+}
+
+/// The steps named `names[i]` in workflows `workflows[i]`, whatever their status, locked in id
+/// order.
+pub(super) async fn lock_named(
+    tx: &mut Transaction<'_, Postgres>,
+    workflows: &[i64],
+    names: &[&str],
+) -> Result<()> {
+    if workflows.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "select s.id from workdo.steps s
+           join unnest($1::bigint[], $2::text[]) as d(workflow_id, name)
+             on s.workflow_id = d.workflow_id and s.name = d.name
+          order by s.id for update of s",
+    )
+    .bind(workflows)
+    .bind(names)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// An observer's result in this commit: its step under its lease, what its rules matched, and
+/// the template version (with its bricklets) of its workflow.
+#[derive(Clone, Copy)]
 pub(super) struct Observation<'a> {
+    pub step_id: i64,
+    pub lease: Option<uuid::Uuid>,
     pub workflow_id: i64,
     pub observer: &'a str,
     pub matches: &'a [RuleMatch],

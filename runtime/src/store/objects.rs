@@ -1,6 +1,6 @@
 //! Objects: registering them, their properties and their documents.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::{Value, json};
 
@@ -121,8 +121,7 @@ impl Store {
     /// that has run is put back in its queue at once; one running now is marked in its
     /// workflow's record, and its own commit puts it back (it may have read the document
     /// before). `except`: the step whose result wrote the documents, which does not wake
-    /// itself (an observer that writes its own document would run for ever). Returns how many
-    /// were put back or marked.
+    /// itself (an observer that writes its own document would run for ever).
     ///
     /// The observers' steps are locked first, then the workflows, each in id order — the order
     /// every commit takes. The step's lock also keeps a claim from taking a queued observer,
@@ -135,9 +134,9 @@ impl Store {
         replaced: &[(String, Vec<String>)],
         except: Option<i64>,
         actor: &str,
-    ) -> Result<usize> {
+    ) -> Result<()> {
         if replaced.is_empty() {
-            return Ok(0);
+            return Ok(());
         }
         // An object named twice in one call: its documents together.
         let mut by_object: HashMap<&str, Vec<&str>> = HashMap::new();
@@ -182,7 +181,7 @@ impl Store {
             }
         }
         if workflows.is_empty() {
-            return Ok(0);
+            return Ok(());
         }
         let found: Vec<(i64, i64, String, String)> = sqlx::query_as(
             "select s.id, s.workflow_id, s.name, s.status
@@ -203,8 +202,8 @@ impl Store {
         let mut ids: Vec<i64> = found.iter().map(|(_, w, _, _)| *w).collect();
         ids.sort_unstable();
         ids.dedup();
-        let records: BTreeMap<i64, Value> = sqlx::query_as(
-            "select id, dispatch from workdo.workflows
+        let running: HashSet<i64> = sqlx::query_scalar(
+            "select id from workdo.workflows
               where id = any($1) and status <> 'completed' order by id for update",
         )
         .bind(&ids)
@@ -212,57 +211,52 @@ impl Store {
         .await?
         .into_iter()
         .collect();
-        let mut again = Vec::new();
-        let mut running_now: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+        let (mut again, mut marked_workflows, mut marked) = (Vec::new(), Vec::new(), Vec::new());
         for (id, workflow, name, status) in found {
-            if !records.contains_key(&workflow) {
-                continue;
-            }
             match status.as_str() {
+                _ if !running.contains(&workflow) => {}
                 "completed" => again.push(super::bulk::retried(id)),
-                "started" => running_now.entry(workflow).or_default().push(name),
+                "started" => {
+                    marked_workflows.push(workflow);
+                    marked.push(name);
+                }
                 _ => {}
             }
         }
-        let mut marked = 0;
-        if !running_now.is_empty() {
-            let (mut ids, mut written) = (Vec::new(), Vec::new());
-            for (workflow, names) in running_now {
-                let mut record = records
-                    .get(&workflow)
-                    .filter(|r| r.is_object())
-                    .cloned()
-                    .unwrap_or_else(|| json!({}));
-                let mut list: Vec<String> = record["observe_again"]
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|v| v.as_str().map(String::from))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                for n in names {
-                    if !list.contains(&n) {
-                        list.push(n);
-                        marked += 1;
-                    }
-                }
-                record["observe_again"] = json!(list);
-                ids.push(workflow);
-                written.push(record);
-            }
-            sqlx::query(
-                "update workdo.workflows w set dispatch = t.dispatch
-                   from unnest($1::bigint[], $2::jsonb[]) as t(id, dispatch) where w.id = t.id",
-            )
-            .bind(&ids)
-            .bind(&written)
-            .execute(&mut *tx)
-            .await?;
-        }
-        let applied = Self::steps_apply(tx, &again, &format!("document:{actor}")).await?;
-        Ok(applied.changed.len() + marked)
+        let marked: Vec<&str> = marked.iter().map(String::as_str).collect();
+        set_observe_again(&mut *tx, &marked_workflows, &marked, true).await?;
+        Self::steps_apply(tx, &again, &format!("document:{actor}")).await?;
+        Ok(())
     }
+}
+
+/// Mark (`on`) or unmark observers `names[i]` of workflows `workflows[i]` in their workflows'
+/// `dispatch` records (`observe_again`): a marked observer's result goes back to its queue
+/// instead of completing (`results::stale_observations`).
+pub(super) async fn set_observe_again(
+    conn: &mut sqlx::PgConnection,
+    workflows: &[i64],
+    names: &[&str],
+    on: bool,
+) -> Result<()> {
+    if workflows.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "update workdo.workflows w
+            set dispatch = jsonb_set(w.dispatch, '{observe_again}',
+                                     (coalesce(w.dispatch -> 'observe_again', '[]') - t.names)
+                                     || case when $3 then to_jsonb(t.names) else '[]' end)
+           from (select id, array_agg(name) as names
+                   from unnest($1::bigint[], $2::text[]) as u(id, name) group by id) t
+          where w.id = t.id",
+    )
+    .bind(workflows)
+    .bind(names)
+    .bind(on)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
 /// Replace (or add) named documents of an object. Returns the names of those whose content

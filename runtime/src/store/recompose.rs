@@ -49,9 +49,8 @@ struct Row {
 }
 
 /// Recompose `generator`'s subnet in workflow `workflow_id` to `new_set` (already composed
-/// once: `w.record["composed"][generator]` holds the old set). Updates `w.record` in place;
-/// the caller writes it. The workflow's unfinished count moves here, at once, so that skipping
-/// the dropped instances never sees the workflow without the added ones.
+/// once: `w.record["composed"][generator]` holds the old set). Updates `w.record` and
+/// `w.added` in place; the caller writes them.
 pub(super) async fn recompose(
     tx: &mut Transaction<'_, Postgres>,
     (events, ready): (&mut EventBuf, &mut ReadyKeys),
@@ -115,27 +114,20 @@ pub(super) async fn recompose(
         .collect();
     let wanted: HashSet<&str> = steps.iter().map(|s| s.name.as_str()).collect();
 
-    // Instances no longer activated, not started: skipped (below), with why.
-    let dropped: Vec<&Row> = rows
+    // Instances no longer activated: skipped (below, with why) if they have not started;
+    // kept, and waited for, if they run (orphans).
+    let (mut dropped, mut orphans): (Vec<&Row>, Vec<String>) = (Vec::new(), Vec::new());
+    for r in rows
         .iter()
-        .filter(|r| {
-            r.generated
-                && !wanted.contains(r.name.as_str())
-                && NOT_STARTED.contains(&r.status.as_str())
-        })
-        .collect();
+        .filter(|r| r.generated && !wanted.contains(r.name.as_str()))
+    {
+        if NOT_STARTED.contains(&r.status.as_str()) {
+            dropped.push(r);
+        } else if !finished(&r.status) {
+            orphans.push(r.name.clone());
+        }
+    }
     let dropped_names: HashSet<&str> = dropped.iter().map(|r| r.name.as_str()).collect();
-    // Instances no longer activated that have started: they run on, and are waited for.
-    let orphans: Vec<String> = rows
-        .iter()
-        .filter(|r| {
-            r.generated
-                && !wanted.contains(r.name.as_str())
-                && !NOT_STARTED.contains(&r.status.as_str())
-                && !finished(&r.status)
-        })
-        .map(|r| r.name.clone())
-        .collect();
     // Instances activated again after an earlier recomposition dropped them.
     let reopened: Vec<&Row> = steps
         .iter()
@@ -180,30 +172,10 @@ pub(super) async fn recompose(
             edges.add(workflow_id, p, &s.name);
         }
     }
-    if !added.is_empty() {
-        // The observer that ran again may have been the workflow's last unfinished step (its
-        // completion is applied before its observation): the workflow is then reopened.
-        let reopened_workflow: bool = sqlx::query_scalar(
-            "update workdo.workflows w
-                set unfinished = w.unfinished + $2, status = 'active', completed_at = null
-               from (select id, status from workdo.workflows where id = $1) before
-              where w.id = before.id
-             returning before.status = 'completed'",
-        )
-        .bind(workflow_id)
-        .bind(i32::try_from(added.len()).unwrap_or(i32::MAX))
-        .fetch_one(&mut **tx)
-        .await?;
-        if reopened_workflow {
-            events.push(
-                NewEvent::new(object, "workflow_reopened", actor)
-                    .workflow(workflow_id)
-                    .template(template)
-                    .version(version)
-                    .status("active"),
-            );
-        }
-    }
+    // Counted on the workflow with the record (`dispatch::write_workflows`). The observer is
+    // still unfinished here (its completion is applied after its observation), so no skip
+    // below can take the workflow's count to nought.
+    w.added += added.len();
 
     // 2. Steps that have not finished — of the subnet, reopened, or the generator's dependants
     //    — wait for the prerequisites the new subnet gives them that they do not have yet and

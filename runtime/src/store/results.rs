@@ -211,20 +211,14 @@ impl Store {
                 },
             )
             .collect();
-        let held = lock_recomposable(&mut tx, results, &dispatching).await?;
-        let stale = stale_observations(&mut tx, results).await?;
-        super::compose::compose(&mut tx, (&mut events, &mut ready), &generators, actor).await?;
-        // Observations (and the recompositions they cause) go in before the observers'
-        // completions, as subnets before their generators': an observer that was its
-        // workflow's last unfinished step would otherwise complete the workflow for an instant
-        // (and tell a parent its child was done) before the instances it adds reopened it.
         let observations: Vec<super::dispatch::Observation<'_>> = results
             .iter()
-            .filter(|r| held.contains(&r.change.id) && !stale.contains_key(&r.change.id))
             .filter_map(
                 |r| match (&r.effects.dispatch, dispatching.get(&r.workflow_id)) {
                     (Some(Dispatch::Observed { observer, matches }), Some(found)) => {
                         Some(super::dispatch::Observation {
+                            step_id: r.change.id,
+                            lease: r.change.lease,
                             workflow_id: r.workflow_id,
                             observer,
                             matches,
@@ -236,13 +230,25 @@ impl Store {
                 },
             )
             .collect();
-        super::dispatch::record_observed(&mut tx, (&mut events, &mut ready), &observations, actor)
+        let held = lock_recomposable(&mut tx, &observations).await?;
+        let stale = stale_observations(&mut tx, &observations).await?;
+        super::compose::compose(&mut tx, (&mut events, &mut ready), &generators, actor).await?;
+        // Observations (and the recompositions they cause) go in before the observers'
+        // completions, as subnets before their generators': an observer that was its
+        // workflow's last unfinished step would otherwise complete the workflow for an instant
+        // (and tell a parent its child was done) before the instances it adds reopened it.
+        let recorded: Vec<super::dispatch::Observation<'_>> = observations
+            .iter()
+            .filter(|o| held.contains_key(&o.step_id) && !stale.contains_key(&o.step_id))
+            .copied()
+            .collect();
+        super::dispatch::record_observed(&mut tx, (&mut events, &mut ready), &recorded, actor)
             .await?;
         let changes = results
             .iter()
             .map(|r| stale.get(&r.change.id).unwrap_or(&r.change));
         let applied = Self::steps_apply(&mut tx, changes, actor).await?;
-        clear_stale_marks(&mut tx, results, &stale).await?;
+        clear_stale_marks(&mut tx, &observations, &stale).await?;
         let lost: HashSet<i64> = applied.lost.iter().copied().collect();
         for r in results.iter().filter(|r| !lost.contains(&r.change.id)) {
             let fx = &r.effects;
@@ -336,40 +342,23 @@ impl Store {
     }
 }
 
-/// The steps a recomposition below may change — the observing workflows' generated steps,
-/// then their generators' dependants — and the observers' own steps, locked first, each group
-/// in id order, before anything locks a workflow. Every commit locks steps before workflows; a
-/// finishing step before its dependants (as a completion does: a generated step, then the
-/// template step after its generator); and an observer's step before the workflow whose record
-/// marks it (as a replaced document's watch does, `objects::observers_watch`), so that the
-/// mark read below is the last one. Returns the observers' steps still started under the
-/// leases their results name: only those are recorded (held, the lease cannot be lost now).
+/// What a recomposition may change, and the observers' own steps, locked first, before anything
+/// locks a workflow: the observing workflows' generated steps, then the observers under their
+/// leases, then the generators' dependants, each group in id order. Every commit locks steps
+/// before workflows; a finishing step before its dependants (as a completion does: a generated
+/// step, then the template step after its generator); and an observer's step before the
+/// workflow whose record marks it (as a replaced document's watch does,
+/// `objects::observers_watch`), so that the mark read after this is the last one. Returns the
+/// observers still under their leases (held, a lease cannot be lost now): only those are
+/// recorded.
 async fn lock_recomposable(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    results: &[StepResult],
-    dispatching: &HashMap<i64, Dispatching>,
-) -> Result<HashSet<i64>> {
-    let mut workflows = Vec::new();
-    let mut then: Vec<(i64, &str)> = Vec::new();
-    for r in results {
-        let (Some(Dispatch::Observed { observer, .. }), Some(found)) =
-            (&r.effects.dispatch, dispatching.get(&r.workflow_id))
-        else {
-            continue;
-        };
-        workflows.push(r.workflow_id);
-        then.push((r.workflow_id, observer.as_str()));
-        let spec = &found.0;
-        for g in spec.steps.iter().filter(|s| s.generate.is_some()) {
-            then.extend(
-                spec.dependants(&g.name)
-                    .map(|d| (r.workflow_id, d.name.as_str())),
-            );
-        }
+    observations: &[super::dispatch::Observation<'_>],
+) -> Result<HashMap<i64, i64>> {
+    if observations.is_empty() {
+        return Ok(HashMap::new());
     }
-    if workflows.is_empty() {
-        return Ok(HashSet::new());
-    }
+    let workflows: Vec<i64> = observations.iter().map(|o| o.workflow_id).collect();
     sqlx::query(
         "select id from workdo.steps
           where workflow_id = any($1) and generated is not null
@@ -378,31 +367,20 @@ async fn lock_recomposable(
     .bind(&workflows)
     .execute(&mut **tx)
     .await?;
-    let (ids, names): (Vec<i64>, Vec<&str>) = then.into_iter().unzip();
-    // Every one locked, whatever its status; an observer's lease is checked on its row.
-    let locked: HashMap<i64, Option<uuid::Uuid>> = sqlx::query_as(
-        "select s.id, case when s.status = 'started' then s.lease_token end
-           from workdo.steps s
-           join unnest($1::bigint[], $2::text[]) as t(workflow_id, name)
-             on s.workflow_id = t.workflow_id and s.name = t.name
-          order by s.id for update of s",
-    )
-    .bind(&ids)
-    .bind(&names)
-    .fetch_all(&mut **tx)
-    .await?
-    .into_iter()
-    .collect();
-    Ok(results
-        .iter()
-        .filter(|r| matches!(r.effects.dispatch, Some(Dispatch::Observed { .. })))
-        .filter(|r| {
-            locked
-                .get(&r.change.id)
-                .is_some_and(|l| l.is_some() && *l == r.change.lease)
-        })
-        .map(|r| r.change.id)
-        .collect())
+    let ids: Vec<i64> = observations.iter().map(|o| o.step_id).collect();
+    let leases: Vec<Option<uuid::Uuid>> = observations.iter().map(|o| o.lease).collect();
+    let held = super::dispatch::lock_held(tx, &ids, &leases).await?;
+    let (mut dep_workflows, mut dep_names) = (Vec::new(), Vec::new());
+    for o in observations {
+        for g in o.spec.steps.iter().filter(|s| s.generate.is_some()) {
+            for d in o.spec.dependants(&g.name) {
+                dep_workflows.push(o.workflow_id);
+                dep_names.push(d.name.as_str());
+            }
+        }
+    }
+    super::dispatch::lock_named(tx, &dep_workflows, &dep_names).await?;
+    Ok(held)
 }
 
 /// Observers whose workflow marks them (`observe_again`: their document was replaced while
@@ -413,42 +391,35 @@ async fn lock_recomposable(
 /// [`lock_recomposable`] holds the observers' steps, which a watch locks before marking.
 async fn stale_observations(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    results: &[StepResult],
+    observations: &[super::dispatch::Observation<'_>],
 ) -> Result<HashMap<i64, Change>> {
-    let observing: Vec<(&StepResult, &str)> = results
-        .iter()
-        .filter_map(|r| match &r.effects.dispatch {
-            Some(Dispatch::Observed { observer, .. }) => Some((r, observer.as_str())),
-            _ => None,
-        })
-        .collect();
-    if observing.is_empty() {
+    if observations.is_empty() {
         return Ok(HashMap::new());
     }
-    let ids: Vec<i64> = observing.iter().map(|(r, _)| r.workflow_id).collect();
-    let marks: HashMap<i64, Value> = sqlx::query_as(
-        "select id, dispatch -> 'observe_again' from workdo.workflows
-          where id = any($1) and dispatch ? 'observe_again'",
+    let (workflows, names): (Vec<i64>, Vec<&str>) = observations
+        .iter()
+        .map(|o| (o.workflow_id, o.observer))
+        .unzip();
+    let marked: HashSet<(i64, String)> = sqlx::query_as(
+        "select w.id, t.name from workdo.workflows w
+           join unnest($1::bigint[], $2::text[]) as t(id, name) on w.id = t.id
+          where w.dispatch -> 'observe_again' ? t.name",
     )
-    .bind(&ids)
+    .bind(&workflows)
+    .bind(&names)
     .fetch_all(&mut **tx)
     .await?
     .into_iter()
     .collect();
-    Ok(observing
-        .into_iter()
-        .filter(|(r, observer)| {
-            marks
-                .get(&r.workflow_id)
-                .and_then(Value::as_array)
-                .is_some_and(|a| a.iter().any(|n| n.as_str() == Some(*observer)))
-        })
-        .map(|(r, _)| {
-            let mut c = super::bulk::retried(r.change.id);
-            c.lease = r.change.lease;
+    Ok(observations
+        .iter()
+        .filter(|o| marked.contains(&(o.workflow_id, o.observer.to_string())))
+        .map(|o| {
+            let mut c = super::bulk::retried(o.step_id);
+            c.lease = o.lease;
             c.note =
                 Some("its document was replaced while it was observed: it observes again".into());
-            (r.change.id, c)
+            (o.step_id, c)
         })
         .collect())
 }
@@ -456,31 +427,13 @@ async fn stale_observations(
 /// The marks of the observers put back by [`stale_observations`], removed.
 async fn clear_stale_marks(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    results: &[StepResult],
+    observations: &[super::dispatch::Observation<'_>],
     stale: &HashMap<i64, Change>,
 ) -> Result<()> {
-    let mut by_workflow: BTreeMap<i64, Vec<&str>> = BTreeMap::new();
-    for r in results.iter().filter(|r| stale.contains_key(&r.change.id)) {
-        if let Some(Dispatch::Observed { observer, .. }) = &r.effects.dispatch {
-            by_workflow.entry(r.workflow_id).or_default().push(observer);
-        }
-    }
-    if by_workflow.is_empty() {
-        return Ok(());
-    }
-    let ids: Vec<i64> = by_workflow.keys().copied().collect();
-    let names: Vec<Value> = by_workflow.values().map(|n| serde_json::json!(n)).collect();
-    sqlx::query(
-        "update workdo.workflows w
-            set dispatch = jsonb_set(w.dispatch, '{observe_again}',
-                                     (w.dispatch -> 'observe_again')
-                                       - array(select jsonb_array_elements_text(t.names)))
-           from unnest($1::bigint[], $2::jsonb[]) as t(id, names)
-          where w.id = t.id and w.dispatch ? 'observe_again'",
-    )
-    .bind(&ids)
-    .bind(&names)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
+    let (workflows, names): (Vec<i64>, Vec<&str>) = observations
+        .iter()
+        .filter(|o| stale.contains_key(&o.step_id))
+        .map(|o| (o.workflow_id, o.observer))
+        .unzip();
+    super::objects::set_observe_again(tx, &workflows, &names, false).await
 }
