@@ -239,14 +239,7 @@ async fn renewing_leases_locks_steps_in_the_order_commits_do() {
     let store = t.store.clone();
     let renewal = tokio::spawn(async move { store.steps_renew_leases(&held).await });
     support::wait_for("the renewal to wait for the commit's lock", 30, || async {
-        let waiting: i64 = sqlx::query_scalar(
-            "select count(*) from pg_stat_activity
-              where datname = current_database() and wait_event_type = 'Lock'",
-        )
-        .fetch_one(t.pool())
-        .await
-        .expect("activity");
-        waiting == 1
+        support::lock_waiters(t.pool()).await == 1
     })
     .await;
     // The commit takes the second step: the renewal must not be holding it.

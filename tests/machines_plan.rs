@@ -334,17 +334,7 @@ async fn a_signal_that_waited_for_the_lock_sees_the_alarm_set_meanwhile() {
             .expect("next")
     });
     // The signal is refused unlocked (A does not take `next`) and waits for the lock.
-    loop {
-        let blocked: i64 = sqlx::query_scalar(
-            "select count(*) from pg_stat_activity
-              where datname = current_database() and wait_event_type = 'Lock'",
-        )
-        .fetch_one(t.pool())
-        .await
-        .expect("activity");
-        if blocked > 0 {
-            break;
-        }
+    while support::lock_waiters(t.pool()).await == 0 {
         tokio::task::yield_now().await;
     }
     sqlx::query(

@@ -282,13 +282,7 @@ async fn a_replacement_racing_the_last_step_leaves_the_workflow_completed() {
             .await
     });
     support::wait_for("the replacement to wait for the workflow", 30, || async {
-        support::count(
-            t.pool(),
-            "select count(*) from pg_stat_activity
-              where wait_event_type = 'Lock' and query like '%from workdo.workflows%'",
-        )
-        .await
-            > 0
+        support::lock_waiters(t.pool()).await > 0
     })
     .await;
     sqlx::query(

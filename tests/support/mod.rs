@@ -477,3 +477,13 @@ pub fn result_for(
         effects,
     }
 }
+
+/// How many sessions of the test's database wait for a lock now.
+pub async fn lock_waiters(pool: &PgPool) -> i64 {
+    count(
+        pool,
+        "select count(*) from pg_stat_activity
+          where datname = current_database() and wait_event_type = 'Lock'",
+    )
+    .await
+}
