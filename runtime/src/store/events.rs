@@ -121,24 +121,62 @@ impl EventBuf {
             .bind(&self.detail)
     }
 
+    /// Append the events with one statement. Each distinct detail is sent (and parsed by the
+    /// server) once, and rows name theirs by position: a bulk start's 4,000 events carry two
+    /// details, and parsing them per row took as long as inserting them (9 ms of bind for
+    /// 2,000 workflows, plus the client's serialising).
     pub(crate) async fn flush(&mut self, conn: &mut PgConnection) -> Result<()> {
         if self.kind.is_empty() {
             return Ok(());
         }
-        self.bind_to(sqlx::query(
+        let (details, of) = distinct(&self.detail);
+        sqlx::query(
             "insert into workdo.events
                 (object_id, workflow_id, template, version, step, kind, status, attempt, actor, detail)
              select object_id, workflow_id, template, version, step, kind, status, attempt, actor,
-                    nullif(detail, 'null'::jsonb)
+                    nullif(($10::jsonb[])[d], 'null'::jsonb)
                from unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::text[], $6::text[],
-                           $7::text[], $8::int[], $9::text[], $10::jsonb[])
-                    as t(object_id, workflow_id, template, version, step, kind, status, attempt, actor, detail)",
-        ))
+                           $7::text[], $8::int[], $9::text[], $11::int[])
+                    as t(object_id, workflow_id, template, version, step, kind, status, attempt, actor, d)",
+        )
+        .bind(&self.object_id)
+        .bind(&self.workflow_id)
+        .bind(&self.template)
+        .bind(&self.version)
+        .bind(&self.step)
+        .bind(&self.kind)
+        .bind(&self.status)
+        .bind(&self.attempt)
+        .bind(&self.actor)
+        .bind(&details)
+        .bind(&of)
         .execute(conn)
         .await?;
         *self = EventBuf::default();
         Ok(())
     }
+}
+
+/// The distinct values of `all` and, for each of `all`, the 1-based position of its value among
+/// them. A value is looked for among the last few distinct ones only (events of one kind come
+/// together), so a repeat further back is sent again: correct, only less compact.
+fn distinct(all: &[Value]) -> (Vec<&Value>, Vec<i32>) {
+    const LOOK_BACK: usize = 4;
+    let mut values: Vec<&Value> = Vec::new();
+    let mut of = Vec::with_capacity(all.len());
+    for v in all {
+        let from = values.len().saturating_sub(LOOK_BACK);
+        let found = values[from..]
+            .iter()
+            .position(|d| *d == v)
+            .map(|i| from + i);
+        let i = found.unwrap_or_else(|| {
+            values.push(v);
+            values.len() - 1
+        });
+        of.push(i as i32 + 1);
+    }
+    (values, of)
 }
 
 /// The `template:step` keys of steps that became ready in a transaction: one NOTIFY per
@@ -164,5 +202,36 @@ impl ReadyKeys {
             .execute(conn)
             .await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::distinct;
+    use serde_json::json;
+
+    #[test]
+    fn each_detail_is_sent_once_and_named_by_position() {
+        let all = [
+            json!({"a": 1}),
+            json!({"a": 1}),
+            json!(null),
+            json!({"a": 1}),
+            json!(null),
+        ];
+        let (values, of) = distinct(&all);
+        assert_eq!(values, [&json!({"a": 1}), &json!(null)]);
+        assert_eq!(of, [1, 1, 2, 1, 2]);
+        for (v, i) in all.iter().zip(&of) {
+            assert_eq!(values[*i as usize - 1], v);
+        }
+    }
+
+    #[test]
+    fn a_repeat_beyond_the_look_back_is_sent_again() {
+        let all: Vec<_> = (0..6).map(|i| json!(i)).chain([json!(0)]).collect();
+        let (values, of) = distinct(&all);
+        assert_eq!(values.len(), 7);
+        assert_eq!(of, [1, 2, 3, 4, 5, 6, 7]);
     }
 }
