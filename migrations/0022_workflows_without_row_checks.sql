@@ -10,7 +10,8 @@
 --   * a template version that workflows still run cannot be deleted, as the key's default
 --     `no action` refused (nothing in workdo deletes template versions; this keeps SQL from it).
 -- The parent key stays: it is null for all but machine children, and its `on delete set null`
--- is behaviour, not a check.
+-- is behaviour, not a check. The triggers' functions are the engine's (40_workflows.sql,
+-- 30_templates.sql); they are created here too because a migration runs before the engine.
 
 alter table workdo.workflows drop constraint workflows_object_id_fkey;
 alter table workdo.workflows drop constraint workflows_template_id_fkey;
@@ -18,7 +19,7 @@ alter table workdo.workflows drop constraint workflows_template_id_fkey;
 create function workdo.delete_workflows_of_deleted_objects() returns trigger
 language plpgsql as $$
 begin
-    delete from workdo.workflows w using deleted d where w.object_id = d.id;
+    delete from workdo.workflows where object_id = any(array(select id from deleted));
     return null;
 end
 $$;

@@ -252,3 +252,119 @@ async fn renewing_leases_locks_steps_in_the_order_commits_do() {
     let renewed = renewal.await.expect("joined").expect("renewed");
     assert_eq!(renewed, 2);
 }
+
+/// A batch's commit locks its steps, then the dependants it counts down, then their workflows,
+/// each in id order, as every commit locks steps. Two runtimes' batches holding the same steps
+/// (a stale result and the fresh one of a step whose lease expired) used to lock them in the
+/// order their results arrived, and could deadlock: a second of both completers stalled, then
+/// one batch aborted and retried. Here another "commit" holds the first row, the batch (its
+/// results given in descending id order) waits for it, and the commit then takes every other
+/// row: the batch must be holding none of them.
+#[tokio::test]
+async fn a_batch_locks_steps_dependants_and_workflows_in_id_order() {
+    let t = db().await;
+    let fan =
+        "name: fanWF\nsteps:\n  - { name: a }\n  - { name: b }\n  - { name: c, prereqs: [a, b] }\n";
+    support::load(&t.store, "fan.yaml", fan).await;
+    let mut req = StartRequest::new("fanWF", &[]);
+    req.objects = (0..40).map(|i| format!("obj:f{i}")).collect();
+    t.store.workflow_start(&req).await.expect("start");
+    // Enough other steps that the plans are what they are in production: steps found by their
+    // primary key in the order given (in a small table they are read in physical order).
+    support::load(
+        &t.store,
+        "one.yaml",
+        "name: oneWF\nsteps:\n  - { name: x }\n",
+    )
+    .await;
+    let mut filler = StartRequest::new("oneWF", &[]);
+    filler.objects = (0..20_000).map(|i| format!("obj:x{i}")).collect();
+    t.store.workflow_start(&filler).await.expect("start filler");
+    for table in ["steps", "workflows"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!("analyze workdo.{table}")))
+            .execute(t.pool())
+            .await
+            .expect("analyze");
+    }
+    let ids = |sql: &'static str| {
+        let pool = t.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_all(&pool)
+                .await
+                .expect("ids")
+        }
+    };
+    // The `a` steps' own rows.
+    let a = ids("select id from workdo.steps where name = 'a' order by id").await;
+    hold_the_first_then_take_the_rest(&t, "steps", &a, "a").await;
+    // The `b` steps' completions ready every `c`: the dependants' locks.
+    let c = ids("select id from workdo.steps where name = 'c' order by id").await;
+    hold_the_first_then_take_the_rest(&t, "steps", &c, "b").await;
+    // The `c` steps' completions complete the workflows: their locks.
+    let workflows =
+        ids("select id from workdo.workflows where template = 'fanWF' order by id").await;
+    hold_the_first_then_take_the_rest(&t, "workflows", &workflows, "c").await;
+    assert_eq!(
+        support::count(
+            t.pool(),
+            "select count(*) from workdo.workflows where template = 'fanWF' and status = 'completed'"
+        )
+        .await,
+        40
+    );
+}
+
+/// Commit the completions of every `step` of fanWF in one batch, given in descending id order,
+/// while another transaction holds the first of `rows` (of `table`) and, once the batch waits
+/// for it, takes the others.
+async fn hold_the_first_then_take_the_rest(
+    t: &support::TestDb,
+    table: &str,
+    rows: &[i64],
+    step: &str,
+) {
+    use workdo::model::status::Status;
+    use workdo::store::Change;
+    assert_eq!(rows.len(), 40);
+    let claimed = t
+        .store
+        .step_claim("fanWF", step, None, 40, "test", Duration::from_secs(60))
+        .await
+        .expect("claim");
+    let mut changes: Vec<Change> = claimed
+        .iter()
+        .map(|c| {
+            let mut ch = Change::new(c.id, Status::Completed, "completed");
+            ch.lease = Some(c.lease_token);
+            ch
+        })
+        .collect();
+    changes.sort_by_key(|c| std::cmp::Reverse(c.id));
+    let mut commit = t.pool().begin().await.expect("begin");
+    sqlx::query("set local lock_timeout = '10s'")
+        .execute(&mut *commit)
+        .await
+        .expect("timeout");
+    let lock = format!("select 1 from workdo.{table} where id = any($1) order by id for update");
+    sqlx::query(sqlx::AssertSqlSafe(lock.clone()))
+        .bind(&rows[..1])
+        .execute(&mut *commit)
+        .await
+        .expect("lock the first");
+    let (store, pool) = (t.store.clone(), t.pool().clone());
+    let batch =
+        tokio::spawn(async move { support::engine::commit(&store, &pool, &changes, "test").await });
+    support::wait_for("the batch to wait for the first row", 30, || async {
+        support::lock_waiters(t.pool()).await == 1
+    })
+    .await;
+    sqlx::query(sqlx::AssertSqlSafe(lock))
+        .bind(&rows[1..])
+        .execute(&mut *commit)
+        .await
+        .expect("the commit takes the rest without a deadlock");
+    commit.commit().await.expect("commit");
+    let applied = batch.await.expect("joined").expect("the batch commits");
+    assert_eq!(applied.changed.len(), 40);
+}

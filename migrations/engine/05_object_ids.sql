@@ -50,13 +50,19 @@ end
 $function$;
 
 -- Not a function, but it lives beside the one it names: a versioned migration runs before the
--- engine and could not refer to it.
+-- engine and could not refer to it. Its WHEN clause lets ids already in their one spelling (a
+-- druid, or a printable `scheme:value` of another scheme) in without calling the function:
+-- the call was half of inserting 2,000 objects (10.4 -> 7.4 ms, engine 21). Exactly the ids the
+-- function would return unchanged pass it (tests/everyday.rs inserts every id its property
+-- test makes); every other id goes through the function, as before.
 DO $do$
 begin
-    if not exists (select 1 from pg_trigger
-                    where tgname = 'objects_id_check' and tgrelid = 'workdo.objects'::regclass) then
-        create trigger objects_id_check before insert on workdo.objects
-            for each row execute function workdo.objects_id_check();
-    end if;
+    drop trigger if exists objects_id_check on workdo.objects;
+    create trigger objects_id_check before insert on workdo.objects
+        for each row
+        when (not (octet_length(new.id) <= 200
+                   and (new.id ~ '^druid:[a-z]{2}[0-9]{3}[a-z]{2}[0-9]{4}$'
+                        or (new.id ~ '^[a-z][a-z0-9+.-]{0,31}:[!-~]+$' and new.id !~ '^druid:'))))
+        execute function workdo.objects_id_check();
 end
 $do$;

@@ -222,7 +222,7 @@ begin
                    case when s.status in ('completed', 'skipped') then -1 else 1 end as delta
               from unnest(st) s
              where (s.old_status in ('completed', 'skipped')) <> (s.status in ('completed', 'skipped'))
-        ), d as (
+        ), d as materialized (
             select t.id, sum(f.delta)::int as delta, t.status as old_status
               from f
               join workdo.workflows w on w.id = f.workflow_id
@@ -240,6 +240,10 @@ begin
                     where t.workflow_id = f.workflow_id and t.name = e.dependant
                    offset 0) t
              group by t.id, t.status
+             -- Locked in id order (the update's nested loop reads `d` in its order), as every
+             -- other commit locks steps: two runtimes counting down the same fan-in steps in
+             -- batches used to lock them in hash order and deadlock (ARCHITECTURE.md).
+             order by t.id
         ), moved as (
             update workdo.steps s set
                 pending = s.pending + d.delta,
@@ -268,12 +272,14 @@ begin
 
         -- 3. Their workflows: the unfinished-steps counter decides completion. The status before
         --    is derived: completed exactly when nothing was unfinished (CHECK above).
-        with d as (
+        with d as materialized (
             select s.workflow_id as id,
                    sum(case when s.status in ('completed', 'skipped') then -1 else 1 end)::int as delta
               from unnest(st) s
              where (s.old_status in ('completed', 'skipped')) <> (s.status in ('completed', 'skipped'))
              group by s.workflow_id
+             -- Locked in id order, as the dependants above.
+             order by s.workflow_id
         ), counted as (
             update workdo.workflows w set
                 unfinished = w.unfinished + d.delta,
