@@ -251,49 +251,6 @@ fn shipped_workflows_load() {
     }
 }
 
-/// Workflows keep no foreign key to their template version (0022: a bulk start paid two
-/// per-row checks), so a trigger refuses what the key refused: deleting a version in use.
-#[tokio::test]
-async fn a_template_version_with_workflows_cannot_be_deleted() {
-    let t = support::db().await;
-    support::load(&t.store, "d.yaml", "name: dWF\nsteps:\n  - name: a\n").await;
-    support::load(&t.store, "e.yaml", "name: eWF\nsteps:\n  - name: a\n").await;
-    t.store
-        .workflow_start(&workdo::store::StartRequest::new("dWF", &["obj:d"]))
-        .await
-        .unwrap();
-    let delete = |name: &'static str| {
-        let pool = t.pool().clone();
-        async move {
-            sqlx::query("delete from workdo.templates where name = $1")
-                .bind(name)
-                .execute(&pool)
-                .await
-        }
-    };
-    let err = delete("dWF").await.unwrap_err().to_string();
-    assert!(
-        err.contains("template dWF") && err.contains("still has workflows"),
-        "{err}"
-    );
-    let current = t.store.template_current("dWF").await.unwrap();
-    assert_eq!(current.versions, 1, "the refused delete changed nothing");
-    // A version no workflow runs goes; deleting the object deletes its workflows (a trigger,
-    // as the key's cascade did), and then its version goes too.
-    assert_eq!(delete("eWF").await.unwrap().rows_affected(), 1);
-    sqlx::query("delete from workdo.objects where id = 'obj:d'")
-        .execute(t.pool())
-        .await
-        .unwrap();
-    let left: i64 =
-        sqlx::query_scalar("select count(*) from workdo.workflows where object_id = 'obj:d'")
-            .fetch_one(t.pool())
-            .await
-            .unwrap();
-    assert_eq!(left, 0);
-    assert_eq!(delete("dWF").await.unwrap().rows_affected(), 1);
-}
-
 #[tokio::test]
 async fn versions_are_kept_and_workflows_stay_locked_to_theirs() {
     let t = support::db().await;

@@ -33,26 +33,3 @@ begin
     return null;
 end
 $function$;
-
--- A template version that workflows run is not deleted (statement-level trigger, migrations/0022):
--- workflows keep no foreign key to it, whose per-row check was a third of inserting workflows
--- in bulk. Nothing in workdo deletes template versions; this keeps plain SQL from orphaning
--- workflows, as the key's `no action` did.
-CREATE OR REPLACE FUNCTION workdo.refuse_deleting_templates_in_use()
- RETURNS trigger
- LANGUAGE plpgsql
-AS $function$
-declare
-    used record;
-begin
-    select t.id, t.name into used
-      from deleted t
-     where exists (select 1 from workdo.workflows w where w.template_id = t.id)
-     limit 1;
-    if found then
-        raise exception using errcode = '23503',
-            message = format('template %s (version id %s) still has workflows', used.name, used.id);
-    end if;
-    return null;
-end
-$function$;

@@ -19,17 +19,3 @@ begin
     return null;
 end
 $function$;
-
--- A deleted object's workflows go with it (statement-level trigger, migrations/0022): there is
--- no foreign key from workflows to objects, whose per-row check was a third of inserting
--- workflows in bulk. The ids as an array for the same reason as above: workflows are found
--- through their (object_id, template, version) index.
-CREATE OR REPLACE FUNCTION workdo.delete_workflows_of_deleted_objects()
- RETURNS trigger
- LANGUAGE plpgsql
-AS $function$
-begin
-    delete from workdo.workflows where object_id = any(array(select id from deleted));
-    return null;
-end
-$function$;

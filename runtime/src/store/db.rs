@@ -58,7 +58,7 @@ const ENGINE: &[(&str, &str)] = &[
 pub const ENGINE_VERSION: i32 = 21;
 
 /// The SHA-256 of the engine files of [`ENGINE_VERSION`] ([`engine_sha256`]).
-pub const ENGINE_SHA256: &str = "d6a1d7c1ce3a573b1ff7386bfa2a23d89efeca32540bed5b433996d8e4d86db7";
+pub const ENGINE_SHA256: &str = "f0b9be73dbc8209169daf81521976ca95c91efc7368ab28939dd859951d8e020";
 
 /// The oldest engine version whose binaries still work on this engine (its functions keep the
 /// signatures and meaning those binaries call them with). A binary older than this refuses to
