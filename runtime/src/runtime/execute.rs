@@ -28,30 +28,43 @@ pub(crate) async fn execute(
         .as_ref()
         .and_then(|o| input.documents.get(&o.document).cloned());
     let event = event_of(c, input, timeout);
-    let step_span = tracing::info_span!(
-        "step",
-        otel.name = %format!("step {}:{}", c.template, c.name),
-        workdo.object_id = %c.object_id,
-        workdo.template = %c.template,
-        workdo.step = %c.name,
-        workdo.attempt = c.attempts,
-        workdo.lane = %c.lane,
-        workdo.status = tracing::field::Empty,
-    );
+    // A step's spans exist for the traces exported over OTLP (and for a debug log): no log line
+    // is written inside them, and at `info` without an exporter, making them (their fields
+    // formatted for the log's span context on creation) was a tenth of the runtime's CPU under
+    // the DAG (perf, BENCHMARKS.md stop 34).
+    let traced = crate::telemetry::enabled() || tracing::enabled!(tracing::Level::DEBUG);
+    let step_span = if !traced {
+        tracing::Span::none()
+    } else {
+        tracing::info_span!(
+            "step",
+            otel.name = %format!("step {}:{}", c.template, c.name),
+            workdo.object_id = %c.object_id,
+            workdo.template = %c.template,
+            workdo.step = %c.name,
+            workdo.attempt = c.attempts,
+            workdo.lane = %c.lane,
+            workdo.status = tracing::field::Empty,
+        )
+    };
     if let Some(tp) = &event.traceparent {
         crate::telemetry::set_parent(&step_span, tp);
     }
-    let invoke_span = tracing::info_span!(
-        parent: &step_span,
-        "invoke",
-        otel.name = %format!("invoke {}", c.name),
-        otel.kind = "client",
-        workdo.object_id = %c.object_id,
-        workdo.template = %c.template,
-        workdo.step = %c.name,
-        workdo.attempt = c.attempts,
-        workdo.runner = invoker.kind(),
-    );
+    let invoke_span = if !traced {
+        tracing::Span::none()
+    } else {
+        tracing::info_span!(
+            parent: &step_span,
+            "invoke",
+            otel.name = %format!("invoke {}", c.name),
+            otel.kind = "client",
+            workdo.object_id = %c.object_id,
+            workdo.template = %c.template,
+            workdo.step = %c.name,
+            workdo.attempt = c.attempts,
+            workdo.runner = invoker.kind(),
+        )
+    };
     // The function continues the trace from its invocation.
     let mut event = event;
     if let Some(tp) = crate::telemetry::traceparent(&invoke_span) {
