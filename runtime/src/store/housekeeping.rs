@@ -285,6 +285,7 @@ impl Store {
     /// [`StoreError::UnknownWorkflow`] when there is none.
     pub async fn workflow_delete_by_id(&self, id: i64, actor: &str) -> Result<()> {
         let mut tx = self.pool.begin().await?;
+        super::steps::lock_steps_of_workflow(&mut tx, id).await?;
         let row: Option<(String, String, i32)> = sqlx::query_as(
             "delete from workdo.workflows where id = $1 returning object_id, template, version",
         )
@@ -314,6 +315,7 @@ impl Store {
     /// the log is append-only, and says it was deleted).
     pub async fn object_delete(&self, id: &str, actor: &str) -> Result<()> {
         let mut tx = self.pool.begin().await?;
+        super::steps::lock_steps_of_object(&mut tx, id, None, None).await?;
         let n = sqlx::query("delete from workdo.objects where id = $1")
             .bind(id)
             .execute(&mut *tx)

@@ -491,6 +491,41 @@ pub(crate) fn require_leases<'a>(changes: impl IntoIterator<Item = &'a Change>) 
     }
 }
 
+/// Lock the steps of object `object`'s workflows (of `template` and `version` when given), in
+/// id order, before deleting those workflows: `workdo.apply` takes a batch's steps before their
+/// workflows, and a delete that took a workflow row first (its object's cascade, or its own
+/// delete) and then its steps (the steps' trigger) deadlocked with a commit holding one of them.
+pub(super) async fn lock_steps_of_object(
+    conn: &mut PgConnection,
+    object: &str,
+    template: Option<&str>,
+    version: Option<i32>,
+) -> Result<()> {
+    sqlx::query(
+        "select 1 from workdo.steps s
+          where s.workflow_id in (select w.id from workdo.workflows w
+                                   where w.object_id = $1 and ($2::text is null or w.template = $2)
+                                     and ($3::int is null or w.version = $3))
+          order by s.id
+            for update of s",
+    )
+    .bind(object)
+    .bind(template)
+    .bind(version)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// [`lock_steps_of_object`] for workflow `id`.
+pub(super) async fn lock_steps_of_workflow(conn: &mut PgConnection, id: i64) -> Result<()> {
+    sqlx::query("select 1 from workdo.steps where workflow_id = $1 order by id for update")
+        .bind(id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 /// The step `template:step` of the object's active workflow (or of `version`), locked.
 async fn lock_step(
     tx: &mut Transaction<'_, Postgres>,

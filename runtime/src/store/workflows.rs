@@ -282,6 +282,7 @@ async fn start_one(
         Some(_) => {}
     }
     // Re-create semantics: the same template on the same object version replaces its steps.
+    super::steps::lock_steps_of_object(tx, object, Some(&req.template), Some(version)).await?;
     let replaced: Option<i64> = sqlx::query_scalar(
         "delete from workdo.workflows where object_id = $1 and template = $2 and version = $3 returning id",
     )
@@ -322,6 +323,7 @@ impl Store {
         actor: &str,
     ) -> Result<u64> {
         let mut tx = self.pool.begin().await?;
+        super::steps::lock_steps_of_object(&mut tx, object, template, version).await?;
         let deleted: Vec<(i64, String, i32)> = sqlx::query_as(
             "delete from workdo.workflows
               where object_id = $1 and ($2::text is null or template = $2) and ($3::int is null or version = $3)

@@ -1,0 +1,195 @@
+//! Lock order: whatever locks several rows of steps and workflows takes steps before workflows,
+//! each in id order (ARCHITECTURE.md), so that runtimes' commits, deletes and lease renewals
+//! (tests/leases.rs) never wait for each other in a circle. Each test holds the row a writer
+//! takes first, lets the writer wait for it, then takes the rows the writer must not be holding.
+
+mod support;
+
+use std::time::Duration;
+
+use support::db;
+use workdo::store::StartRequest;
+
+const FAN: &str =
+    "name: fanWF\nsteps:\n  - { name: a }\n  - { name: b }\n  - { name: c, prereqs: [a, b] }\n";
+
+/// A batch's commit locks its steps, then the dependants it counts down, then their workflows,
+/// each in id order, as every commit locks steps. Two runtimes' batches holding the same steps
+/// (a stale result and the fresh one of a step whose lease expired) used to lock them in the
+/// order their results arrived, and could deadlock: a second of both completers stalled, then
+/// one batch aborted and retried. Here another "commit" holds the first row, the batch (its
+/// results given in descending id order) waits for it, and the commit then takes every other
+/// row: the batch must be holding none of them.
+#[tokio::test]
+async fn a_batch_locks_steps_dependants_and_workflows_in_id_order() {
+    let t = db().await;
+    let fan =
+        "name: fanWF\nsteps:\n  - { name: a }\n  - { name: b }\n  - { name: c, prereqs: [a, b] }\n";
+    support::load(&t.store, "fan.yaml", fan).await;
+    let mut req = StartRequest::new("fanWF", &[]);
+    req.objects = (0..40).map(|i| format!("obj:f{i}")).collect();
+    t.store.workflow_start(&req).await.expect("start");
+    // Enough other steps that the plans are what they are in production: steps found by their
+    // primary key in the order given (in a small table they are read in physical order).
+    support::load(
+        &t.store,
+        "one.yaml",
+        "name: oneWF\nsteps:\n  - { name: x }\n",
+    )
+    .await;
+    let mut filler = StartRequest::new("oneWF", &[]);
+    filler.objects = (0..20_000).map(|i| format!("obj:x{i}")).collect();
+    t.store.workflow_start(&filler).await.expect("start filler");
+    for table in ["steps", "workflows"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!("analyze workdo.{table}")))
+            .execute(t.pool())
+            .await
+            .expect("analyze");
+    }
+    let ids = |sql: &'static str| {
+        let pool = t.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_all(&pool)
+                .await
+                .expect("ids")
+        }
+    };
+    // The `a` steps' own rows.
+    let a = ids("select id from workdo.steps where name = 'a' order by id").await;
+    hold_the_first_then_take_the_rest(&t, "steps", &a, "a").await;
+    // The `b` steps' completions ready every `c`: the dependants' locks.
+    let c = ids("select id from workdo.steps where name = 'c' order by id").await;
+    hold_the_first_then_take_the_rest(&t, "steps", &c, "b").await;
+    // The `c` steps' completions complete the workflows: their locks.
+    let workflows =
+        ids("select id from workdo.workflows where template = 'fanWF' order by id").await;
+    hold_the_first_then_take_the_rest(&t, "workflows", &workflows, "c").await;
+    assert_eq!(
+        support::count(
+            t.pool(),
+            "select count(*) from workdo.workflows where template = 'fanWF' and status = 'completed'"
+        )
+        .await,
+        40
+    );
+}
+
+/// Commit the completions of every `step` of fanWF in one batch, given in descending id order,
+/// while another transaction holds the first of `rows` (of `table`) and, once the batch waits
+/// for it, takes the others.
+async fn hold_the_first_then_take_the_rest(
+    t: &support::TestDb,
+    table: &str,
+    rows: &[i64],
+    step: &str,
+) {
+    use workdo::model::status::Status;
+    use workdo::store::Change;
+    assert_eq!(rows.len(), 40);
+    let claimed = t
+        .store
+        .step_claim("fanWF", step, None, 40, "test", Duration::from_secs(60))
+        .await
+        .expect("claim");
+    let mut changes: Vec<Change> = claimed
+        .iter()
+        .map(|c| {
+            let mut ch = Change::new(c.id, Status::Completed, "completed");
+            ch.lease = Some(c.lease_token);
+            ch
+        })
+        .collect();
+    changes.sort_by_key(|c| std::cmp::Reverse(c.id));
+    let mut commit = t.pool().begin().await.expect("begin");
+    sqlx::query("set local lock_timeout = '10s'")
+        .execute(&mut *commit)
+        .await
+        .expect("timeout");
+    let lock = format!("select 1 from workdo.{table} where id = any($1) order by id for update");
+    sqlx::query(sqlx::AssertSqlSafe(lock.clone()))
+        .bind(&rows[..1])
+        .execute(&mut *commit)
+        .await
+        .expect("lock the first");
+    let (store, pool) = (t.store.clone(), t.pool().clone());
+    let batch =
+        tokio::spawn(async move { support::engine::commit(&store, &pool, &changes, "test").await });
+    support::wait_for("the batch to wait for the first row", 30, || async {
+        support::lock_waiters(t.pool()).await == 1
+    })
+    .await;
+    sqlx::query(sqlx::AssertSqlSafe(lock))
+        .bind(&rows[1..])
+        .execute(&mut *commit)
+        .await
+        .expect("the commit takes the rest without a deadlock");
+    commit.commit().await.expect("commit");
+    let applied = batch.await.expect("joined").expect("the batch commits");
+    assert_eq!(applied.changed.len(), 40);
+}
+
+/// Deleting an object, its workflows, or a workflow locks the workflows' steps (in id order)
+/// before the workflows, as a commit does. A delete that took the workflow row first (the
+/// object's cascade, or the workflow's own delete) and its steps after (their trigger)
+/// deadlocked with a commit holding one of those steps and then counting the workflow down.
+#[tokio::test]
+async fn a_delete_locks_steps_before_their_workflows() {
+    let t = db().await;
+    support::load(&t.store, "fan.yaml", FAN).await;
+    for (i, how) in ["object", "workflows of the object", "workflow by id"]
+        .iter()
+        .enumerate()
+    {
+        let object = format!("obj:del{i}");
+        let started = t
+            .store
+            .workflow_start(&StartRequest::new("fanWF", &[object.as_str()]))
+            .await
+            .expect("start");
+        let workflow = started[0].workflow_id;
+        // A commit in progress holds the workflow's last step and will want the workflow.
+        let mut commit = t.pool().begin().await.expect("begin");
+        sqlx::query("set local lock_timeout = '10s'")
+            .execute(&mut *commit)
+            .await
+            .expect("timeout");
+        sqlx::query("select 1 from workdo.steps where workflow_id = $1 and name = 'c' for update")
+            .bind(workflow)
+            .execute(&mut *commit)
+            .await
+            .expect("lock the step");
+        let (store, o) = (t.store.clone(), object.clone());
+        let delete = tokio::spawn(async move {
+            match i {
+                0 => store.object_delete(&o, "test").await.map(|_| 1),
+                1 => store.workflow_delete(&o, Some("fanWF"), None, "test").await,
+                _ => store
+                    .workflow_delete_by_id(workflow, "test")
+                    .await
+                    .map(|_| 1),
+            }
+        });
+        support::wait_for("the delete to wait for the step", 30, || async {
+            support::lock_waiters(t.pool()).await == 1
+        })
+        .await;
+        sqlx::query("select 1 from workdo.workflows where id = $1 for update")
+            .bind(workflow)
+            .execute(&mut *commit)
+            .await
+            .unwrap_or_else(|e| panic!("{how}: the commit takes the workflow: {e}"));
+        commit.commit().await.expect("commit");
+        let deleted = delete.await.expect("joined").expect("deleted");
+        assert_eq!(deleted, 1, "{how}");
+        let left: i64 = sqlx::query_scalar(
+            "select (select count(*) from workdo.workflows where id = $1)
+                  + (select count(*) from workdo.steps where workflow_id = $1)",
+        )
+        .bind(workflow)
+        .fetch_one(t.pool())
+        .await
+        .expect("count");
+        assert_eq!(left, 0, "{how}: the workflow and its steps are gone");
+    }
+}
