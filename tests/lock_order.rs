@@ -1,7 +1,8 @@
 //! Lock order: whatever locks several rows of steps and workflows takes steps before workflows,
 //! each in id order (ARCHITECTURE.md), so that runtimes' commits, deletes and lease renewals
 //! (tests/leases.rs) never wait for each other in a circle. Each test holds the row a writer
-//! takes first, lets the writer wait for it, then takes the rows the writer must not be holding.
+//! takes first, lets the writer wait for it, then takes the rows the writer must not be holding;
+//! the last one lets a delete the database aborts for a start's sake run again.
 
 mod support;
 
@@ -192,4 +193,69 @@ async fn a_delete_locks_steps_before_their_workflows() {
         .expect("count");
         assert_eq!(left, 0, "{how}: the workflow and its steps are gone");
     }
+}
+
+/// On a database whose sessions default to REPEATABLE READ (the CLI then deletes at it), an
+/// object deleted while a start commits a workflow on it: the workflows' cascade fails with a
+/// serialization error (the new workflow is not in the delete's snapshot), and the delete, run
+/// again, takes that workflow too instead of failing.
+#[tokio::test]
+async fn an_object_delete_at_repeatable_read_takes_a_workflow_started_meanwhile() {
+    let t = db().await;
+    support::load(&t.store, "fan.yaml", FAN).await;
+    support::load(
+        &t.store,
+        "one.yaml",
+        "name: oneWF\nsteps:\n  - { name: x }\n",
+    )
+    .await;
+    t.store
+        .workflow_start(&StartRequest::new("fanWF", &["obj:rr"]))
+        .await
+        .expect("start");
+    let name: String = sqlx::query_scalar("select current_database()")
+        .fetch_one(t.pool())
+        .await
+        .expect("name");
+    let sql =
+        format!("alter database \"{name}\" set default_transaction_isolation = 'repeatable read'");
+    sqlx::query(sqlx::AssertSqlSafe(sql))
+        .execute(t.pool())
+        .await
+        .expect("alter");
+    let rr_pool = workdo::store::db::connect(&t.url, 2)
+        .await
+        .expect("connect");
+    let rr = workdo::store::Store::new(rr_pool.clone());
+    let level: String = sqlx::query_scalar("show transaction_isolation")
+        .fetch_one(&rr_pool)
+        .await
+        .expect("level");
+    assert_eq!(level, "repeatable read");
+    // A start in progress: it holds the object and has inserted its workflow.
+    let mut start = t.pool().begin().await.expect("begin");
+    t.store
+        .workflow_start_in(&mut start, &StartRequest::new("oneWF", &["obj:rr"]))
+        .await
+        .expect("start in a transaction");
+    let store = rr.clone();
+    let delete = tokio::spawn(async move { store.object_delete("obj:rr", "test").await });
+    support::wait_for("the delete to wait for the start", 30, || async {
+        support::lock_waiters(t.pool()).await == 1
+    })
+    .await;
+    start.commit().await.expect("commit the start");
+    delete
+        .await
+        .expect("joined")
+        .expect("the delete, run again, commits");
+    assert_eq!(
+        support::count(
+            t.pool(),
+            "select (select count(*) from workdo.workflows where object_id = 'obj:rr')
+                  + (select count(*) from workdo.steps where object_id = 'obj:rr')"
+        )
+        .await,
+        0
+    );
 }

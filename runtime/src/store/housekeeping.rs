@@ -312,8 +312,15 @@ impl Store {
     }
 
     /// Delete object `id` with its documents, workflows, steps and milestones (its events stay:
-    /// the log is append-only, and says it was deleted).
+    /// the log is append-only, and says it was deleted). Run again when the database aborts it
+    /// for another transaction's sake: at REPEATABLE READ, a start that has just committed a
+    /// workflow on the object makes the workflows' cascade fail with a serialization error,
+    /// and the delete run again takes that workflow too.
     pub async fn object_delete(&self, id: &str, actor: &str) -> Result<()> {
+        super::again_on_conflict(|| self.object_delete_once(id, actor)).await
+    }
+
+    async fn object_delete_once(&self, id: &str, actor: &str) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         super::steps::lock_steps_of_object(&mut tx, id, None, None).await?;
         let n = sqlx::query("delete from workdo.objects where id = $1")

@@ -163,6 +163,23 @@ impl StoreError {
     }
 }
 
+/// `once` run again, up to three more times, while the database aborts it for another
+/// transaction's sake ([`StoreError::is_conflict`]): for a write whose transaction left nothing
+/// behind when aborted, and which means the same when run again (an upsert, a delete).
+pub(crate) async fn again_on_conflict<T, F, Fut>(mut once: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut tries = 0;
+    loop {
+        match once().await {
+            Err(e) if tries < 3 && e.is_conflict() => tries += 1,
+            done => return done,
+        }
+    }
+}
+
 /// Starts a trace for a new workflow and returns its W3C `traceparent`, or `None` when
 /// nothing is traced: (object, template, version, lane). The store keeps the answer on the
 /// workflow row; it does not know how traces are made.

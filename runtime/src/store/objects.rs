@@ -50,13 +50,7 @@ impl Store {
     /// deadlock (with a commit of the runtime's over the same workflows) or a serialization
     /// failure is run again, up to three times: it is an upsert, and nothing of it committed.
     pub async fn objects_put(&self, objects: &[NewObject], actor: &str) -> Result<Vec<bool>> {
-        let mut tries = 0;
-        loop {
-            match self.objects_put_once(objects, actor).await {
-                Err(e) if tries < 3 && e.is_conflict() => tries += 1,
-                done => return done,
-            }
-        }
+        super::again_on_conflict(|| self.objects_put_once(objects, actor)).await
     }
 
     async fn objects_put_once(&self, objects: &[NewObject], actor: &str) -> Result<Vec<bool>> {
