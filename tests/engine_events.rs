@@ -255,3 +255,44 @@ async fn two_changes_for_one_step_in_a_batch_apply_the_last_once() {
         vec!["completed"]
     );
 }
+
+/// Events written together keep their own details, whether the details repeat (sent once and
+/// found by position) or are many and distinct (sent row by row): thirty objects registered in
+/// one call, each with properties of its own, then thirty with the same properties.
+#[tokio::test]
+async fn events_written_together_keep_their_own_details() {
+    let t = db().await;
+    for (prefix, distinct) in [("obj:d", true), ("obj:s", false)] {
+        let objects: Vec<workdo::store::NewObject> = (0..30)
+            .map(|i| workdo::store::NewObject {
+                id: format!("{prefix}{i}"),
+                properties: [(
+                    "n".to_string(),
+                    serde_json::json!(if distinct { i } else { 7 }),
+                )]
+                .into_iter()
+                .collect(),
+                documents: Default::default(),
+            })
+            .collect();
+        t.store.objects_put(&objects, "test").await.expect("put");
+        let details: Vec<(String, serde_json::Value)> = sqlx::query_as(
+            "select object_id, detail from workdo.events
+              where kind = 'object_registered' and object_id like $1 order by id",
+        )
+        .bind(format!("{prefix}%"))
+        .fetch_all(t.pool())
+        .await
+        .expect("events");
+        assert_eq!(details.len(), 30);
+        for (object, detail) in details {
+            let i: i64 = object[prefix.len()..].parse().expect("a number");
+            let n = if distinct { i } else { 7 };
+            assert_eq!(
+                detail["properties"]["n"],
+                serde_json::json!(n),
+                "{object}: {detail}"
+            );
+        }
+    }
+}

@@ -175,6 +175,13 @@ async fn a_delete_locks_steps_before_their_workflows() {
             support::lock_waiters(t.pool()).await == 1
         })
         .await;
+        // The workflow must be free at once. Were the delete holding it, Postgres's deadlock
+        // check (a second into the delete's wait) would abort the delete, which runs again
+        // and succeeds: the commit's short wait is what tells the two apart.
+        sqlx::query("set local lock_timeout = '500ms'")
+            .execute(&mut *commit)
+            .await
+            .expect("timeout");
         sqlx::query("select 1 from workdo.workflows where id = $1 for update")
             .bind(workflow)
             .execute(&mut *commit)

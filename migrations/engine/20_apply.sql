@@ -85,10 +85,13 @@ begin
     --    so the general path's lock-then-update (a WAL record and a join more per step) is
     --    not needed. Both paths give the same rows.
     if $2 <@ array['completed']::text[] and array_position($11, null) is null then
-        with input as (
+        -- In id order (the update's nested loop reads `input` in its order), whatever order the
+        -- caller gives: every commit locks steps in id order (ARCHITECTURE.md, lock order).
+        with input as materialized (
             select * from unnest($1::bigint[], $3::text[], $6::text[], $7::float8[], $9::int[],
                                  $10::bool[], $11::uuid[])
                 as t(id, note, lifecycle, elapsed, add_attempts, reset, lease)
+             order by t.id
         ), changed as (
             update workdo.steps s set
                 status = 'completed',
@@ -144,6 +147,7 @@ begin
               join input i on i.id = s.id
               join workdo.workflows w on w.id = s.workflow_id
              where i.lease is null or (s.status = 'started' and s.lease_token = i.lease)
+             order by s.id
                for update of s
         ), changed as (
             update workdo.steps s set
@@ -241,8 +245,8 @@ begin
                    offset 0) t
              group by t.id, t.status
              -- Locked in id order (the update's nested loop reads `d` in its order), as every
-             -- other commit locks steps: two runtimes counting down the same fan-in steps in
-             -- batches used to lock them in hash order and deadlock (ARCHITECTURE.md).
+             -- other commit locks steps (ARCHITECTURE.md, lock order): the grouping's own order
+             -- is the plan's, not a promise.
              order by t.id
         ), moved as (
             update workdo.steps s set
@@ -430,7 +434,8 @@ begin
     end if;
 
     if has_dependants then
-        with d as (
+        -- Locked in id order, as a batch locks them (apply_batch); the edges give them by name.
+        with d as materialized (
             select t.id, t.status as old_status, w.start_at
               from workdo.workflows w
              cross join lateral (
@@ -444,6 +449,7 @@ begin
                     where t.workflow_id = st.workflow_id and t.name = e.dependant
                    offset 0) t
              where w.id = st.workflow_id
+             order by t.id
         ), moved as (
             -- A prerequisite finished: the count only goes down, so (ready and scheduled steps
             -- having none pending) only a waiting step can change status.

@@ -58,7 +58,7 @@ const ENGINE: &[(&str, &str)] = &[
 pub const ENGINE_VERSION: i32 = 21;
 
 /// The SHA-256 of the engine files of [`ENGINE_VERSION`] ([`engine_sha256`]).
-pub const ENGINE_SHA256: &str = "f0b9be73dbc8209169daf81521976ca95c91efc7368ab28939dd859951d8e020";
+pub const ENGINE_SHA256: &str = "ec88f9ccd48491ce828c0408b37676112e7fcaf21242f72d4409179d7c637bce";
 
 /// The oldest engine version whose binaries still work on this engine (its functions keep the
 /// signatures and meaning those binaries call them with). A binary older than this refuses to

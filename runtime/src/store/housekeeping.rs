@@ -322,6 +322,12 @@ impl Store {
 
     async fn object_delete_once(&self, id: &str, actor: &str) -> Result<()> {
         let mut tx = self.pool.begin().await?;
+        // The object, then its workflows' steps, then (the delete) its workflows: the order a
+        // start re-creating a workflow and `objects_put` take them in.
+        sqlx::query("select 1 from workdo.objects where id = $1 for update")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         super::steps::lock_steps_of_object(&mut tx, id, None, None).await?;
         let n = sqlx::query("delete from workdo.objects where id = $1")
             .bind(id)

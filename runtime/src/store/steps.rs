@@ -411,7 +411,7 @@ impl Store {
         let tokens: Vec<Uuid> = held.iter().map(|h| h.1).collect();
         let secs: Vec<f64> = held.iter().map(|h| h.2).collect();
         // The rows locked first, in id order, the order every commit locks steps in
-        // (`workdo.apply` reads `id = any` in index order, compositions lock `order by id`).
+        // (`workdo.apply` takes its batch in id order, compositions lock `order by id`).
         // The update alone locked them in whatever order its plan read them (the list's, or
         // the lease index's), and deadlocked with the completers committing those same steps
         // (retried, nothing lost, the commit done twice).

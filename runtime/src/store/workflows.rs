@@ -252,7 +252,19 @@ async fn start_one(
                 .bind(version)
                 .execute(&mut **tx)
                 .await?;
-            // A new object version: the older versions' work leaves the queues.
+            // A new object version: the older versions' work leaves the queues. Their steps
+            // locked first, in id order, as a commit locks steps before their workflows.
+            sqlx::query(
+                "select 1 from workdo.steps
+                  where workflow_id in (select id from workdo.workflows
+                                         where object_id = $1 and version < $2 and active)
+                  order by id
+                    for update",
+            )
+            .bind(object)
+            .bind(version)
+            .execute(&mut **tx)
+            .await?;
             sqlx::query("update workdo.workflows set active = false where object_id = $1 and version < $2 and active")
                 .bind(object)
                 .bind(version)
