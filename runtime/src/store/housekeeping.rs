@@ -328,7 +328,7 @@ impl Store {
             .bind(id)
             .execute(&mut *tx)
             .await?;
-        super::steps::lock_steps_of_object(&mut tx, id, None, None).await?;
+        super::steps::lock_steps_of_object(&mut tx, id, None, None, None).await?;
         let n = sqlx::query("delete from workdo.objects where id = $1")
             .bind(id)
             .execute(&mut *tx)

@@ -491,27 +491,31 @@ pub(crate) fn require_leases<'a>(changes: impl IntoIterator<Item = &'a Change>) 
     }
 }
 
-/// Lock the steps of object `object`'s workflows (of `template` and `version` when given), in
-/// id order, before deleting those workflows: `workdo.apply` takes a batch's steps before their
-/// workflows, and a delete that took a workflow row first (its object's cascade, or its own
-/// delete) and then its steps (the steps' trigger) deadlocked with a commit holding one of them.
+/// Lock the steps of object `object`'s workflows (of `template`, of `version`, of versions
+/// older than `older`, when given), in id order, before deleting or deactivating those
+/// workflows: `workdo.apply` takes a batch's steps before their workflows, and a delete that took
+/// a workflow row first (its object's cascade, or its own delete) and then its steps (the
+/// steps' trigger) deadlocked with a commit holding one of them.
 pub(super) async fn lock_steps_of_object(
     conn: &mut PgConnection,
     object: &str,
     template: Option<&str>,
     version: Option<i32>,
+    older: Option<i32>,
 ) -> Result<()> {
     sqlx::query(
         "select 1 from workdo.steps s
           where s.workflow_id in (select w.id from workdo.workflows w
                                    where w.object_id = $1 and ($2::text is null or w.template = $2)
-                                     and ($3::int is null or w.version = $3))
+                                     and ($3::int is null or w.version = $3)
+                                     and ($4::int is null or w.version < $4))
           order by s.id
             for update of s",
     )
     .bind(object)
     .bind(template)
     .bind(version)
+    .bind(older)
     .execute(conn)
     .await?;
     Ok(())

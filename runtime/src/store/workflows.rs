@@ -252,19 +252,9 @@ async fn start_one(
                 .bind(version)
                 .execute(&mut **tx)
                 .await?;
-            // A new object version: the older versions' work leaves the queues. Their steps
-            // locked first, in id order, as a commit locks steps before their workflows.
-            sqlx::query(
-                "select 1 from workdo.steps
-                  where workflow_id in (select id from workdo.workflows
-                                         where object_id = $1 and version < $2 and active)
-                  order by id
-                    for update",
-            )
-            .bind(object)
-            .bind(version)
-            .execute(&mut **tx)
-            .await?;
+            // A new object version: the older versions' work leaves the queues (their steps
+            // locked first, as a commit locks steps before their workflows).
+            super::steps::lock_steps_of_object(tx, object, None, None, Some(version)).await?;
             sqlx::query("update workdo.workflows set active = false where object_id = $1 and version < $2 and active")
                 .bind(object)
                 .bind(version)
@@ -294,7 +284,8 @@ async fn start_one(
         Some(_) => {}
     }
     // Re-create semantics: the same template on the same object version replaces its steps.
-    super::steps::lock_steps_of_object(tx, object, Some(&req.template), Some(version)).await?;
+    super::steps::lock_steps_of_object(tx, object, Some(&req.template), Some(version), None)
+        .await?;
     let replaced: Option<i64> = sqlx::query_scalar(
         "delete from workdo.workflows where object_id = $1 and template = $2 and version = $3 returning id",
     )
@@ -335,7 +326,7 @@ impl Store {
         actor: &str,
     ) -> Result<u64> {
         let mut tx = self.pool.begin().await?;
-        super::steps::lock_steps_of_object(&mut tx, object, template, version).await?;
+        super::steps::lock_steps_of_object(&mut tx, object, template, version, None).await?;
         let deleted: Vec<(i64, String, i32)> = sqlx::query_as(
             "delete from workdo.workflows
               where object_id = $1 and ($2::text is null or template = $2) and ($3::int is null or version = $3)
