@@ -103,10 +103,7 @@ async fn hold_the_first_then_take_the_rest(
         .collect();
     changes.sort_by_key(|c| std::cmp::Reverse(c.id));
     let mut commit = t.pool().begin().await.expect("begin");
-    sqlx::query("set local lock_timeout = '10s'")
-        .execute(&mut *commit)
-        .await
-        .expect("timeout");
+    lock_timeout(&mut commit, "10s").await;
     let lock = format!("select 1 from workdo.{table} where id = any($1) order by id for update");
     sqlx::query(sqlx::AssertSqlSafe(lock.clone()))
         .bind(&rows[..1])
@@ -151,10 +148,7 @@ async fn a_delete_locks_steps_before_their_workflows() {
         let workflow = started[0].workflow_id;
         // A commit in progress holds the workflow's last step and will want the workflow.
         let mut commit = t.pool().begin().await.expect("begin");
-        sqlx::query("set local lock_timeout = '10s'")
-            .execute(&mut *commit)
-            .await
-            .expect("timeout");
+        lock_timeout(&mut commit, "10s").await;
         sqlx::query("select 1 from workdo.steps where workflow_id = $1 and name = 'c' for update")
             .bind(workflow)
             .execute(&mut *commit)
@@ -178,10 +172,7 @@ async fn a_delete_locks_steps_before_their_workflows() {
         // The workflow must be free at once. Were the delete holding it, Postgres's deadlock
         // check (a second into the delete's wait) would abort the delete, which runs again
         // and succeeds: the commit's short wait is what tells the two apart.
-        sqlx::query("set local lock_timeout = '500ms'")
-            .execute(&mut *commit)
-            .await
-            .expect("timeout");
+        lock_timeout(&mut commit, "500ms").await;
         sqlx::query("select 1 from workdo.workflows where id = $1 for update")
             .bind(workflow)
             .execute(&mut *commit)
@@ -265,4 +256,14 @@ async fn an_object_delete_at_repeatable_read_takes_a_workflow_started_meanwhile(
         .await,
         0
     );
+}
+
+/// How long the rest of `tx` waits for a lock before it fails.
+async fn lock_timeout(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, how_long: &str) {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "set local lock_timeout = '{how_long}'"
+    )))
+    .execute(&mut **tx)
+    .await
+    .expect("lock_timeout");
 }

@@ -27,16 +27,14 @@ pub(crate) async fn execute(
         .observe
         .as_ref()
         .and_then(|o| input.documents.get(&o.document).cloned());
-    let event = event_of(c, input, timeout);
+    let mut event = event_of(c, input, timeout);
     // A step's spans exist for the traces exported over OTLP (and for a debug log): no log line
     // is written inside them, and at `info` without an exporter, making them (their fields
-    // formatted for the log's span context on creation) was a tenth of the runtime's CPU under
-    // the DAG (perf, BENCHMARKS.md stop 34).
+    // formatted for the log's span context on creation) was 7-12% of the runtime's profile
+    // under the DAG (perf, BENCHMARKS.md stop 34).
     let traced = crate::telemetry::enabled() || tracing::enabled!(tracing::Level::DEBUG);
-    let step_span = if !traced {
-        tracing::Span::none()
-    } else {
-        tracing::info_span!(
+    let (step_span, invoke_span) = if traced {
+        let step_span = tracing::info_span!(
             "step",
             otel.name = %format!("step {}:{}", c.template, c.name),
             workdo.object_id = %c.object_id,
@@ -45,15 +43,11 @@ pub(crate) async fn execute(
             workdo.attempt = c.attempts,
             workdo.lane = %c.lane,
             workdo.status = tracing::field::Empty,
-        )
-    };
-    if let Some(tp) = &event.traceparent {
-        crate::telemetry::set_parent(&step_span, tp);
-    }
-    let invoke_span = if !traced {
-        tracing::Span::none()
-    } else {
-        tracing::info_span!(
+        );
+        if let Some(tp) = &event.traceparent {
+            crate::telemetry::set_parent(&step_span, tp);
+        }
+        let invoke_span = tracing::info_span!(
             parent: &step_span,
             "invoke",
             otel.name = %format!("invoke {}", c.name),
@@ -63,13 +57,15 @@ pub(crate) async fn execute(
             workdo.step = %c.name,
             workdo.attempt = c.attempts,
             workdo.runner = invoker.kind(),
-        )
+        );
+        // The function continues the trace from its invocation.
+        if let Some(tp) = crate::telemetry::traceparent(&invoke_span) {
+            event.traceparent = Some(tp);
+        }
+        (step_span, invoke_span)
+    } else {
+        (tracing::Span::none(), tracing::Span::none())
     };
-    // The function continues the trace from its invocation.
-    let mut event = event;
-    if let Some(tp) = crate::telemetry::traceparent(&invoke_span) {
-        event.traceparent = Some(tp);
-    }
     let began = std::time::Instant::now();
     let outcome = {
         use tracing::Instrument;

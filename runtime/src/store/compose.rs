@@ -15,8 +15,8 @@ use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::Result;
 use super::dispatch::{
-    Bricklets, activation_fragments, composable, lock_held, lock_named, lock_workflows,
-    write_workflows,
+    Bricklets, activation_fragments, composable, lock_generators_dependants, lock_held,
+    lock_workflows, write_workflows,
 };
 use super::events::{EventBuf, NewEvent, ReadyKeys};
 use crate::model::dispatch::{self, Actset};
@@ -60,16 +60,11 @@ pub(super) async fn compose(
         return Ok(());
     }
     // The generators' dependants, which their subnets' last steps will hold back.
-    let (mut dep_workflows, mut dep_names) = (Vec::new(), Vec::new());
-    for g in generators {
-        if let Some(&workflow_id) = held.get(&g.step_id) {
-            for d in g.spec.dependants(g.name) {
-                dep_workflows.push(workflow_id);
-                dep_names.push(d.name.as_str());
-            }
-        }
-    }
-    lock_named(tx, &dep_workflows, &dep_names).await?;
+    let held_generators: Vec<_> = generators
+        .iter()
+        .filter_map(|g| held.get(&g.step_id).map(|&w| (w, g.spec, g.name)))
+        .collect();
+    lock_generators_dependants(tx, &held_generators).await?;
     let workflow_ids: Vec<i64> = held.values().copied().collect();
     let mut workflows = lock_workflows(tx, &workflow_ids).await?;
     // The workflows a generator composed into: only those are written back.

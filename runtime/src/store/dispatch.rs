@@ -281,13 +281,20 @@ pub(super) async fn lock_held(
     .collect())
 }
 
-/// The steps named `names[i]` in workflows `workflows[i]`, whatever their status, locked in id
-/// order.
-pub(super) async fn lock_named(
+/// The template steps after each generator `(workflow, its template version, generator)`,
+/// whatever their status, locked in id order: the dependants a generator's subnet holds back,
+/// which a composition or a recomposition changes.
+pub(super) async fn lock_generators_dependants(
     tx: &mut Transaction<'_, Postgres>,
-    workflows: &[i64],
-    names: &[&str],
+    generators: &[(i64, &Template, &str)],
 ) -> Result<()> {
+    let (mut workflows, mut names) = (Vec::new(), Vec::new());
+    for &(workflow, spec, generator) in generators {
+        for d in spec.dependants(generator) {
+            workflows.push(workflow);
+            names.push(d.name.as_str());
+        }
+    }
     if workflows.is_empty() {
         return Ok(());
     }
@@ -297,8 +304,8 @@ pub(super) async fn lock_named(
              on s.workflow_id = d.workflow_id and s.name = d.name
           order by s.id for update of s",
     )
-    .bind(workflows)
-    .bind(names)
+    .bind(&workflows)
+    .bind(&names)
     .execute(&mut **tx)
     .await?;
     Ok(())

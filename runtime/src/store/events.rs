@@ -109,6 +109,14 @@ impl EventBuf {
         &'q self,
         q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        self.bind_rows(q).bind(&self.detail)
+    }
+
+    /// The nine arrays before the detail, as [`EventBuf::bind_to`] binds them.
+    fn bind_rows<'q>(
+        &'q self,
+        q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
         q.bind(&self.object_id)
             .bind(&self.workflow_id)
             .bind(&self.template)
@@ -118,7 +126,6 @@ impl EventBuf {
             .bind(&self.status)
             .bind(&self.attempt)
             .bind(&self.actor)
-            .bind(&self.detail)
     }
 
     /// Append the events with one statement. When they carry few distinct details (a bulk
@@ -130,45 +137,34 @@ impl EventBuf {
     pub(crate) async fn flush(&mut self, conn: &mut PgConnection) -> Result<()> {
         /// The most distinct details sent once and found by position.
         const BY_POSITION: usize = 16;
+        /// The insert, given the detail of a row (`d`, its tenth column) and that column's array.
+        macro_rules! insert {
+            ($detail:literal, $tenth:literal) => {
+                concat!(
+                    "insert into workdo.events
+                        (object_id, workflow_id, template, version, step, kind, status, attempt, actor, detail)
+                     select object_id, workflow_id, template, version, step, kind, status, attempt, actor,
+                            nullif(", $detail, ", 'null'::jsonb)
+                       from unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::text[], $6::text[],
+                                   $7::text[], $8::int[], $9::text[], ", $tenth, ")
+                            as t(object_id, workflow_id, template, version, step, kind, status, attempt, actor, d)"
+                )
+            };
+        }
         if self.kind.is_empty() {
             return Ok(());
         }
         let (details, of) = distinct(&self.detail, BY_POSITION);
         if details.len() > BY_POSITION {
-            self.bind_to(sqlx::query(
-                "insert into workdo.events
-                    (object_id, workflow_id, template, version, step, kind, status, attempt, actor, detail)
-                 select object_id, workflow_id, template, version, step, kind, status, attempt, actor,
-                        nullif(detail, 'null'::jsonb)
-                   from unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::text[], $6::text[],
-                               $7::text[], $8::int[], $9::text[], $10::jsonb[])
-                        as t(object_id, workflow_id, template, version, step, kind, status, attempt, actor, detail)",
-            ))
-            .execute(&mut *conn)
-            .await?;
+            self.bind_to(sqlx::query(insert!("d", "$10::jsonb[]")))
+                .execute(&mut *conn)
+                .await?;
         } else {
-            sqlx::query(
-                "insert into workdo.events
-                    (object_id, workflow_id, template, version, step, kind, status, attempt, actor, detail)
-                 select object_id, workflow_id, template, version, step, kind, status, attempt, actor,
-                        nullif(($10::jsonb[])[d], 'null'::jsonb)
-                   from unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::text[], $6::text[],
-                               $7::text[], $8::int[], $9::text[], $11::int[])
-                        as t(object_id, workflow_id, template, version, step, kind, status, attempt, actor, d)",
-            )
-            .bind(&self.object_id)
-            .bind(&self.workflow_id)
-            .bind(&self.template)
-            .bind(&self.version)
-            .bind(&self.step)
-            .bind(&self.kind)
-            .bind(&self.status)
-            .bind(&self.attempt)
-            .bind(&self.actor)
-            .bind(&details)
-            .bind(&of)
-            .execute(&mut *conn)
-            .await?;
+            self.bind_rows(sqlx::query(insert!("($10::jsonb[])[d]", "$11::int[]")))
+                .bind(&details)
+                .bind(&of)
+                .execute(&mut *conn)
+                .await?;
         }
         *self = EventBuf::default();
         Ok(())

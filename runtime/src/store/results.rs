@@ -370,16 +370,17 @@ async fn lock_recomposable(
     let ids: Vec<i64> = observations.iter().map(|o| o.step_id).collect();
     let leases: Vec<Option<uuid::Uuid>> = observations.iter().map(|o| o.lease).collect();
     let held = super::dispatch::lock_held(tx, &ids, &leases).await?;
-    let (mut dep_workflows, mut dep_names) = (Vec::new(), Vec::new());
-    for o in observations {
-        for g in o.spec.steps.iter().filter(|s| s.generate.is_some()) {
-            for d in o.spec.dependants(&g.name) {
-                dep_workflows.push(o.workflow_id);
-                dep_names.push(d.name.as_str());
-            }
-        }
-    }
-    super::dispatch::lock_named(tx, &dep_workflows, &dep_names).await?;
+    let generators: Vec<_> = observations
+        .iter()
+        .flat_map(|o| {
+            o.spec
+                .steps
+                .iter()
+                .filter(|s| s.generate.is_some())
+                .map(move |g| (o.workflow_id, o.spec, g.name.as_str()))
+        })
+        .collect();
+    super::dispatch::lock_generators_dependants(tx, &generators).await?;
     Ok(held)
 }
 

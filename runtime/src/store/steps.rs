@@ -181,9 +181,8 @@ fn bind_changes<'q>(
         .bind(actor.to_string())
 }
 
-/// One change per step, the last one given for it winning, in step id order: `workdo.apply`
-/// locks the steps in the order it is given them, and every commit locking steps in id order
-/// is what keeps two runtimes' batches from deadlocking (ARCHITECTURE.md, lock order).
+/// One change per step: the last one given for it wins. (`workdo.apply` takes them in id
+/// order whatever order they come in: ARCHITECTURE.md, lock order.)
 fn unique_changes<'a>(changes: impl IntoIterator<Item = &'a Change>) -> Vec<&'a Change> {
     let all: Vec<&Change> = changes.into_iter().collect();
     let mut seen = std::collections::HashSet::new();
@@ -192,7 +191,7 @@ fn unique_changes<'a>(changes: impl IntoIterator<Item = &'a Change>) -> Vec<&'a 
         .rev()
         .filter(|c| seen.insert(c.id))
         .collect();
-    unique.sort_unstable_by_key(|c| c.id);
+    unique.reverse();
     unique
 }
 
