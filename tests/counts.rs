@@ -9,7 +9,7 @@ use std::time::Duration;
 use chrono::Utc;
 use support::{GOOGLE_XML, db, load};
 use workdo::model::status::Status;
-use workdo::store::{Change, SetRequest, StartRequest, StepFilter, StepResult, Store};
+use workdo::store::{Change, Dispatch, SetRequest, StartRequest, StepFilter, StepResult, Store};
 
 const WF: &str = "googleScannedBookWF";
 const LEASE: Duration = Duration::from_secs(60);
@@ -129,6 +129,18 @@ async fn counts_equal_a_scan_after_a_mixed_concurrent_workload() {
         .collect();
     for round in 0..10 {
         t.store.step_counts_rollup().await.expect("fold");
+        if round == 3 {
+            // A step inserted by hand (not counted by its statement): counted afresh by a
+            // fold while the workers' deltas keep coming.
+            sqlx::query(
+                "insert into workdo.steps (workflow_id, object_id, template, version, lane, name, status, max_attempts, pending)
+                 select workflow_id, object_id, template, version, lane, 'by-hand', 'waiting', 3, 1
+                   from workdo.steps where object_id = 'obj:39' and name = 'register-object' and active",
+            )
+            .execute(t.pool())
+            .await
+            .expect("insert by hand");
+        }
         loop {
             let set = sqlx::query("update workdo.steps set priority = $1 where object_id = $2")
                 .bind(round as i32)
@@ -254,4 +266,145 @@ async fn serve_alone_folds_the_deltas() {
     let _ = serve.kill();
     let _ = serve.wait();
     assert_eq!(overview(&t.store).await, scanned(t.pool()).await);
+}
+
+/// Recount marks waiting to be folded: an insert of steps that did not count itself.
+async fn marks(pool: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar(
+        "select count(*) from workdo.step_count_deltas where template = '' and status = 'recount'",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("count marks")
+}
+
+/// The engine's inserts of steps count themselves (engine 22): starts small and large, a
+/// generator's subnet and a machine's call leave exact deltas and no recount mark; an insert
+/// by hand leaves a mark, and the next fold counts the steps afresh.
+#[tokio::test]
+async fn inserts_count_themselves_and_others_are_recounted() {
+    let t = db().await;
+    load(&t.store, "google.xml", GOOGLE_XML).await;
+    let composing = "name: genWF\nsteps:\n  - name: look\n    observe: { document: d, rules: [{ match: '//a', op: add, generator: g, bricklets: [x] }] }\n  - { name: g, prereqs: [look], generate: { refset: [x], rules: [{ parallel: x }] } }\n  - { name: after, prereqs: [g], function: { builtin: noop } }\nbricklets:\n  - { name: x, steps: [{ name: run, function: { builtin: noop } }] }\n";
+    load(&t.store, "gen.yaml", composing).await;
+    let machine = "name: callWF\nkind: machine\ninitial: Wait\nstates:\n  Wait:\n    on:\n      go: { to: Checking, actions: [ { call: check } ] }\n  Checking:\n    on:\n      checked: Done\n  Done: { final: true }\nfunctions:\n  check: { builtin: noop }\n";
+    load(&t.store, "call.yaml", machine).await;
+
+    // One workflow (counted by the insert itself) and forty (by the first one's rows).
+    t.store
+        .workflow_start(&StartRequest::new(WF, &["obj:alone"]))
+        .await
+        .expect("start one");
+    let many: Vec<String> = (0..40).map(|i| format!("obj:many{i}")).collect();
+    let mut req = StartRequest::new(WF, &[]);
+    req.objects = many;
+    t.store.workflow_start(&req).await.expect("start forty");
+
+    // A generator composes three instances.
+    support::put_document(&t, "obj:gen", "d", "<d><a/><a/><a/></d>").await;
+    t.store
+        .workflow_start(&StartRequest::new("genWF", &["obj:gen"]))
+        .await
+        .expect("start genWF");
+    let finish = |c: &workdo::store::Claimed, dispatch: Dispatch| {
+        let mut change = Change::new(c.id, Status::Completed, "completed");
+        change.lease = Some(c.lease_token);
+        StepResult {
+            change,
+            object_id: c.object_id.clone(),
+            workflow_id: c.workflow_id,
+            effects: workdo::store::Effects {
+                dispatch: Some(dispatch),
+                ..Default::default()
+            },
+        }
+    };
+    let look = t
+        .store
+        .step_claim("genWF", "look", None, 1, "test", LEASE)
+        .await
+        .expect("claim look");
+    let matched = workdo::model::dispatch::RuleMatch {
+        rule: 0,
+        op: workdo::model::spec::Op::Add,
+        generator: "g".into(),
+        bricklets: vec!["x".into()],
+        fragments: 3,
+        matched: vec![Some("<a/>".into()); 3],
+    };
+    let observed = Dispatch::Observed {
+        observer: "look".into(),
+        matches: vec![matched],
+    };
+    t.store
+        .results_commit(&[finish(&look[0], observed)], "test")
+        .await
+        .expect("observed");
+    let g = t
+        .store
+        .step_claim("genWF", "g", None, 1, "test", LEASE)
+        .await
+        .expect("claim g");
+    let compose = Dispatch::Compose {
+        generator: "g".into(),
+    };
+    t.store
+        .results_commit(&[finish(&g[0], compose)], "test")
+        .await
+        .expect("composed");
+    let generated: i64 = sqlx::query_scalar(
+        "select count(*) from workdo.steps where object_id = 'obj:gen' and generated is not null",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("generated");
+    assert_eq!(generated, 3, "the subnet was composed");
+
+    // A machine's transition calls a function: a step of its own.
+    t.store
+        .workflow_start(&StartRequest::new("callWF", &["obj:call"]))
+        .await
+        .expect("start callWF");
+    let job = t
+        .store
+        .machine_job("obj:call", "callWF")
+        .await
+        .expect("job");
+    t.store
+        .machine_signal(job, "go", &serde_json::json!({}), "test")
+        .await
+        .expect("go");
+
+    assert_eq!(
+        marks(t.pool()).await,
+        0,
+        "every engine insert counted itself"
+    );
+    assert_eq!(overview(&t.store).await, scanned(t.pool()).await);
+    let calls = overview(&t.store)
+        .await
+        .into_iter()
+        .filter(|(tpl, step, _, _)| tpl == "callWF" && step == "call/check")
+        .count();
+    assert_eq!(calls, 1, "the call step is counted");
+
+    // By hand: marked, then counted afresh by the fold the overview makes first.
+    sqlx::query(
+        "insert into workdo.steps (workflow_id, object_id, template, version, lane, name, status, max_attempts, pending)
+         select workflow_id, object_id, template, version, lane, 'by-hand', 'waiting', 3, 1
+           from workdo.steps where object_id = 'obj:alone' and name = 'register-object'",
+    )
+    .execute(t.pool())
+    .await
+    .expect("insert by hand");
+    assert_eq!(marks(t.pool()).await, 1);
+    let counted = overview(&t.store).await;
+    assert_eq!(counted, scanned(t.pool()).await);
+    assert!(
+        counted
+            .iter()
+            .any(|(_, step, status, n)| step == "by-hand" && status == "waiting" && *n == 1),
+        "{counted:?}"
+    );
+    assert_eq!(marks(t.pool()).await, 0, "the fold took the mark");
 }

@@ -1,8 +1,17 @@
 -- Step counts per template, step and status, kept from what each statement changes (tables and
--- reasons in migrations/0014_step_counts.sql). Three statement-level triggers, one per event
--- (a trigger with transition tables serves one event), append each statement's net change,
--- grouped, to workdo.step_count_deltas; workdo.step_counts_rollup folds them into
+-- reasons in migrations/0014_step_counts.sql). Statement-level triggers on updates and deletes,
+-- one per event (a trigger with transition tables serves one event), append each statement's net
+-- change, grouped, to workdo.step_count_deltas; workdo.step_counts_rollup folds them into
 -- workdo.step_counts and workdo.step_throughput.
+--
+-- Inserts are counted by the statements that make them (engine 22). The engine's inserts (a
+-- start, a composition, a machine's call) set `workdo.steps_counted` for their transaction and
+-- append their own deltas: a start knows its rows without reading them back, and a trigger with
+-- a transition table makes Postgres copy every inserted row for it, used or not (a bulk start of
+-- 18,000 steps: 91-97 ms with the counting trigger, 80-84 ms without it, 86-90 ms with it
+-- skipped by a WHEN, the copy still paid; BENCHMARKS.md, stop 35). Any other insert (SQL by
+-- hand, a workdo older than engine 22) leaves a `recount` mark, and the next fold counts the
+-- active steps afresh: exact again, at the cost of one scan, for writes that are rare.
 
 -- workdo.facet_name: the name a step is counted under. A generated step
 -- (`generator/bricklet#n/step`, 0011) is counted under its bricklet step
@@ -18,15 +27,14 @@ AS $function$
                 else regexp_replace(p_name, '#[0-9]+(/|$)', '\1', 'g') end
 $function$;
 
+-- An insert that did not count itself (its trigger's WHEN, below): mark the counts for a recount.
 CREATE OR REPLACE FUNCTION workdo.step_counts_inserted()
  RETURNS trigger
  LANGUAGE plpgsql
 AS $function$
 begin
     insert into workdo.step_count_deltas (template, name, status, n, first_id)
-    select template, workdo.facet_name(name), status, count(*), min(id)
-      from new_steps where active
-     group by 1, 2, 3;
+    values ('', '', 'recount', 0, 0);
     return null;
 end
 $function$;
@@ -75,8 +83,9 @@ end
 $function$;
 
 CREATE OR REPLACE TRIGGER step_counts_inserted AFTER INSERT ON workdo.steps
-    REFERENCING NEW TABLE AS new_steps
-    FOR EACH STATEMENT EXECUTE FUNCTION workdo.step_counts_inserted();
+    FOR EACH STATEMENT
+    WHEN (current_setting('workdo.steps_counted', true) IS DISTINCT FROM 'on')
+    EXECUTE FUNCTION workdo.step_counts_inserted();
 CREATE OR REPLACE TRIGGER step_counts_updated AFTER UPDATE ON workdo.steps
     REFERENCING OLD TABLE AS old_steps NEW TABLE AS new_steps
     FOR EACH STATEMENT EXECUTE FUNCTION workdo.step_counts_updated();
@@ -101,25 +110,54 @@ select template, workdo.facet_name(name), status, count(*), min(id)
 -- null when another session is folding (it does not wait). Throughput: within one UPDATE, a
 -- positive net change of `completed` over all steps (`moved`) is that many completions, of
 -- `retrying` or `error` that many failed attempts (a step leaves those statuses by other
--- statements).
+-- statements). A `recount` mark (an insert that did not count itself) makes it count the
+-- active steps afresh instead of adding the deltas to the counts: in the same statement, so the
+-- deltas it takes and the steps it counts are of one snapshot (a change committed after that
+-- snapshot left its delta for the next fold and is not in this count). A mark committed after
+-- the check below stays for the next fold.
 CREATE OR REPLACE FUNCTION workdo.step_counts_rollup()
  RETURNS bigint
  LANGUAGE plpgsql
 AS $function$
 declare
     folded bigint;
+    recount boolean;
 begin
     if not pg_try_advisory_xact_lock(8606223218500370434) then
         return null;
     end if;
-    with d as (delete from workdo.step_count_deltas returning *),
+    recount := exists (select 1 from workdo.step_count_deltas
+                        where template = '' and status = 'recount');
+    with d as (
+        delete from workdo.step_count_deltas
+         where recount or not (template = '' and status = 'recount')
+        returning *
+    ),
+    -- Scanned only for a recount (the condition is a one-time filter).
+    fresh as (
+        select template, workdo.facet_name(name) as name, status, count(*) as n, min(id) as first_id
+          from workdo.steps
+         where recount and active
+         group by 1, 2, 3
+    ),
+    gone as (
+        delete from workdo.step_counts c
+         where recount
+           and not exists (select 1 from fresh f
+                            where f.template = c.template and f.name = c.name and f.status = c.status)
+    ),
     counted as (
         insert into workdo.step_counts as c (template, name, status, n, first_id)
         select template, name, status, sum(n), min(first_id)
           from d
+         where not recount
          group by template, name, status
+        union all
+        select template, name, status, n, first_id from fresh
         on conflict (template, name, status) do update
-           set n = c.n + excluded.n, first_id = least(c.first_id, excluded.first_id)
+           set n = case when recount then excluded.n else c.n + excluded.n end,
+               first_id = case when recount then excluded.first_id
+                               else least(c.first_id, excluded.first_id) end
     ),
     throughput as (
         insert into workdo.step_throughput as t (minute, template, name, completed, failed)

@@ -204,6 +204,8 @@ impl Store {
         .execute(&mut setup)
         .await?;
         setup.close().await?;
+        // Written without counting them: their counts are made afresh now, not while measuring.
+        self.step_counts_rollup().await?;
         Ok(())
     }
 
@@ -246,6 +248,7 @@ impl Store {
             .execute(&mut setup)
             .await?;
         setup.close().await?;
+        self.step_counts_rollup().await?;
         Ok(events)
     }
 

@@ -289,8 +289,10 @@ impl Subnets {
         if self.workflow.is_empty() {
             return Ok(());
         }
-        sqlx::query(
-            "insert into workdo.steps
+        sqlx::query(concat!(
+            "with ",
+            super::counts::steps_counted!(),
+            ", ins as (insert into workdo.steps
                 (workflow_id, object_id, template, version, lane, name, status, prereqs, pending,
                  priority, max_attempts, lifecycle, queue, generated)
              select t.workflow_id, t.object_id, t.template, t.version, t.lane, t.name, t.status,
@@ -302,8 +304,11 @@ impl Subnets {
                     with ordinality as t(workflow_id, object_id, template, version, lane,
                                          priority, name, status, prereqs, pending,
                                          max_attempts, lifecycle, queue, generated, n)
-              order by t.n",
-        )
+                    cross join counted
+              order by t.n
+             returning template, name, status, id, active)",
+            super::counts::count_inserted!()
+        ))
         .bind(&self.workflow)
         .bind(&self.object)
         .bind(&self.template)

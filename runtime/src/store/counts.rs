@@ -7,6 +7,46 @@ use serde::Serialize;
 
 use super::{Facet, Result, Store};
 
+/// A CTE for the FROM of a statement that inserts steps: it sets `workdo.steps_counted` for the
+/// rest of the transaction before the statement ends, where the insert trigger looks, so that
+/// the steps are counted by the statement's own deltas ([`count_inserted`], [`count_started`])
+/// and not marked for a recount (`migrations/engine/70_counts.sql`).
+macro_rules! steps_counted {
+    () => {
+        "counted as materialized (select set_config('workdo.steps_counted', 'on', true) as flag)"
+    };
+}
+pub(super) use steps_counted;
+
+/// The deltas of the steps a CTE `ins` inserted (returning template, name, status, id, active).
+macro_rules! count_inserted {
+    () => {
+        " insert into workdo.step_count_deltas (template, name, status, n, first_id)
+          select template, workdo.facet_name(name), status, count(*), min(id)
+            from ins where active group by 1, 2, 3"
+    };
+}
+pub(super) use count_inserted;
+
+/// Count the steps of one start: every workflow it made has the same steps in the same
+/// statuses, so the first one's rows times the workflows, without reading the others back.
+pub(super) async fn count_started(
+    conn: &mut sqlx::PgConnection,
+    first_workflow: i64,
+    workflows: usize,
+) -> Result<()> {
+    sqlx::query(
+        "insert into workdo.step_count_deltas (template, name, status, n, first_id)
+         select template, workdo.facet_name(name), status, count(*) * $2, min(id)
+           from workdo.steps where workflow_id = $1 and active group by 1, 2, 3",
+    )
+    .bind(first_workflow)
+    .bind(workflows as i64)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// Completed steps and failed attempts of one template in one minute.
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct Throughput {

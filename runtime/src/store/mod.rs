@@ -22,6 +22,7 @@ mod handoff;
 pub mod hosts;
 mod housekeeping;
 mod idempotency;
+mod initial;
 mod machine;
 mod objects;
 pub use objects::NewObject;

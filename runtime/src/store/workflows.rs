@@ -359,71 +359,6 @@ impl Store {
     }
 }
 
-/// A template's steps as they start, as arrays for `unnest`. Static: derived from the template
-/// and whether the start lies in the future.
-struct InitialSteps {
-    names: Vec<String>,
-    statuses: Vec<String>,
-    /// Arrays of arrays must be rectangular in Postgres: prerequisites travel as JSON.
-    prereqs: Vec<Value>,
-    pendings: Vec<i32>,
-    attempts: Vec<i32>,
-    limits: Vec<i32>,
-    lifecycles: Vec<Option<String>>,
-    ready: Vec<String>,
-    unfinished: i32,
-}
-
-fn initial_steps(spec: &Template, future: bool) -> InitialSteps {
-    let finished: std::collections::HashSet<&str> = spec
-        .steps
-        .iter()
-        .filter(|s| s.initial_status.as_ref().is_some_and(Status::is_finished))
-        .map(|s| s.name.as_str())
-        .collect();
-    let mut out = InitialSteps {
-        names: Vec::new(),
-        statuses: Vec::new(),
-        prereqs: Vec::new(),
-        pendings: Vec::new(),
-        attempts: Vec::new(),
-        limits: Vec::new(),
-        lifecycles: Vec::new(),
-        ready: Vec::new(),
-        // A machine job is one unit of unfinished work until it reaches a final state.
-        unfinished: if spec.machine.is_some() {
-            1
-        } else {
-            spec.steps.len() as i32 - finished.len() as i32
-        },
-    };
-    for s in &spec.steps {
-        let pending = s
-            .prereqs
-            .iter()
-            .filter(|p| !finished.contains(p.as_str()))
-            .count() as i32;
-        let status = match &s.initial_status {
-            Some(st) => st.clone(),
-            None if pending > 0 => Status::Waiting,
-            None if future => Status::Scheduled,
-            None => Status::Ready,
-        };
-        if status == Status::Ready {
-            out.ready.push(s.name.clone());
-        }
-        out.names.push(s.name.clone());
-        out.attempts.push(i32::from(status == Status::Completed));
-        out.statuses.push(status.as_str().to_string());
-        out.prereqs
-            .push(serde_json::to_value(&s.prereqs).unwrap_or(Value::Null));
-        out.pendings.push(pending);
-        out.limits.push(s.error_limit.min(i32::MAX as u32) as i32);
-        out.lifecycles.push(s.lifecycle.clone());
-    }
-    out
-}
-
 /// One workflow to insert: its object and version, whether the object must be registered first,
 /// and the workflow it replaces (re-create semantics), if any.
 pub(crate) struct Entry {
@@ -454,7 +389,7 @@ async fn insert_workflows(
     }
     let now = Utc::now();
     let start_at = req.start_at.unwrap_or(now);
-    let init = initial_steps(spec, start_at > now);
+    let init = super::initial::initial_steps(spec, start_at > now);
     let objects: Vec<String> = fresh.iter().map(|f| f.object.clone()).collect();
     let versions: Vec<i32> = fresh.iter().map(|f| f.version).collect();
     let new: Vec<(String, i32)> = fresh
@@ -510,41 +445,8 @@ async fn insert_workflows(
                 acc.2.push(r.2);
                 acc
             });
-    sqlx::query(
-        // The template's steps are decoded once (a CTE), then repeated per workflow in
-        // (workflow, step) order, so the (workflow_id, name) index grows at its right edge.
-        "with t as materialized (
-            select n, name, status, array(select jsonb_array_elements_text(prereqs)) as prereqs,
-                   pending, attempts, max_attempts, lifecycle
-              from unnest($8::text[], $9::text[], $10::jsonb[], $11::int[], $12::int[], $13::int[], $14::text[])
-                   with ordinality as t(name, status, prereqs, pending, attempts, max_attempts, lifecycle, n)
-         )
-         insert into workdo.steps
-            (workflow_id, object_id, template, version, lane, name, status, prereqs, pending,
-             priority, run_at, attempts, max_attempts, lifecycle, finished_at)
-         select w.id, w.object_id, $4, w.version, $5, t.name, t.status, t.prereqs, t.pending,
-                $6, $7, t.attempts, t.max_attempts, t.lifecycle,
-                case when t.status in ('completed', 'skipped') then now() end
-           from unnest($1::bigint[], $2::text[], $3::int[]) with ordinality as w(id, object_id, version, n)
-          cross join t
-          order by w.n, t.n",
-    )
-    .bind(&wids)
-    .bind(&wobjects)
-    .bind(&wversions)
-    .bind(&req.template)
-    .bind(&req.lane)
-    .bind(req.priority)
-    .bind(start_at)
-    .bind(&init.names)
-    .bind(&init.statuses)
-    .bind(&init.prereqs)
-    .bind(&init.pendings)
-    .bind(&init.attempts)
-    .bind(&init.limits)
-    .bind(&init.lifecycles)
-    .execute(&mut **tx)
-    .await?;
+    let given = (&req.template, &req.lane, req.priority, start_at);
+    super::initial::insert_steps(tx, &init, given, (&wids, &wobjects, &wversions)).await?;
     let bootstrap: Vec<String> = spec
         .steps
         .iter()

@@ -521,12 +521,16 @@ async fn call(
     .await?;
     let name = format!("call/{function}#{n}");
     let limit = i32::try_from(crate::model::template::DEFAULT_ERROR_LIMIT).unwrap_or(3);
-    sqlx::query(
-        "insert into workdo.steps
+    sqlx::query(concat!(
+        "with ",
+        crate::store::counts::steps_counted!(),
+        ", ins as (insert into workdo.steps
             (workflow_id, object_id, template, version, lane, name, status, pending,
              priority, max_attempts, queue, generated)
-         values ($1, $2, $3, $4, $5, $6, 'ready', 0, $7, $8, $9, $10)",
-    )
+         select $1, $2, $3, $4, $5, $6, 'ready', 0, $7, $8, $9, $10 from counted
+         returning template, name, status, id, active)",
+        crate::store::counts::count_inserted!()
+    ))
     .bind(job.id)
     .bind(&job.object_id)
     .bind(&job.template)
