@@ -98,7 +98,19 @@ CREATE OR REPLACE TRIGGER step_counts_truncated AFTER TRUNCATE ON workdo.steps
 -- Counted afresh whenever this file set is applied: creating the triggers above locked `steps`
 -- against writes until this transaction commits, so the count and the triggers agree, and a
 -- database migrated by an older workdo (whose steps changed without triggers) is exact again.
-delete from workdo.step_count_deltas;
+-- The deltas' completions and failures are folded into the throughput first, as a fold would:
+-- an upgrade does not lose the last minutes of the chart.
+with d as (delete from workdo.step_count_deltas returning *)
+insert into workdo.step_throughput as t (minute, template, name, completed, failed)
+select date_trunc('minute', at), template, name,
+       coalesce(sum(moved) filter (where status = 'completed'), 0),
+       coalesce(sum(moved) filter (where status in ('retrying', 'error')), 0)
+  from d
+ where updated and moved > 0 and status in ('completed', 'retrying', 'error')
+ group by 1, 2, 3
+on conflict (minute, template, name) do update
+   set completed = t.completed + excluded.completed,
+       failed = t.failed + excluded.failed;
 delete from workdo.step_counts;
 insert into workdo.step_counts (template, name, status, n, first_id)
 select template, workdo.facet_name(name), status, count(*), min(id)
@@ -114,8 +126,12 @@ select template, workdo.facet_name(name), status, count(*), min(id)
 -- active steps afresh instead of adding the deltas to the counts: in the same statement, so the
 -- deltas it takes and the steps it counts are of one snapshot (a change committed after that
 -- snapshot left its delta for the next fold and is not in this count). A mark committed after
--- the check below stays for the next fold.
-CREATE OR REPLACE FUNCTION workdo.step_counts_rollup()
+-- the check below stays for the next fold. With `p_recount` false (a reader's fold, which must
+-- not scan `steps` on a request's time) marks are left for the maintenance loop's fold.
+-- The signature without `p_recount` (engine 21 and before) goes in this same transaction; older
+-- binaries' calls without it get the default.
+DROP FUNCTION IF EXISTS workdo.step_counts_rollup();
+CREATE OR REPLACE FUNCTION workdo.step_counts_rollup(p_recount boolean DEFAULT true)
  RETURNS bigint
  LANGUAGE plpgsql
 AS $function$
@@ -126,8 +142,8 @@ begin
     if not pg_try_advisory_xact_lock(8606223218500370434) then
         return null;
     end if;
-    recount := exists (select 1 from workdo.step_count_deltas
-                        where template = '' and status = 'recount');
+    recount := p_recount and exists (select 1 from workdo.step_count_deltas
+                                      where template = '' and status = 'recount');
     with d as (
         delete from workdo.step_count_deltas
          where recount or not (template = '' and status = 'recount')

@@ -123,14 +123,23 @@ impl Store {
 
     /// Template × step × status counts over active steps, from the counts the triggers keep
     /// (migrations/0014_step_counts.sql): folded counts plus the deltas not folded yet, exact
-    /// at this statement's snapshot; no scan of `steps`.
+    /// at this statement's snapshot; no scan of `steps` — unless an insert that did not count
+    /// itself left a `recount` mark not yet folded (`migrations/engine/70_counts.sql`), when
+    /// the steps are counted by a scan, in the same statement, so that the answer is still exact.
     pub async fn facets(&self, template: Option<&str>) -> Result<Vec<Facet>> {
-        self.step_counts_rollup().await?;
+        self.fold_for_a_reader().await?;
         let rows = sqlx::query_as(
-            "select template, name as step, status, sum(n)::bigint as count
+            "with marked as (select exists (select 1 from workdo.step_count_deltas
+                                             where template = '' and status = 'recount') as m)
+             select template, name as step, status, sum(n)::bigint as count
                from (select template, name, status, n, first_id from workdo.step_counts
+                      where not (select m from marked)
                      union all
-                     select template, name, status, n, first_id from workdo.step_count_deltas) c
+                     select template, name, status, n, first_id from workdo.step_count_deltas
+                      where not (select m from marked)
+                     union all
+                     select template, workdo.facet_name(name), status, 1, id from workdo.steps
+                      where (select m from marked) and active) c
               where ($1::text is null or template = $1)
               group by template, name, status
              having sum(n) <> 0
@@ -142,12 +151,31 @@ impl Store {
         Ok(rows)
     }
 
-    /// Fold the step-count deltas committed so far into the counts and the throughput table;
-    /// how many delta rows were folded, or `None` when another session was folding.
+    /// Fold what is cheap to fold before reading, so that the deltas a reader adds stay few
+    /// when no runtime folds them: never a recount, which scans `steps` — that is the
+    /// maintenance loop's ([`Store::step_counts_rollup`]), not a request's.
+    async fn fold_for_a_reader(&self) -> Result<()> {
+        sqlx::query("select workdo.step_counts_rollup(p_recount => false)")
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Fold the step-count deltas committed so far into the counts and the throughput table,
+    /// counting the steps afresh if an insert left a mark; how many delta rows were folded, or
+    /// `None` when another session was folding. Without a statement timeout: a recount scans
+    /// `steps`, and under an operator's `statement_timeout` shorter than that scan the mark
+    /// would never be folded.
     pub async fn step_counts_rollup(&self) -> Result<Option<i64>> {
-        Ok(sqlx::query_scalar("select workdo.step_counts_rollup()")
-            .fetch_one(&self.pool)
-            .await?)
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("set local statement_timeout = 0")
+            .execute(&mut *tx)
+            .await?;
+        let folded = sqlx::query_scalar("select workdo.step_counts_rollup()")
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(folded)
     }
 
     /// How long the head of each queue (the step a worker claims next: highest priority, then
@@ -203,7 +231,7 @@ impl Store {
     /// Completed and failed attempts per minute and template over the last `minutes`
     /// minutes, oldest first (minutes with neither are absent).
     pub async fn throughput(&self, minutes: i32) -> Result<Vec<Throughput>> {
-        self.step_counts_rollup().await?;
+        self.fold_for_a_reader().await?;
         let rows = sqlx::query_as(
             "select minute, template, sum(completed)::bigint as completed,
                     sum(failed)::bigint as failed
