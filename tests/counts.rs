@@ -307,17 +307,11 @@ async fn inserts_count_themselves_and_others_are_recounted() {
         .await
         .expect("start genWF");
     let finish = |c: &workdo::store::Claimed, dispatch: Dispatch| {
-        let mut change = Change::new(c.id, Status::Completed, "completed");
-        change.lease = Some(c.lease_token);
-        StepResult {
-            change,
-            object_id: c.object_id.clone(),
-            workflow_id: c.workflow_id,
-            effects: workdo::store::Effects {
-                dispatch: Some(dispatch),
-                ..Default::default()
-            },
-        }
+        let effects = workdo::store::Effects {
+            dispatch: Some(dispatch),
+            ..Default::default()
+        };
+        support::result_for(c, Status::Completed, "completed", effects)
     };
     let look = t
         .store

@@ -12,7 +12,7 @@ use std::time::Duration;
 use support::{TestDb, config, db, load, put_document, start};
 use workdo::model::spec::Op;
 use workdo::model::status::Status;
-use workdo::store::{Change, Claimed, Dispatch, Effects, StartRequest, StepResult};
+use workdo::store::{Claimed, Dispatch, Effects, StartRequest, StepResult};
 
 const LEASE: Duration = Duration::from_secs(300);
 
@@ -25,17 +25,11 @@ fn counts(i: usize) -> (usize, usize) {
 }
 
 fn result(c: &Claimed, dispatch: Dispatch) -> StepResult {
-    let mut change = Change::new(c.id, Status::Completed, "completed");
-    change.lease = Some(c.lease_token);
-    StepResult {
-        change,
-        object_id: c.object_id.clone(),
-        workflow_id: c.workflow_id,
-        effects: Effects {
-            dispatch: Some(dispatch),
-            ..Default::default()
-        },
-    }
+    let effects = Effects {
+        dispatch: Some(dispatch),
+        ..Default::default()
+    };
+    support::result_for(c, Status::Completed, "completed", effects)
 }
 
 fn observed(c: &Claimed, i: usize) -> StepResult {

@@ -95,27 +95,18 @@ CREATE OR REPLACE TRIGGER step_counts_deleted AFTER DELETE ON workdo.steps
 CREATE OR REPLACE TRIGGER step_counts_truncated AFTER TRUNCATE ON workdo.steps
     FOR EACH STATEMENT EXECUTE FUNCTION workdo.step_counts_truncated();
 
--- Counted afresh whenever this file set is applied: creating the triggers above locked `steps`
--- against writes until this transaction commits, so the count and the triggers agree, and a
--- database migrated by an older workdo (whose steps changed without triggers) is exact again.
--- The deltas' completions and failures are folded into the throughput first, as a fold would:
--- an upgrade does not lose the last minutes of the chart.
-with d as (delete from workdo.step_count_deltas returning *)
-insert into workdo.step_throughput as t (minute, template, name, completed, failed)
-select date_trunc('minute', at), template, name,
-       coalesce(sum(moved) filter (where status = 'completed'), 0),
-       coalesce(sum(moved) filter (where status in ('retrying', 'error')), 0)
-  from d
- where updated and moved > 0 and status in ('completed', 'retrying', 'error')
- group by 1, 2, 3
-on conflict (minute, template, name) do update
-   set completed = t.completed + excluded.completed,
-       failed = t.failed + excluded.failed;
-delete from workdo.step_counts;
-insert into workdo.step_counts (template, name, status, n, first_id)
-select template, workdo.facet_name(name), status, count(*), min(id)
-  from workdo.steps where active
- group by 1, 2, 3;
+-- workdo.step_counts_scan: the active steps counted by scanning them, as step_counts would hold
+-- them: what a recount writes and what a reader counts while a recount mark waits.
+CREATE OR REPLACE FUNCTION workdo.step_counts_scan()
+ RETURNS TABLE(template text, name text, status text, n bigint, first_id bigint)
+ LANGUAGE sql
+ STABLE
+AS $function$
+    select s.template, workdo.facet_name(s.name), s.status, count(*), min(s.id)
+      from workdo.steps s
+     where s.active
+     group by 1, 2, 3
+$function$;
 
 -- workdo.step_counts_rollup: fold the deltas committed so far into step_counts (dropping
 -- counts that reach zero) and step_throughput; returns how many delta rows it folded, or
@@ -150,12 +141,7 @@ begin
         returning *
     ),
     -- Scanned only for a recount (the condition is a one-time filter).
-    fresh as (
-        select template, workdo.facet_name(name) as name, status, count(*) as n, min(id) as first_id
-          from workdo.steps
-         where recount and active
-         group by 1, 2, 3
-    ),
+    fresh as (select * from workdo.step_counts_scan() where recount),
     gone as (
         delete from workdo.step_counts c
          where recount
@@ -195,3 +181,12 @@ begin
     return folded;
 end
 $function$;
+
+-- Counted afresh whenever this file set is applied, so that a database changed by an older
+-- workdo (whose steps changed without these triggers) is exact again: a recount mark, folded now
+-- (creating the triggers above locked `steps` against writes until this transaction commits).
+-- When another session is folding, the mark waits for the next fold; readers count by a scan
+-- meanwhile.
+insert into workdo.step_count_deltas (template, name, status, n, first_id)
+values ('', '', 'recount', 0, 0);
+select workdo.step_counts_rollup();

@@ -138,8 +138,7 @@ impl Store {
                      select template, name, status, n, first_id from workdo.step_count_deltas
                       where not (select m from marked)
                      union all
-                     select template, workdo.facet_name(name), status, 1, id from workdo.steps
-                      where (select m from marked) and active) c
+                     select * from workdo.step_counts_scan() where (select m from marked)) c
               where ($1::text is null or template = $1)
               group by template, name, status
              having sum(n) <> 0

@@ -58,7 +58,7 @@ const ENGINE: &[(&str, &str)] = &[
 pub const ENGINE_VERSION: i32 = 22;
 
 /// The SHA-256 of the engine files of [`ENGINE_VERSION`] ([`engine_sha256`]).
-pub const ENGINE_SHA256: &str = "55f981cf82a1ca6bf5cfb50c794fe189b344432df268aacc23ddfde9d0191147";
+pub const ENGINE_SHA256: &str = "07f306be923d8c9fff77cd68629a2b5ec7dc3e316c16032f91c6f52cf6258ddf";
 
 /// The oldest engine version whose binaries still work on this engine (its functions keep the
 /// signatures and meaning those binaries call them with). A binary older than this refuses to
