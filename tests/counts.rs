@@ -7,36 +7,13 @@ mod support;
 use std::time::Duration;
 
 use chrono::Utc;
+use support::counts::{marks, overview, scanned};
 use support::{GOOGLE_XML, db, load};
 use workdo::model::status::Status;
 use workdo::store::{Change, Dispatch, SetRequest, StartRequest, StepFilter, StepResult, Store};
 
 const WF: &str = "googleScannedBookWF";
 const LEASE: Duration = Duration::from_secs(60);
-
-/// Counts as the overview reads them, sorted.
-async fn overview(store: &Store) -> Vec<(String, String, String, i64)> {
-    let mut v: Vec<_> = store
-        .facets(None)
-        .await
-        .expect("facets")
-        .into_iter()
-        .map(|f| (f.template, f.step, f.status, f.count))
-        .collect();
-    v.sort();
-    v
-}
-
-/// Counts by scanning the steps, sorted.
-async fn scanned(pool: &sqlx::PgPool) -> Vec<(String, String, String, i64)> {
-    sqlx::query_as(
-        "select template, workdo.facet_name(name), status, count(*) from workdo.steps where active
-          group by 1, 2, 3 order by 1, 2, 3",
-    )
-    .fetch_all(pool)
-    .await
-    .expect("count steps")
-}
 
 /// One worker: claim whatever is ready, fail every 5th step once (retrying, due at once) and
 /// every 7th for good (error), complete the rest; until nothing is ready or due. Returns
@@ -266,16 +243,6 @@ async fn serve_alone_folds_the_deltas() {
     let _ = serve.kill();
     let _ = serve.wait();
     assert_eq!(overview(&t.store).await, scanned(t.pool()).await);
-}
-
-/// Recount marks waiting to be folded: an insert of steps that did not count itself.
-async fn marks(pool: &sqlx::PgPool) -> i64 {
-    sqlx::query_scalar(
-        "select count(*) from workdo.step_count_deltas where template = '' and status = 'recount'",
-    )
-    .fetch_one(pool)
-    .await
-    .expect("count marks")
 }
 
 /// The engine's inserts of steps count themselves (engine 22): starts small and large, a

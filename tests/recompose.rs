@@ -315,6 +315,8 @@ async fn shortening_a_sequence_makes_the_dependant_wait_for_its_new_last_step() 
         ("waiting", 1),
         "publish waits for b#2, the new last step"
     );
+    // The recomposition's statements counted themselves (engine 23).
+    support::counts::counted_by_their_statements(&t.store, t.pool(), "a shortened sequence").await;
     t.store
         .step_set(&SetRequest::new(obj, "seqWF", "gen/b#1/work", "completed"))
         .await
@@ -416,6 +418,7 @@ async fn publish_running_when_the_subnet_grows(
     assert_eq!(event["added"], json!(["gen/b#2/work", "gen/b#3/work"]));
     let publish = support::step(t.pool(), obj, "publish").await;
     assert_eq!((publish.status.as_str(), publish.pending), ("started", 1));
+    support::counts::counted_by_their_statements(&t.store, t.pool(), "a grown subnet").await;
     claimed
 }
 

@@ -22,6 +22,7 @@ CREATE OR REPLACE FUNCTION workdo.claim(p_template text, p_step text, p_lane tex
  RETURNS SETOF workdo.claimed
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
+ SET workdo.step_updates_counted TO 'on'
 AS $function$
 begin
     -- p_async (`--async-claims`): the claim's transaction commits without waiting for the
@@ -41,7 +42,8 @@ begin
             lease_token = gen_random_uuid(),
             lease_expires_at = now() + make_interval(secs => p_lease_secs),
             started_at = now(),
-            updated_at = now()
+            updated_at = now(),
+            status_before = s.status
          where s.id = any(array(
                    select c.id from workdo.steps c
                     where c.template = p_template and c.name = p_step and c.status = 'ready'
@@ -55,7 +57,16 @@ begin
                   s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at,
                   (select o.properties from workdo.objects o where o.id = s.object_id) as properties,
                   (select w from workdo.workflows w where w.id = s.workflow_id) as wf,
-                  s.run_at
+                  s.run_at, s.active, s.status, s.status_before
+    ), counted as (
+        insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
+        select l.template, workdo.facet_name(l.name), m.status,
+               coalesce(sum(m.n) filter (where l.active), 0), sum(m.n), min(l.id), true
+          from leased l
+         cross join lateral (values (l.status, 1), (l.status_before, -1)) as m(status, n)
+         where l.status is distinct from l.status_before
+         group by 1, 2, 3
+        having coalesce(sum(m.n) filter (where l.active), 0) <> 0 or sum(m.n) <> 0
     )
     select l.id, l.workflow_id, l.object_id, l.template, l.name, l.version, l.lane, l.attempts,
            l.max_attempts, l.priority, l.lease_token, l.lease_expires_at, l.properties,
@@ -83,6 +94,7 @@ CREATE OR REPLACE FUNCTION workdo.claim_queue(p_queue text, p_lane text, p_limit
  RETURNS SETOF workdo.claimed
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
+ SET workdo.step_updates_counted TO 'on'
 AS $function$
 begin
     if p_async then
@@ -97,7 +109,8 @@ begin
             lease_token = gen_random_uuid(),
             lease_expires_at = now() + make_interval(secs => p_lease_secs),
             started_at = now(),
-            updated_at = now()
+            updated_at = now(),
+            status_before = s.status
          where s.id = any(array(
                    select c.id from workdo.steps c
                     where c.queue = p_queue and c.status = 'ready'
@@ -111,7 +124,16 @@ begin
                   s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at,
                   (select o.properties from workdo.objects o where o.id = s.object_id) as properties,
                   (select w from workdo.workflows w where w.id = s.workflow_id) as wf,
-                  s.run_at
+                  s.run_at, s.active, s.status, s.status_before
+    ), counted as (
+        insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
+        select l.template, workdo.facet_name(l.name), m.status,
+               coalesce(sum(m.n) filter (where l.active), 0), sum(m.n), min(l.id), true
+          from leased l
+         cross join lateral (values (l.status, 1), (l.status_before, -1)) as m(status, n)
+         where l.status is distinct from l.status_before
+         group by 1, 2, 3
+        having coalesce(sum(m.n) filter (where l.active), 0) <> 0 or sum(m.n) <> 0
     )
     select l.id, l.workflow_id, l.object_id, l.template, l.name, l.version, l.lane, l.attempts,
            l.max_attempts, l.priority, l.lease_token, l.lease_expires_at, l.properties,
@@ -126,6 +148,7 @@ CREATE OR REPLACE FUNCTION workdo.lease(p_ids bigint[], p_owner text, p_lease_se
  RETURNS SETOF workdo.claimed
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
+ SET workdo.step_updates_counted TO 'on'
 AS $function$
 begin
     return query
@@ -137,12 +160,23 @@ begin
             lease_token = gen_random_uuid(),
             lease_expires_at = now() + make_interval(secs => p_lease_secs),
             started_at = now(),
-            updated_at = now()
+            updated_at = now(),
+            status_before = s.status
          where s.id = any(p_ids)
         returning s.id, s.workflow_id, s.object_id, s.template, s.name, s.version, s.lane,
                   s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at,
                   (select o.properties from workdo.objects o where o.id = s.object_id) as properties,
-                  (select w from workdo.workflows w where w.id = s.workflow_id) as wf
+                  (select w from workdo.workflows w where w.id = s.workflow_id) as wf,
+                  s.active, s.status, s.status_before
+    ), counted as (
+        insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
+        select l.template, workdo.facet_name(l.name), m.status,
+               coalesce(sum(m.n) filter (where l.active), 0), sum(m.n), min(l.id), true
+          from leased l
+         cross join lateral (values (l.status, 1), (l.status_before, -1)) as m(status, n)
+         where l.status is distinct from l.status_before
+         group by 1, 2, 3
+        having coalesce(sum(m.n) filter (where l.active), 0) <> 0 or sum(m.n) <> 0
     )
     select l.id, l.workflow_id, l.object_id, l.template, l.name, l.version, l.lane, l.attempts,
            l.max_attempts, l.priority, l.lease_token, l.lease_expires_at, l.properties,

@@ -68,6 +68,7 @@ CREATE OR REPLACE FUNCTION workdo.apply_batch(
  RETURNS SETOF workdo.applied
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
+ SET workdo.step_updates_counted TO 'on'
 AS $function$
 declare
     st workdo.applied[];
@@ -108,14 +109,25 @@ begin
                 lease_token = null,
                 lease_expires_at = null,
                 finished_at = now(),
-                updated_at = now()
+                updated_at = now(),
+                status_before = s.status
               from input i
              -- `is not distinct from` is `=` here (every lease is given) but, unlike `=`, does not
              -- let the planner read the steps through steps_leased and join every leased step
              -- (measured: 3x slower per batch); each step is found by its primary key.
              where s.id = i.id and s.status = 'started' and s.lease_token is not distinct from i.lease
             returning s.id, s.workflow_id, s.object_id, s.template, s.version, s.name,
-                      'started'::text as old_status, s.status, s.lifecycle, s.attempts
+                      'started'::text as old_status, s.status, s.lifecycle, s.attempts,
+                      s.active, s.status_before
+        ), counted as (
+            insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
+            select u.template, workdo.facet_name(u.name), m.status,
+                   coalesce(sum(m.n) filter (where u.active), 0), sum(m.n), min(u.id), true
+              from changed u
+             cross join lateral (values (u.status, 1), (u.status_before, -1)) as m(status, n)
+             where u.status is distinct from u.status_before
+             group by 1, 2, 3
+            having coalesce(sum(m.n) filter (where u.active), 0) <> 0 or sum(m.n) <> 0
         )
         select coalesce(array_agg(row('step', u.id, u.workflow_id, u.object_id, u.template, u.version,
                                       u.name, u.old_status, u.status, u.lifecycle, u.attempts)::workdo.applied
@@ -188,11 +200,21 @@ begin
                                   then case when c.old_status in ('completed', 'skipped')
                                             then s.finished_at else now() end
                               end,
-                updated_at = now()
+                updated_at = now(),
+                status_before = s.status
               from calc c
              where s.id = c.id
             returning s.id, s.workflow_id, s.object_id, s.template, s.version, s.name,
-                      c.old_status, s.status, s.lifecycle, s.attempts
+                      c.old_status, s.status, s.lifecycle, s.attempts, s.active, s.status_before
+        ), counted as (
+            insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
+            select u.template, workdo.facet_name(u.name), m.status,
+                   coalesce(sum(m.n) filter (where u.active), 0), sum(m.n), min(u.id), true
+              from changed u
+             cross join lateral (values (u.status, 1), (u.status_before, -1)) as m(status, n)
+             where u.status is distinct from u.status_before
+             group by 1, 2, 3
+            having coalesce(sum(m.n) filter (where u.active), 0) <> 0 or sum(m.n) <> 0
         )
         select coalesce(array_agg(row('step', u.id, u.workflow_id, u.object_id, u.template, u.version,
                                       u.name, u.old_status, u.status, u.lifecycle, u.attempts)::workdo.applied
@@ -227,7 +249,7 @@ begin
               from unnest(st) s
              where (s.old_status in ('completed', 'skipped')) <> (s.status in ('completed', 'skipped'))
         ), d as materialized (
-            select t.id, sum(f.delta)::int as delta, t.status as old_status
+            select t.id, sum(f.delta)::int as delta
               from f
               join workdo.workflows w on w.id = f.workflow_id
               -- The template's edges, and the workflow's own (generated subnets, 0011).
@@ -240,10 +262,10 @@ begin
               -- A subquery the planner keeps (offset 0), so that both columns are the index
               -- condition; as a plain join it reads every step of the workflow and filters.
              cross join lateral (
-                   select t.id, t.status from workdo.steps t
+                   select t.id from workdo.steps t
                     where t.workflow_id = f.workflow_id and t.name = e.dependant
                    offset 0) t
-             group by t.id, t.status
+             group by t.id
              -- Locked in id order (the update's nested loop reads `d` in its order), as every
              -- other commit locks steps (ARCHITECTURE.md, lock order): the grouping's own order
              -- is the plan's, not a promise.
@@ -263,10 +285,24 @@ begin
                              then greatest(now(), w.start_at)
                            else s.run_at
                          end,
-                updated_at = now()
+                updated_at = now(),
+                status_before = s.status
               from d, workdo.workflows w
              where s.id = d.id and w.id = s.workflow_id
-            returning s.id, s.workflow_id, s.object_id, s.template, s.version, s.name, d.old_status, s.status
+            -- The status before is the row's as this statement changed it: `d` read it from
+            -- the statement's snapshot, which a commit since (another prerequisite's, a claim)
+            -- may have moved on.
+            returning s.id, s.workflow_id, s.object_id, s.template, s.version, s.name,
+                      s.status_before as old_status, s.status, s.active, s.status_before
+        ), counted as (
+            insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
+            select u.template, workdo.facet_name(u.name), m.status,
+                   coalesce(sum(m.n) filter (where u.active), 0), sum(m.n), min(u.id), true
+              from moved u
+             cross join lateral (values (u.status, 1), (u.status_before, -1)) as m(status, n)
+             where u.status is distinct from u.status_before
+             group by 1, 2, 3
+            having coalesce(sum(m.n) filter (where u.active), 0) <> 0 or sum(m.n) <> 0
         )
         select coalesce(array_agg(row('dependant', null, u.workflow_id, u.object_id, u.template,
                                       u.version, u.name, u.old_status, u.status, null, null)::workdo.applied
@@ -396,6 +432,7 @@ CREATE OR REPLACE FUNCTION workdo.complete_one(p_id bigint, p_note text, p_messa
  RETURNS SETOF workdo.applied
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
+ SET workdo.step_updates_counted TO 'on'
 AS $function$
 declare
     st workdo.applied;
@@ -403,32 +440,48 @@ declare
     dep workdo.applied[] := '{}';
     has_dependants boolean;
 begin
-    update workdo.steps s set
-        status = 'completed',
-        note = coalesce(p_note, s.note),
-        error_message = null,
-        error_text = null,
-        lifecycle = coalesce(p_lifecycle, s.lifecycle),
-        elapsed = coalesce(p_elapsed,
-                           case when s.started_at is not null
-                                then extract(epoch from clock_timestamp() - s.started_at)::float8 end,
-                           s.elapsed),
-        attempts = greatest(0, case when p_reset then 0 else s.attempts end + p_add_attempts),
-        lease_owner = null,
-        lease_token = null,
-        lease_expires_at = null,
-        finished_at = now(),
-        updated_at = now()
-     where s.id = p_id and s.status = 'started' and s.lease_token is not distinct from p_lease
-    returning 'step', s.id, s.workflow_id, s.object_id, s.template, s.version, s.name, 'started',
-              s.status, s.lifecycle, s.attempts,
-              exists (select from workdo.workflows w
-                        join workdo.edges e on e.template_id = w.template_id
-                       where w.id = s.workflow_id and e.step = s.name)
-              or exists (select from workdo.workflow_edges g
-                          where g.workflow_id = s.workflow_id and g.step = s.name)
+    with changed as (
+        update workdo.steps s set
+            status = 'completed',
+            note = coalesce(p_note, s.note),
+            error_message = null,
+            error_text = null,
+            lifecycle = coalesce(p_lifecycle, s.lifecycle),
+            elapsed = coalesce(p_elapsed,
+                               case when s.started_at is not null
+                                    then extract(epoch from clock_timestamp() - s.started_at)::float8 end,
+                               s.elapsed),
+            attempts = greatest(0, case when p_reset then 0 else s.attempts end + p_add_attempts),
+            lease_owner = null,
+            lease_token = null,
+            lease_expires_at = null,
+            finished_at = now(),
+            updated_at = now(),
+            status_before = s.status
+         where s.id = p_id and s.status = 'started' and s.lease_token is not distinct from p_lease
+        returning s.id, s.workflow_id, s.object_id, s.template, s.version, s.name, s.status,
+                  s.lifecycle, s.attempts, s.active, s.status_before,
+                  exists (select from workdo.workflows w
+                            join workdo.edges e on e.template_id = w.template_id
+                           where w.id = s.workflow_id and e.step = s.name)
+                  or exists (select from workdo.workflow_edges g
+                              where g.workflow_id = s.workflow_id and g.step = s.name)
+                  as has_dependants
+    ), counted as (
+        insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
+        select u.template, workdo.facet_name(u.name), m.status,
+               coalesce(sum(m.n) filter (where u.active), 0), sum(m.n), min(u.id), true
+          from changed u
+         cross join lateral (values (u.status, 1), (u.status_before, -1)) as m(status, n)
+         where u.status is distinct from u.status_before
+         group by 1, 2, 3
+        having coalesce(sum(m.n) filter (where u.active), 0) <> 0 or sum(m.n) <> 0
+    )
+    select 'step', u.id, u.workflow_id, u.object_id, u.template, u.version, u.name, 'started',
+           u.status, u.lifecycle, u.attempts, u.has_dependants
       into st.kind, st.id, st.workflow_id, st.object_id, st.template, st.version, st.name,
-           st.old_status, st.status, st.lifecycle, st.attempts, has_dependants;
+           st.old_status, st.status, st.lifecycle, st.attempts, has_dependants
+      from changed u;
     if not found then
         return;
     end if;
@@ -436,7 +489,7 @@ begin
     if has_dependants then
         -- Locked in id order, as a batch locks them (apply_batch); the edges give them by name.
         with d as materialized (
-            select t.id, t.status as old_status, w.start_at
+            select t.id, w.start_at
               from workdo.workflows w
              cross join lateral (
                    select e.dependant from workdo.edges e
@@ -445,7 +498,7 @@ begin
                    select g.dependant from workdo.workflow_edges g
                     where g.workflow_id = st.workflow_id and g.step = st.name) e
              cross join lateral (
-                   select t.id, t.status from workdo.steps t
+                   select t.id from workdo.steps t
                     where t.workflow_id = st.workflow_id and t.name = e.dependant
                    offset 0) t
              where w.id = st.workflow_id
@@ -465,10 +518,21 @@ begin
                              then greatest(now(), d.start_at)
                            else s.run_at
                          end,
-                updated_at = now()
+                updated_at = now(),
+                status_before = s.status
               from d
              where s.id = d.id
-            returning s.id, s.name, d.old_status, s.status
+            returning s.id, s.template, s.name, s.status_before as old_status, s.status, s.active,
+                      s.status_before
+        ), counted as (
+            insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
+            select u.template, workdo.facet_name(u.name), m.status,
+                   coalesce(sum(m.n) filter (where u.active), 0), sum(m.n), min(u.id), true
+              from moved u
+             cross join lateral (values (u.status, 1), (u.status_before, -1)) as m(status, n)
+             where u.status is distinct from u.status_before
+             group by 1, 2, 3
+            having coalesce(sum(m.n) filter (where u.active), 0) <> 0 or sum(m.n) <> 0
         )
         select coalesce(array_agg(row('dependant', null, st.workflow_id, st.object_id, st.template,
                                       st.version, m.name, m.old_status, m.status, null, null)::workdo.applied

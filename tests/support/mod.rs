@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod browser;
+pub mod counts;
 pub mod engine;
 pub mod machines;
 pub mod openapi;

@@ -24,6 +24,7 @@ use serde_json::json;
 use sqlx::{Postgres, Transaction};
 
 use super::compose::{Edges, Subnets};
+use super::counts::{count_updated, updates_counted};
 use super::dispatch::{Bricklets, WorkflowRecord, activation_fragments, composable};
 use super::events::{EventBuf, NewEvent, ReadyKeys};
 use super::{Change, Result, Store};
@@ -302,15 +303,22 @@ async fn wait_for(
     }
     let names: Vec<&str> = waits.iter().map(|(n, _)| n.as_str()).collect();
     let prereqs: Vec<serde_json::Value> = waits.iter().map(|(_, p)| json!(p)).collect();
-    sqlx::query(
-        "update workdo.steps s
-            set pending = s.pending + jsonb_array_length(t.prereqs),
-                prereqs = s.prereqs || array(select jsonb_array_elements_text(t.prereqs)),
-                status = case when s.status = 'ready' then 'waiting' else s.status end,
-                updated_at = now()
-           from unnest($2::text[], $3::jsonb[]) as t(name, prereqs)
-          where s.workflow_id = $1 and s.name = t.name",
-    )
+    updates_counted(tx).await?;
+    sqlx::query(concat!(
+        "with changed as (
+            update workdo.steps s
+               set pending = s.pending + jsonb_array_length(t.prereqs),
+                   prereqs = s.prereqs || array(select jsonb_array_elements_text(t.prereqs)),
+                   status = case when s.status = 'ready' then 'waiting' else s.status end,
+                   updated_at = now(),
+                   status_before = s.status
+              from unnest($2::text[], $3::jsonb[]) as t(name, prereqs)
+             where s.workflow_id = $1 and s.name = t.name
+            returning s.id, s.template, s.name, s.active, s.status, s.status_before
+         ), counted as (",
+        count_updated!(),
+        ") select 1"
+    ))
     .bind(workflow_id)
     .bind(&names)
     .bind(&prereqs)
