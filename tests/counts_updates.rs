@@ -216,3 +216,97 @@ async fn updates_by_hand_are_recounted() {
             .expect("stored counts");
     assert_eq!(stored, scanned(pool).await, "recounted");
 }
+
+/// Another session skips `b` through the engine and holds its row until the completions of
+/// `claimed` (one commit) wait for it: they read `b` as waiting, and find it skipped.
+async fn complete_while_b_is_skipped(
+    t: &support::TestDb,
+    b: i64,
+    claimed: &[Claimed],
+) -> workdo::store::Applied {
+    let mut other = t.pool().begin().await.expect("begin");
+    sqlx::query(
+        "select * from workdo.apply(
+             p_ids => array[$1]::bigint[], p_statuses => array['skipped'],
+             p_notes => array[null]::text[], p_messages => array[null]::text[],
+             p_texts => array[null]::text[], p_lifecycles => array[null]::text[],
+             p_elapsed => array[null]::float8[], p_due => array[null]::timestamptz[],
+             p_attempts => array[0], p_reset => array[false], p_leases => array[null]::uuid[],
+             p_events => array['skipped'], p_details => array['{}'::jsonb], p_actor => 'other')",
+    )
+    .bind(b)
+    .fetch_all(&mut *other)
+    .await
+    .expect("skip b");
+    let results: Vec<_> = claimed
+        .iter()
+        .map(|c| result_for(c, Status::Completed, "completed", Effects::default()))
+        .collect();
+    let store = t.store.clone();
+    let commit = tokio::spawn(async move { store.results_commit(&results, "w").await });
+    support::wait_for("the completion waits for b", 30, || async {
+        support::lock_waiters(t.pool()).await > 0
+    })
+    .await;
+    other.commit().await.expect("commit the skip");
+    commit.await.expect("join").expect("complete")
+}
+
+/// A dependant another session changed after the completion's snapshot is counted down again,
+/// locked (workdo.count_down_locked): the counts move it from the status it really had, and its
+/// history says so. Both ways a completion counts down: one completion, and a batch.
+#[tokio::test]
+async fn a_dependant_changed_meanwhile_is_counted_from_its_real_status() {
+    let t = db().await;
+    let (store, pool) = (&t.store, t.pool());
+    load(
+        store,
+        "two.yaml",
+        "name: twoWF\nsteps:\n  - name: a\n  - { name: b, prereqs: [a] }\n",
+    )
+    .await;
+    store
+        .workflow_start(&StartRequest::new("twoWF", &["obj:r0", "obj:r1", "obj:r2"]))
+        .await
+        .expect("start");
+    let b_of = |object: &'static str| async move {
+        sqlx::query_scalar::<_, i64>(
+            "select id from workdo.steps where object_id = $1 and name = 'b'",
+        )
+        .bind(object)
+        .fetch_one(pool)
+        .await
+        .expect("b")
+    };
+    let mut claimed = store
+        .step_claim("twoWF", "a", None, 3, "w", LEASE)
+        .await
+        .expect("claim");
+    claimed.sort_by(|x, y| x.object_id.cmp(&y.object_id));
+    assert_eq!(claimed.len(), 3);
+
+    // One completion (workdo.complete_one), then a batch (workdo.apply_batch).
+    let one = complete_while_b_is_skipped(&t, b_of("obj:r0").await, &claimed[..1]).await;
+    let batch = complete_while_b_is_skipped(&t, b_of("obj:r1").await, &claimed[1..]).await;
+    assert!(one.ready.is_empty(), "{:?}", one.ready);
+    assert_eq!(batch.ready.len(), 1, "only obj:r2's b: {:?}", batch.ready);
+    for object in ["obj:r0", "obj:r1"] {
+        let b = support::step(pool, object, "b").await;
+        assert_eq!((b.status.as_str(), b.pending), ("skipped", 0), "{object}");
+        let from: Vec<Option<String>> = sqlx::query_scalar(
+            "select detail ->> 'from' from workdo.events
+              where object_id = $1 and step = 'b' and kind = 'prerequisites'",
+        )
+        .bind(object)
+        .fetch_all(pool)
+        .await
+        .expect("events");
+        assert!(
+            from.is_empty(),
+            "b's status did not change by the count-down: {from:?}"
+        );
+    }
+    // The batch's other workflow counted down as usual.
+    assert_eq!(support::step(pool, "obj:r2", "b").await.status, "ready");
+    counted_by_their_statements(store, pool, "count-downs of changed dependants").await;
+}

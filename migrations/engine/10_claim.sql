@@ -42,8 +42,7 @@ begin
             lease_token = gen_random_uuid(),
             lease_expires_at = now() + make_interval(secs => p_lease_secs),
             started_at = now(),
-            updated_at = now(),
-            status_before = s.status
+            updated_at = now()
          where s.id = any(array(
                    select c.id from workdo.steps c
                     where c.template = p_template and c.name = p_step and c.status = 'ready'
@@ -57,14 +56,14 @@ begin
                   s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at,
                   (select o.properties from workdo.objects o where o.id = s.object_id) as properties,
                   (select w from workdo.workflows w where w.id = s.workflow_id) as wf,
-                  s.run_at, s.active, s.status, s.status_before
+                  s.run_at, s.active, s.status, 'ready'::text as old_status
     ), counted as (
         insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
         select l.template, workdo.facet_name(l.name), m.status,
                coalesce(sum(m.n) filter (where l.active), 0), sum(m.n), min(l.id), true
           from leased l
-         cross join lateral (values (l.status, 1), (l.status_before, -1)) as m(status, n)
-         where l.status is distinct from l.status_before
+         cross join lateral (values (l.status, 1), (l.old_status, -1)) as m(status, n)
+         where l.status is distinct from l.old_status
          group by 1, 2, 3
         having coalesce(sum(m.n) filter (where l.active), 0) <> 0 or sum(m.n) <> 0
     )
@@ -109,8 +108,7 @@ begin
             lease_token = gen_random_uuid(),
             lease_expires_at = now() + make_interval(secs => p_lease_secs),
             started_at = now(),
-            updated_at = now(),
-            status_before = s.status
+            updated_at = now()
          where s.id = any(array(
                    select c.id from workdo.steps c
                     where c.queue = p_queue and c.status = 'ready'
@@ -124,14 +122,14 @@ begin
                   s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at,
                   (select o.properties from workdo.objects o where o.id = s.object_id) as properties,
                   (select w from workdo.workflows w where w.id = s.workflow_id) as wf,
-                  s.run_at, s.active, s.status, s.status_before
+                  s.run_at, s.active, s.status, 'ready'::text as old_status
     ), counted as (
         insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
         select l.template, workdo.facet_name(l.name), m.status,
                coalesce(sum(m.n) filter (where l.active), 0), sum(m.n), min(l.id), true
           from leased l
-         cross join lateral (values (l.status, 1), (l.status_before, -1)) as m(status, n)
-         where l.status is distinct from l.status_before
+         cross join lateral (values (l.status, 1), (l.old_status, -1)) as m(status, n)
+         where l.status is distinct from l.old_status
          group by 1, 2, 3
         having coalesce(sum(m.n) filter (where l.active), 0) <> 0 or sum(m.n) <> 0
     )
@@ -152,7 +150,11 @@ CREATE OR REPLACE FUNCTION workdo.lease(p_ids bigint[], p_owner text, p_lease_se
 AS $function$
 begin
     return query
-    with leased as (
+    -- The rows locked (a caller's lock is held already) and read first: their status before is
+    -- what the counts move them from.
+    with locked as materialized (
+        select t.id, t.status from workdo.steps t where t.id = any(p_ids) order by t.id for update
+    ), leased as (
         update workdo.steps s set
             status = 'started',
             attempts = s.attempts + 1,
@@ -160,21 +162,21 @@ begin
             lease_token = gen_random_uuid(),
             lease_expires_at = now() + make_interval(secs => p_lease_secs),
             started_at = now(),
-            updated_at = now(),
-            status_before = s.status
-         where s.id = any(p_ids)
+            updated_at = now()
+          from locked k
+         where s.id = k.id
         returning s.id, s.workflow_id, s.object_id, s.template, s.name, s.version, s.lane,
                   s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at,
                   (select o.properties from workdo.objects o where o.id = s.object_id) as properties,
                   (select w from workdo.workflows w where w.id = s.workflow_id) as wf,
-                  s.active, s.status, s.status_before
+                  s.active, s.status, k.status as old_status
     ), counted as (
         insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
         select l.template, workdo.facet_name(l.name), m.status,
                coalesce(sum(m.n) filter (where l.active), 0), sum(m.n), min(l.id), true
           from leased l
-         cross join lateral (values (l.status, 1), (l.status_before, -1)) as m(status, n)
-         where l.status is distinct from l.status_before
+         cross join lateral (values (l.status, 1), (l.old_status, -1)) as m(status, n)
+         where l.status is distinct from l.old_status
          group by 1, 2, 3
         having coalesce(sum(m.n) filter (where l.active), 0) <> 0 or sum(m.n) <> 0
     )

@@ -79,6 +79,8 @@ declare
     milestone boolean := false;
     erring boolean := false;
     readying boolean := false;
+    late_ids bigint[];
+    late_deltas integer[];
 begin
     -- 1. The steps. The common case first: every change is a worker's completion under its
     --    lease. The lease condition alone decides it (the step is started under that lease, so
@@ -109,23 +111,21 @@ begin
                 lease_token = null,
                 lease_expires_at = null,
                 finished_at = now(),
-                updated_at = now(),
-                status_before = s.status
+                updated_at = now()
               from input i
              -- `is not distinct from` is `=` here (every lease is given) but, unlike `=`, does not
              -- let the planner read the steps through steps_leased and join every leased step
              -- (measured: 3x slower per batch); each step is found by its primary key.
              where s.id = i.id and s.status = 'started' and s.lease_token is not distinct from i.lease
             returning s.id, s.workflow_id, s.object_id, s.template, s.version, s.name,
-                      'started'::text as old_status, s.status, s.lifecycle, s.attempts,
-                      s.active, s.status_before
+                      'started'::text as old_status, s.status, s.lifecycle, s.attempts, s.active
         ), counted as (
             insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
             select u.template, workdo.facet_name(u.name), m.status,
                    coalesce(sum(m.n) filter (where u.active), 0), sum(m.n), min(u.id), true
               from changed u
-             cross join lateral (values (u.status, 1), (u.status_before, -1)) as m(status, n)
-             where u.status is distinct from u.status_before
+             cross join lateral (values (u.status, 1), (u.old_status, -1)) as m(status, n)
+             where u.status is distinct from u.old_status
              group by 1, 2, 3
             having coalesce(sum(m.n) filter (where u.active), 0) <> 0 or sum(m.n) <> 0
         )
@@ -200,19 +200,18 @@ begin
                                   then case when c.old_status in ('completed', 'skipped')
                                             then s.finished_at else now() end
                               end,
-                updated_at = now(),
-                status_before = s.status
+                updated_at = now()
               from calc c
              where s.id = c.id
             returning s.id, s.workflow_id, s.object_id, s.template, s.version, s.name,
-                      c.old_status, s.status, s.lifecycle, s.attempts, s.active, s.status_before
+                      c.old_status, s.status, s.lifecycle, s.attempts, s.active
         ), counted as (
             insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
             select u.template, workdo.facet_name(u.name), m.status,
                    coalesce(sum(m.n) filter (where u.active), 0), sum(m.n), min(u.id), true
               from changed u
-             cross join lateral (values (u.status, 1), (u.status_before, -1)) as m(status, n)
-             where u.status is distinct from u.status_before
+             cross join lateral (values (u.status, 1), (u.old_status, -1)) as m(status, n)
+             where u.status is distinct from u.old_status
              group by 1, 2, 3
             having coalesce(sum(m.n) filter (where u.active), 0) <> 0 or sum(m.n) <> 0
         )
@@ -249,7 +248,7 @@ begin
               from unnest(st) s
              where (s.old_status in ('completed', 'skipped')) <> (s.status in ('completed', 'skipped'))
         ), d as materialized (
-            select t.id, sum(f.delta)::int as delta
+            select t.id, sum(f.delta)::int as delta, t.status as old_status
               from f
               join workdo.workflows w on w.id = f.workflow_id
               -- The template's edges, and the workflow's own (generated subnets, 0011).
@@ -262,10 +261,10 @@ begin
               -- A subquery the planner keeps (offset 0), so that both columns are the index
               -- condition; as a plain join it reads every step of the workflow and filters.
              cross join lateral (
-                   select t.id from workdo.steps t
+                   select t.id, t.status from workdo.steps t
                     where t.workflow_id = f.workflow_id and t.name = e.dependant
                    offset 0) t
-             group by t.id
+             group by t.id, t.status
              -- Locked in id order (the update's nested loop reads `d` in its order), as every
              -- other commit locks steps (ARCHITECTURE.md, lock order): the grouping's own order
              -- is the plan's, not a promise.
@@ -285,30 +284,38 @@ begin
                              then greatest(now(), w.start_at)
                            else s.run_at
                          end,
-                updated_at = now(),
-                status_before = s.status
+                updated_at = now()
               from d, workdo.workflows w
-             where s.id = d.id and w.id = s.workflow_id
-            -- The status before is the row's as this statement changed it: `d` read it from
-            -- the statement's snapshot, which a commit since (another prerequisite's, a claim)
-            -- may have moved on.
+             -- Only a row whose status is still the one `d` read in this statement's snapshot,
+             -- which is then the status the counts move it from (an UPDATE's RETURNING shows
+             -- only the new row). A row that a commit since has moved on (another session
+             -- changed the step meanwhile: rare, one completer commits a workflow's results) is
+             -- left to workdo.count_down_locked below.
+             where s.id = d.id and w.id = s.workflow_id and s.status = d.old_status
             returning s.id, s.workflow_id, s.object_id, s.template, s.version, s.name,
-                      s.status_before as old_status, s.status, s.active, s.status_before
+                      d.old_status, s.status, s.active
         ), counted as (
             insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
             select u.template, workdo.facet_name(u.name), m.status,
                    coalesce(sum(m.n) filter (where u.active), 0), sum(m.n), min(u.id), true
               from moved u
-             cross join lateral (values (u.status, 1), (u.status_before, -1)) as m(status, n)
-             where u.status is distinct from u.status_before
+             cross join lateral (values (u.status, 1), (u.old_status, -1)) as m(status, n)
+             where u.status is distinct from u.old_status
              group by 1, 2, 3
             having coalesce(sum(m.n) filter (where u.active), 0) <> 0 or sum(m.n) <> 0
         )
         select coalesce(array_agg(row('dependant', null, u.workflow_id, u.object_id, u.template,
                                       u.version, u.name, u.old_status, u.status, null, null)::workdo.applied
-                                  order by u.id), '{}')
-          into dep
+                                  order by u.id), '{}'),
+               array(select d.id from d where not exists (select from moved m where m.id = d.id)
+                      order by d.id),
+               array(select d.delta from d where not exists (select from moved m where m.id = d.id)
+                      order by d.id)
+          into dep, late_ids, late_deltas
           from moved u;
+        if cardinality(late_ids) > 0 then
+            dep := dep || array(select workdo.count_down_locked(late_ids, late_deltas));
+        end if;
 
         -- 3. Their workflows: the unfinished-steps counter decides completion. The status before
         --    is derived: completed exactly when nothing was unfinished (CHECK above).
@@ -425,6 +432,61 @@ begin
 end
 $function$;
 
+-- workdo.count_down_locked: the dependants' count-down (apply_batch's step 2) for the steps
+-- `p_ids`, each by `p_deltas`, locked in id order and read before they change, so that the
+-- status they leave is exact for the counts and the history. apply_batch and complete_one count
+-- down without locking, on the condition that a row's status is still the one their snapshot
+-- read; the rows a commit since has moved on come here.
+CREATE OR REPLACE FUNCTION workdo.count_down_locked(p_ids bigint[], p_deltas integer[])
+ RETURNS SETOF workdo.applied
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET workdo.step_updates_counted TO 'on'
+AS $function$
+begin
+    return query
+    with locked as materialized (
+        select t.id, t.status, x.delta
+          from workdo.steps t
+          join unnest(p_ids, p_deltas) as x(id, delta) on x.id = t.id
+         order by t.id
+           for update of t
+    ), moved as (
+        update workdo.steps s set
+            pending = s.pending + k.delta,
+            status = case
+                       when s.status = 'waiting' and s.pending + k.delta = 0
+                         then case when w.start_at > now() then 'scheduled' else 'ready' end
+                       when s.status in ('ready', 'scheduled') and s.pending + k.delta > 0
+                         then 'waiting'
+                       else s.status
+                     end,
+            run_at = case
+                       when s.status = 'waiting' and s.pending + k.delta = 0
+                         then greatest(now(), w.start_at)
+                       else s.run_at
+                     end,
+            updated_at = now()
+          from locked k, workdo.workflows w
+         where s.id = k.id and w.id = s.workflow_id
+        returning s.id, s.workflow_id, s.object_id, s.template, s.version, s.name,
+                  k.status as old_status, s.status, s.active
+    ), counted as (
+        insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
+        select u.template, workdo.facet_name(u.name), m.status,
+               coalesce(sum(m.n) filter (where u.active), 0), sum(m.n), min(u.id), true
+          from moved u
+         cross join lateral (values (u.status, 1), (u.old_status, -1)) as m(status, n)
+         where u.status is distinct from u.old_status
+         group by 1, 2, 3
+        having coalesce(sum(m.n) filter (where u.active), 0) <> 0 or sum(m.n) <> 0
+    )
+    select 'dependant'::text, null::bigint, u.workflow_id, u.object_id, u.template, u.version,
+           u.name, u.old_status::text, u.status::text, null::text, null::integer
+      from moved u order by u.id;
+end
+$function$;
+
 -- workdo.complete_one: one completion under lease, the same rows and events as
 -- workdo.apply_batch writes for it (`one_completion_and_a_batch_record_the_same` compares
 -- them), with the dependants' statement only for a step that has dependants.
@@ -439,6 +501,7 @@ declare
     wf workdo.applied;
     dep workdo.applied[] := '{}';
     has_dependants boolean;
+    late_ids bigint[];
 begin
     with changed as (
         update workdo.steps s set
@@ -456,11 +519,10 @@ begin
             lease_token = null,
             lease_expires_at = null,
             finished_at = now(),
-            updated_at = now(),
-            status_before = s.status
+            updated_at = now()
          where s.id = p_id and s.status = 'started' and s.lease_token is not distinct from p_lease
         returning s.id, s.workflow_id, s.object_id, s.template, s.version, s.name, s.status,
-                  s.lifecycle, s.attempts, s.active, s.status_before,
+                  s.lifecycle, s.attempts, s.active, 'started'::text as old_status,
                   exists (select from workdo.workflows w
                             join workdo.edges e on e.template_id = w.template_id
                            where w.id = s.workflow_id and e.step = s.name)
@@ -472,8 +534,8 @@ begin
         select u.template, workdo.facet_name(u.name), m.status,
                coalesce(sum(m.n) filter (where u.active), 0), sum(m.n), min(u.id), true
           from changed u
-         cross join lateral (values (u.status, 1), (u.status_before, -1)) as m(status, n)
-         where u.status is distinct from u.status_before
+         cross join lateral (values (u.status, 1), (u.old_status, -1)) as m(status, n)
+         where u.status is distinct from u.old_status
          group by 1, 2, 3
         having coalesce(sum(m.n) filter (where u.active), 0) <> 0 or sum(m.n) <> 0
     )
@@ -489,7 +551,7 @@ begin
     if has_dependants then
         -- Locked in id order, as a batch locks them (apply_batch); the edges give them by name.
         with d as materialized (
-            select t.id, w.start_at
+            select t.id, t.status as old_status, w.start_at
               from workdo.workflows w
              cross join lateral (
                    select e.dependant from workdo.edges e
@@ -498,7 +560,7 @@ begin
                    select g.dependant from workdo.workflow_edges g
                     where g.workflow_id = st.workflow_id and g.step = st.name) e
              cross join lateral (
-                   select t.id from workdo.steps t
+                   select t.id, t.status from workdo.steps t
                     where t.workflow_id = st.workflow_id and t.name = e.dependant
                    offset 0) t
              where w.id = st.workflow_id
@@ -518,27 +580,32 @@ begin
                              then greatest(now(), d.start_at)
                            else s.run_at
                          end,
-                updated_at = now(),
-                status_before = s.status
+                updated_at = now()
               from d
-             where s.id = d.id
-            returning s.id, s.template, s.name, s.status_before as old_status, s.status, s.active,
-                      s.status_before
+             -- As in apply_batch: a row moved on since `d` read it is counted down below.
+             where s.id = d.id and s.status = d.old_status
+            returning s.id, s.template, s.name, d.old_status, s.status, s.active
         ), counted as (
             insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
             select u.template, workdo.facet_name(u.name), m.status,
                    coalesce(sum(m.n) filter (where u.active), 0), sum(m.n), min(u.id), true
               from moved u
-             cross join lateral (values (u.status, 1), (u.status_before, -1)) as m(status, n)
-             where u.status is distinct from u.status_before
+             cross join lateral (values (u.status, 1), (u.old_status, -1)) as m(status, n)
+             where u.status is distinct from u.old_status
              group by 1, 2, 3
             having coalesce(sum(m.n) filter (where u.active), 0) <> 0 or sum(m.n) <> 0
         )
         select coalesce(array_agg(row('dependant', null, st.workflow_id, st.object_id, st.template,
                                       st.version, m.name, m.old_status, m.status, null, null)::workdo.applied
-                                  order by m.id), '{}')
-          into dep
+                                  order by m.id), '{}'),
+               array(select d.id from d where not exists (select from moved m where m.id = d.id)
+                      order by d.id)
+          into dep, late_ids
           from moved m;
+        if cardinality(late_ids) > 0 then
+            dep := dep || array(select workdo.count_down_locked(
+                                    late_ids, array_fill(-1, array[cardinality(late_ids)])));
+        end if;
     end if;
 
     update workdo.workflows w set

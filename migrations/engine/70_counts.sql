@@ -12,7 +12,11 @@
 -- of a step's status or activity (a claim, a lease, a completion, a batch of changes, the
 -- dependants' count-down, a re-composition's wait, a new version's deactivation) run with
 -- `workdo.step_updates_counted` on and append their deltas from their RETURNING: the status the
--- row had as they changed it (`status_before`, migration 0022) and the one it has now. In the
+-- row had as they changed it and the one it has now. An UPDATE's RETURNING shows only the new
+-- row, so each knows the old status another way: a claim or a completion under lease from its
+-- WHERE (ready, started), a batch of changes from the rows it locked first, the dependants'
+-- count-down from its snapshot, on the condition that the row's status is still that one (the
+-- rows a commit since has moved on are counted down again, locked: workdo.count_down_locked). In the
 -- engine's functions the setting is the function's own (a SET clause: it ends with the call, so
 -- an UPDATE a caller writes after `select workdo.apply(...)` in its transaction is still
 -- caught); the runtime's own statements set it for their transaction, all of whose updates

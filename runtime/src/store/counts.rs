@@ -42,15 +42,16 @@ pub(super) async fn updates_counted(conn: &mut sqlx::PgConnection) -> Result<()>
 }
 
 /// The deltas of the steps a CTE `changed` updated without changing their activity (returning
-/// id, template, name, active, status, and `status_before`, which the update set to `s.status`).
+/// id, template, name, active, status, and `old_status`: the status the row had as the update
+/// changed it, read from the row locked before the statement).
 macro_rules! count_updated {
     () => {
         " insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
           select u.template, workdo.facet_name(u.name), m.status,
                  coalesce(sum(m.n) filter (where u.active), 0), sum(m.n), min(u.id), true
             from changed u
-           cross join lateral (values (u.status, 1), (u.status_before, -1)) as m(status, n)
-           where u.status is distinct from u.status_before
+           cross join lateral (values (u.status, 1), (u.old_status, -1)) as m(status, n)
+           where u.status is distinct from u.old_status
            group by 1, 2, 3
           having coalesce(sum(m.n) filter (where u.active), 0) <> 0 or sum(m.n) <> 0"
     };

@@ -437,7 +437,7 @@ impl Store {
                  select w.id, w.object_id, w.template, w.completed_at,
                         jsonb_build_object(
                           'workflow', to_jsonb(w),
-                          'steps', coalesce((select jsonb_agg(to_jsonb(s) - 'status_before' order by s.id)
+                          'steps', coalesce((select jsonb_agg(to_jsonb(s) order by s.id)
                                                from workdo.steps s where s.workflow_id = w.id), '[]'),
                           'events', coalesce((select jsonb_agg(to_jsonb(e) order by e.id)
                                                 from workdo.events e
