@@ -79,6 +79,7 @@ declare
     milestone boolean := false;
     erring boolean := false;
     readying boolean := false;
+    moved_ids bigint[];
     late_ids bigint[];
     late_deltas integer[];
 begin
@@ -303,17 +304,22 @@ begin
              where u.status is distinct from u.old_status
              group by 1, 2, 3
             having coalesce(sum(m.n) filter (where u.active), 0) <> 0 or sum(m.n) <> 0
+        ), wanted as (
+            select array_agg(d.id) as ids, array_agg(d.delta) as deltas from d
         )
         select coalesce(array_agg(row('dependant', null, u.workflow_id, u.object_id, u.template,
                                       u.version, u.name, u.old_status, u.status, null, null)::workdo.applied
                                   order by u.id), '{}'),
-               array(select d.id from d where not exists (select from moved m where m.id = d.id)
-                      order by d.id),
-               array(select d.delta from d where not exists (select from moved m where m.id = d.id)
-                      order by d.id)
-          into dep, late_ids, late_deltas
+               coalesce(array_agg(u.id), '{}'),
+               (select x.ids from wanted x), (select x.deltas from wanted x)
+          into dep, moved_ids, late_ids, late_deltas
           from moved u;
-        if cardinality(late_ids) > 0 then
+        -- The rows a commit since had moved on (rare): counted down again, locked. Compared
+        -- by count first; the set difference (hashed) only when there are any.
+        if cardinality(moved_ids) < cardinality(late_ids) then
+            select array_agg(x.id), array_agg(x.delta) into late_ids, late_deltas
+              from unnest(late_ids, late_deltas) as x(id, delta)
+             where x.id not in (select unnest(moved_ids));
             dep := dep || array(select workdo.count_down_locked(late_ids, late_deltas));
         end if;
 
@@ -501,6 +507,7 @@ declare
     wf workdo.applied;
     dep workdo.applied[] := '{}';
     has_dependants boolean;
+    moved_ids bigint[];
     late_ids bigint[];
 begin
     with changed as (
@@ -598,11 +605,13 @@ begin
         select coalesce(array_agg(row('dependant', null, st.workflow_id, st.object_id, st.template,
                                       st.version, m.name, m.old_status, m.status, null, null)::workdo.applied
                                   order by m.id), '{}'),
-               array(select d.id from d where not exists (select from moved m where m.id = d.id)
-                      order by d.id)
-          into dep, late_ids
+               coalesce(array_agg(m.id), '{}'),
+               (select array_agg(d.id) from d)
+          into dep, moved_ids, late_ids
           from moved m;
-        if cardinality(late_ids) > 0 then
+        if cardinality(moved_ids) < cardinality(late_ids) then
+            late_ids := array(select x from unnest(late_ids) x
+                               where x not in (select unnest(moved_ids)));
             dep := dep || array(select workdo.count_down_locked(
                                     late_ids, array_fill(-1, array[cardinality(late_ids)])));
         end if;

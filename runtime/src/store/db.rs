@@ -58,7 +58,7 @@ const ENGINE: &[(&str, &str)] = &[
 pub const ENGINE_VERSION: i32 = 23;
 
 /// The SHA-256 of the engine files of [`ENGINE_VERSION`] ([`engine_sha256`]).
-pub const ENGINE_SHA256: &str = "069f30480c9629e929b8fcfb28390912946dc1e20df2ddf63c8c56366985ed10";
+pub const ENGINE_SHA256: &str = "c84732d665e501f396570d22b12a3ad8fc7bbcd1872853a9071ec555f2b76714";
 
 /// The oldest engine version whose binaries still work on this engine (its functions keep the
 /// signatures and meaning those binaries call them with). A binary older than this refuses to
