@@ -315,7 +315,7 @@ async fn shortening_a_sequence_makes_the_dependant_wait_for_its_new_last_step() 
         ("waiting", 1),
         "publish waits for b#2, the new last step"
     );
-    // The recomposition's statements counted themselves (engine 23).
+    // The recomposition's statements kept the counts exact, with no recount mark.
     support::counts::counted_by_their_statements(&t.store, t.pool(), "a shortened sequence").await;
     t.store
         .step_set(&SetRequest::new(obj, "seqWF", "gen/b#1/work", "completed"))

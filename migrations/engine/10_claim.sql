@@ -22,7 +22,6 @@ CREATE OR REPLACE FUNCTION workdo.claim(p_template text, p_step text, p_lane tex
  RETURNS SETOF workdo.claimed
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
- SET workdo.step_updates_counted TO 'on'
 AS $function$
 begin
     -- p_async (`--async-claims`): the claim's transaction commits without waiting for the
@@ -56,16 +55,7 @@ begin
                   s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at,
                   (select o.properties from workdo.objects o where o.id = s.object_id) as properties,
                   (select w from workdo.workflows w where w.id = s.workflow_id) as wf,
-                  s.run_at, s.active, s.status, 'ready'::text as old_status
-    ), counted as (
-        insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
-        select l.template, workdo.facet_name(l.name), m.status,
-               coalesce(sum(m.n) filter (where l.active), 0), sum(m.n), min(l.id), true
-          from leased l
-         cross join lateral (values (l.status, 1), (l.old_status, -1)) as m(status, n)
-         where l.status is distinct from l.old_status
-         group by 1, 2, 3
-        having coalesce(sum(m.n) filter (where l.active), 0) <> 0 or sum(m.n) <> 0
+                  s.run_at
     )
     select l.id, l.workflow_id, l.object_id, l.template, l.name, l.version, l.lane, l.attempts,
            l.max_attempts, l.priority, l.lease_token, l.lease_expires_at, l.properties,
@@ -93,7 +83,6 @@ CREATE OR REPLACE FUNCTION workdo.claim_queue(p_queue text, p_lane text, p_limit
  RETURNS SETOF workdo.claimed
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
- SET workdo.step_updates_counted TO 'on'
 AS $function$
 begin
     if p_async then
@@ -122,16 +111,7 @@ begin
                   s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at,
                   (select o.properties from workdo.objects o where o.id = s.object_id) as properties,
                   (select w from workdo.workflows w where w.id = s.workflow_id) as wf,
-                  s.run_at, s.active, s.status, 'ready'::text as old_status
-    ), counted as (
-        insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
-        select l.template, workdo.facet_name(l.name), m.status,
-               coalesce(sum(m.n) filter (where l.active), 0), sum(m.n), min(l.id), true
-          from leased l
-         cross join lateral (values (l.status, 1), (l.old_status, -1)) as m(status, n)
-         where l.status is distinct from l.old_status
-         group by 1, 2, 3
-        having coalesce(sum(m.n) filter (where l.active), 0) <> 0 or sum(m.n) <> 0
+                  s.run_at
     )
     select l.id, l.workflow_id, l.object_id, l.template, l.name, l.version, l.lane, l.attempts,
            l.max_attempts, l.priority, l.lease_token, l.lease_expires_at, l.properties,
@@ -146,15 +126,10 @@ CREATE OR REPLACE FUNCTION workdo.lease(p_ids bigint[], p_owner text, p_lease_se
  RETURNS SETOF workdo.claimed
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
- SET workdo.step_updates_counted TO 'on'
 AS $function$
 begin
     return query
-    -- The rows locked (a caller's lock is held already) and read first: their status before is
-    -- what the counts move them from.
-    with locked as materialized (
-        select t.id, t.status from workdo.steps t where t.id = any(p_ids) order by t.id for update
-    ), leased as (
+    with leased as (
         update workdo.steps s set
             status = 'started',
             attempts = s.attempts + 1,
@@ -163,22 +138,11 @@ begin
             lease_expires_at = now() + make_interval(secs => p_lease_secs),
             started_at = now(),
             updated_at = now()
-          from locked k
-         where s.id = k.id
+         where s.id = any(p_ids)
         returning s.id, s.workflow_id, s.object_id, s.template, s.name, s.version, s.lane,
                   s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at,
                   (select o.properties from workdo.objects o where o.id = s.object_id) as properties,
-                  (select w from workdo.workflows w where w.id = s.workflow_id) as wf,
-                  s.active, s.status, k.status as old_status
-    ), counted as (
-        insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
-        select l.template, workdo.facet_name(l.name), m.status,
-               coalesce(sum(m.n) filter (where l.active), 0), sum(m.n), min(l.id), true
-          from leased l
-         cross join lateral (values (l.status, 1), (l.old_status, -1)) as m(status, n)
-         where l.status is distinct from l.old_status
-         group by 1, 2, 3
-        having coalesce(sum(m.n) filter (where l.active), 0) <> 0 or sum(m.n) <> 0
+                  (select w from workdo.workflows w where w.id = s.workflow_id) as wf
     )
     select l.id, l.workflow_id, l.object_id, l.template, l.name, l.version, l.lane, l.attempts,
            l.max_attempts, l.priority, l.lease_token, l.lease_expires_at, l.properties,

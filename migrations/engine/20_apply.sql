@@ -68,7 +68,6 @@ CREATE OR REPLACE FUNCTION workdo.apply_batch(
  RETURNS SETOF workdo.applied
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
- SET workdo.step_updates_counted TO 'on'
 AS $function$
 declare
     st workdo.applied[];
@@ -79,9 +78,6 @@ declare
     milestone boolean := false;
     erring boolean := false;
     readying boolean := false;
-    moved_ids bigint[];
-    late_ids bigint[];
-    late_deltas integer[];
 begin
     -- 1. The steps. The common case first: every change is a worker's completion under its
     --    lease. The lease condition alone decides it (the step is started under that lease, so
@@ -119,16 +115,7 @@ begin
              -- (measured: 3x slower per batch); each step is found by its primary key.
              where s.id = i.id and s.status = 'started' and s.lease_token is not distinct from i.lease
             returning s.id, s.workflow_id, s.object_id, s.template, s.version, s.name,
-                      'started'::text as old_status, s.status, s.lifecycle, s.attempts, s.active
-        ), counted as (
-            insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
-            select u.template, workdo.facet_name(u.name), m.status,
-                   coalesce(sum(m.n) filter (where u.active), 0), sum(m.n), min(u.id), true
-              from changed u
-             cross join lateral (values (u.status, 1), (u.old_status, -1)) as m(status, n)
-             where u.status is distinct from u.old_status
-             group by 1, 2, 3
-            having coalesce(sum(m.n) filter (where u.active), 0) <> 0 or sum(m.n) <> 0
+                      'started'::text as old_status, s.status, s.lifecycle, s.attempts
         )
         select coalesce(array_agg(row('step', u.id, u.workflow_id, u.object_id, u.template, u.version,
                                       u.name, u.old_status, u.status, u.lifecycle, u.attempts)::workdo.applied
@@ -205,16 +192,7 @@ begin
               from calc c
              where s.id = c.id
             returning s.id, s.workflow_id, s.object_id, s.template, s.version, s.name,
-                      c.old_status, s.status, s.lifecycle, s.attempts, s.active
-        ), counted as (
-            insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
-            select u.template, workdo.facet_name(u.name), m.status,
-                   coalesce(sum(m.n) filter (where u.active), 0), sum(m.n), min(u.id), true
-              from changed u
-             cross join lateral (values (u.status, 1), (u.old_status, -1)) as m(status, n)
-             where u.status is distinct from u.old_status
-             group by 1, 2, 3
-            having coalesce(sum(m.n) filter (where u.active), 0) <> 0 or sum(m.n) <> 0
+                      c.old_status, s.status, s.lifecycle, s.attempts
         )
         select coalesce(array_agg(row('step', u.id, u.workflow_id, u.object_id, u.template, u.version,
                                       u.name, u.old_status, u.status, u.lifecycle, u.attempts)::workdo.applied
@@ -287,41 +265,14 @@ begin
                          end,
                 updated_at = now()
               from d, workdo.workflows w
-             -- Only a row whose status is still the one `d` read in this statement's snapshot,
-             -- which is then the status the counts move it from (an UPDATE's RETURNING shows
-             -- only the new row). A row that a commit since has moved on (another session
-             -- changed the step meanwhile: rare, one completer commits a workflow's results) is
-             -- left to workdo.count_down_locked below.
-             where s.id = d.id and w.id = s.workflow_id and s.status = d.old_status
-            returning s.id, s.workflow_id, s.object_id, s.template, s.version, s.name,
-                      d.old_status, s.status, s.active
-        ), counted as (
-            insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
-            select u.template, workdo.facet_name(u.name), m.status,
-                   coalesce(sum(m.n) filter (where u.active), 0), sum(m.n), min(u.id), true
-              from moved u
-             cross join lateral (values (u.status, 1), (u.old_status, -1)) as m(status, n)
-             where u.status is distinct from u.old_status
-             group by 1, 2, 3
-            having coalesce(sum(m.n) filter (where u.active), 0) <> 0 or sum(m.n) <> 0
-        ), wanted as (
-            select array_agg(d.id) as ids, array_agg(d.delta) as deltas from d
+             where s.id = d.id and w.id = s.workflow_id
+            returning s.id, s.workflow_id, s.object_id, s.template, s.version, s.name, d.old_status, s.status
         )
         select coalesce(array_agg(row('dependant', null, u.workflow_id, u.object_id, u.template,
                                       u.version, u.name, u.old_status, u.status, null, null)::workdo.applied
-                                  order by u.id), '{}'),
-               coalesce(array_agg(u.id), '{}'),
-               (select x.ids from wanted x), (select x.deltas from wanted x)
-          into dep, moved_ids, late_ids, late_deltas
+                                  order by u.id), '{}')
+          into dep
           from moved u;
-        -- The rows a commit since had moved on (rare): counted down again, locked. Compared
-        -- by count first; the set difference (hashed) only when there are any.
-        if cardinality(moved_ids) < cardinality(late_ids) then
-            select array_agg(x.id), array_agg(x.delta) into late_ids, late_deltas
-              from unnest(late_ids, late_deltas) as x(id, delta)
-             where x.id not in (select unnest(moved_ids));
-            dep := dep || array(select workdo.count_down_locked(late_ids, late_deltas));
-        end if;
 
         -- 3. Their workflows: the unfinished-steps counter decides completion. The status before
         --    is derived: completed exactly when nothing was unfinished (CHECK above).
@@ -438,61 +389,6 @@ begin
 end
 $function$;
 
--- workdo.count_down_locked: the dependants' count-down (apply_batch's step 2) for the steps
--- `p_ids`, each by `p_deltas`, locked in id order and read before they change, so that the
--- status they leave is exact for the counts and the history. apply_batch and complete_one count
--- down without locking, on the condition that a row's status is still the one their snapshot
--- read; the rows a commit since has moved on come here.
-CREATE OR REPLACE FUNCTION workdo.count_down_locked(p_ids bigint[], p_deltas integer[])
- RETURNS SETOF workdo.applied
- LANGUAGE plpgsql
- SET plan_cache_mode TO 'force_generic_plan'
- SET workdo.step_updates_counted TO 'on'
-AS $function$
-begin
-    return query
-    with locked as materialized (
-        select t.id, t.status, x.delta
-          from workdo.steps t
-          join unnest(p_ids, p_deltas) as x(id, delta) on x.id = t.id
-         order by t.id
-           for update of t
-    ), moved as (
-        update workdo.steps s set
-            pending = s.pending + k.delta,
-            status = case
-                       when s.status = 'waiting' and s.pending + k.delta = 0
-                         then case when w.start_at > now() then 'scheduled' else 'ready' end
-                       when s.status in ('ready', 'scheduled') and s.pending + k.delta > 0
-                         then 'waiting'
-                       else s.status
-                     end,
-            run_at = case
-                       when s.status = 'waiting' and s.pending + k.delta = 0
-                         then greatest(now(), w.start_at)
-                       else s.run_at
-                     end,
-            updated_at = now()
-          from locked k, workdo.workflows w
-         where s.id = k.id and w.id = s.workflow_id
-        returning s.id, s.workflow_id, s.object_id, s.template, s.version, s.name,
-                  k.status as old_status, s.status, s.active
-    ), counted as (
-        insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
-        select u.template, workdo.facet_name(u.name), m.status,
-               coalesce(sum(m.n) filter (where u.active), 0), sum(m.n), min(u.id), true
-          from moved u
-         cross join lateral (values (u.status, 1), (u.old_status, -1)) as m(status, n)
-         where u.status is distinct from u.old_status
-         group by 1, 2, 3
-        having coalesce(sum(m.n) filter (where u.active), 0) <> 0 or sum(m.n) <> 0
-    )
-    select 'dependant'::text, null::bigint, u.workflow_id, u.object_id, u.template, u.version,
-           u.name, u.old_status::text, u.status::text, null::text, null::integer
-      from moved u order by u.id;
-end
-$function$;
-
 -- workdo.complete_one: one completion under lease, the same rows and events as
 -- workdo.apply_batch writes for it (`one_completion_and_a_batch_record_the_same` compares
 -- them), with the dependants' statement only for a step that has dependants.
@@ -500,57 +396,39 @@ CREATE OR REPLACE FUNCTION workdo.complete_one(p_id bigint, p_note text, p_messa
  RETURNS SETOF workdo.applied
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
- SET workdo.step_updates_counted TO 'on'
 AS $function$
 declare
     st workdo.applied;
     wf workdo.applied;
     dep workdo.applied[] := '{}';
     has_dependants boolean;
-    moved_ids bigint[];
-    late_ids bigint[];
 begin
-    with changed as (
-        update workdo.steps s set
-            status = 'completed',
-            note = coalesce(p_note, s.note),
-            error_message = null,
-            error_text = null,
-            lifecycle = coalesce(p_lifecycle, s.lifecycle),
-            elapsed = coalesce(p_elapsed,
-                               case when s.started_at is not null
-                                    then extract(epoch from clock_timestamp() - s.started_at)::float8 end,
-                               s.elapsed),
-            attempts = greatest(0, case when p_reset then 0 else s.attempts end + p_add_attempts),
-            lease_owner = null,
-            lease_token = null,
-            lease_expires_at = null,
-            finished_at = now(),
-            updated_at = now()
-         where s.id = p_id and s.status = 'started' and s.lease_token is not distinct from p_lease
-        returning s.id, s.workflow_id, s.object_id, s.template, s.version, s.name, s.status,
-                  s.lifecycle, s.attempts, s.active, 'started'::text as old_status,
-                  exists (select from workdo.workflows w
-                            join workdo.edges e on e.template_id = w.template_id
-                           where w.id = s.workflow_id and e.step = s.name)
-                  or exists (select from workdo.workflow_edges g
-                              where g.workflow_id = s.workflow_id and g.step = s.name)
-                  as has_dependants
-    ), counted as (
-        insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
-        select u.template, workdo.facet_name(u.name), m.status,
-               coalesce(sum(m.n) filter (where u.active), 0), sum(m.n), min(u.id), true
-          from changed u
-         cross join lateral (values (u.status, 1), (u.old_status, -1)) as m(status, n)
-         where u.status is distinct from u.old_status
-         group by 1, 2, 3
-        having coalesce(sum(m.n) filter (where u.active), 0) <> 0 or sum(m.n) <> 0
-    )
-    select 'step', u.id, u.workflow_id, u.object_id, u.template, u.version, u.name, 'started',
-           u.status, u.lifecycle, u.attempts, u.has_dependants
+    update workdo.steps s set
+        status = 'completed',
+        note = coalesce(p_note, s.note),
+        error_message = null,
+        error_text = null,
+        lifecycle = coalesce(p_lifecycle, s.lifecycle),
+        elapsed = coalesce(p_elapsed,
+                           case when s.started_at is not null
+                                then extract(epoch from clock_timestamp() - s.started_at)::float8 end,
+                           s.elapsed),
+        attempts = greatest(0, case when p_reset then 0 else s.attempts end + p_add_attempts),
+        lease_owner = null,
+        lease_token = null,
+        lease_expires_at = null,
+        finished_at = now(),
+        updated_at = now()
+     where s.id = p_id and s.status = 'started' and s.lease_token is not distinct from p_lease
+    returning 'step', s.id, s.workflow_id, s.object_id, s.template, s.version, s.name, 'started',
+              s.status, s.lifecycle, s.attempts,
+              exists (select from workdo.workflows w
+                        join workdo.edges e on e.template_id = w.template_id
+                       where w.id = s.workflow_id and e.step = s.name)
+              or exists (select from workdo.workflow_edges g
+                          where g.workflow_id = s.workflow_id and g.step = s.name)
       into st.kind, st.id, st.workflow_id, st.object_id, st.template, st.version, st.name,
-           st.old_status, st.status, st.lifecycle, st.attempts, has_dependants
-      from changed u;
+           st.old_status, st.status, st.lifecycle, st.attempts, has_dependants;
     if not found then
         return;
     end if;
@@ -589,32 +467,14 @@ begin
                          end,
                 updated_at = now()
               from d
-             -- As in apply_batch: a row moved on since `d` read it is counted down below.
-             where s.id = d.id and s.status = d.old_status
-            returning s.id, s.template, s.name, d.old_status, s.status, s.active
-        ), counted as (
-            insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
-            select u.template, workdo.facet_name(u.name), m.status,
-                   coalesce(sum(m.n) filter (where u.active), 0), sum(m.n), min(u.id), true
-              from moved u
-             cross join lateral (values (u.status, 1), (u.old_status, -1)) as m(status, n)
-             where u.status is distinct from u.old_status
-             group by 1, 2, 3
-            having coalesce(sum(m.n) filter (where u.active), 0) <> 0 or sum(m.n) <> 0
+             where s.id = d.id
+            returning s.id, s.name, d.old_status, s.status
         )
         select coalesce(array_agg(row('dependant', null, st.workflow_id, st.object_id, st.template,
                                       st.version, m.name, m.old_status, m.status, null, null)::workdo.applied
-                                  order by m.id), '{}'),
-               coalesce(array_agg(m.id), '{}'),
-               (select array_agg(d.id) from d)
-          into dep, moved_ids, late_ids
+                                  order by m.id), '{}')
+          into dep
           from moved m;
-        if cardinality(moved_ids) < cardinality(late_ids) then
-            late_ids := array(select x from unnest(late_ids) x
-                               where x not in (select unnest(moved_ids)));
-            dep := dep || array(select workdo.count_down_locked(
-                                    late_ids, array_fill(-1, array[cardinality(late_ids)])));
-        end if;
     end if;
 
     update workdo.workflows w set

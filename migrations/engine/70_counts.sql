@@ -1,29 +1,17 @@
 -- Step counts per template, step and status, kept from what each statement changes (tables and
--- reasons in migrations/0014_step_counts.sql): each statement appends its net change, grouped,
--- to workdo.step_count_deltas; workdo.step_counts_rollup folds them into workdo.step_counts and
--- workdo.step_throughput.
+-- reasons in migrations/0014_step_counts.sql). Statement-level triggers on updates and deletes,
+-- one per event (a trigger with transition tables serves one event), append each statement's net
+-- change, grouped, to workdo.step_count_deltas; workdo.step_counts_rollup folds them into
+-- workdo.step_counts and workdo.step_throughput.
 --
--- Inserts (engine 22) and updates (engine 23) are counted by the statements that make them; a
--- trigger with a transition table makes Postgres copy every row a statement writes for it, old
--- and new, used or not (a bulk start of 18,000 steps: 91-97 ms with the counting trigger, 80-84
--- ms without it, 86-90 ms with it skipped by a WHEN, the copy still paid; BENCHMARKS.md, stop
--- 35). The engine's inserts (a start, a composition, a machine's call) set
--- `workdo.steps_counted` for their transaction and append their own deltas. The engine's updates
--- of a step's status or activity (a claim, a lease, a completion, a batch of changes, the
--- dependants' count-down, a re-composition's wait, a new version's deactivation) run with
--- `workdo.step_updates_counted` on and append their deltas from their RETURNING: the status the
--- row had as they changed it and the one it has now. An UPDATE's RETURNING shows only the new
--- row, so each knows the old status another way: a claim or a completion under lease from its
--- WHERE (ready, started), a batch of changes from the rows it locked first, the dependants'
--- count-down from its snapshot, on the condition that the row's status is still that one (the
--- rows a commit since has moved on are counted down again, locked: workdo.count_down_locked). In the
--- engine's functions the setting is the function's own (a SET clause: it ends with the call, so
--- an UPDATE a caller writes after `select workdo.apply(...)` in its transaction is still
--- caught); the runtime's own statements set it for their transaction, all of whose updates
--- count themselves. Any other insert, or UPDATE of status, active, template or name (SQL by
--- hand, a workdo older than engine 22 or 23), leaves a `recount` mark, and the next fold counts
--- the active steps afresh: exact again, at the cost of one scan, for writes that are rare.
--- Deletes (archiving, deleting an object) keep their trigger with a transition table.
+-- Inserts are counted by the statements that make them (engine 22). The engine's inserts (a
+-- start, a composition, a machine's call) set `workdo.steps_counted` for their transaction and
+-- append their own deltas: a start knows its rows without reading them back, and a trigger with
+-- a transition table makes Postgres copy every inserted row for it, used or not (a bulk start of
+-- 18,000 steps: 91-97 ms with the counting trigger, 80-84 ms without it, 86-90 ms with it
+-- skipped by a WHEN, the copy still paid; BENCHMARKS.md, stop 35). Any other insert (SQL by
+-- hand, a workdo older than engine 22) leaves a `recount` mark, and the next fold counts the
+-- active steps afresh: exact again, at the cost of one scan, for writes that are rare.
 
 -- workdo.facet_name: the name a step is counted under. A generated step
 -- (`generator/bricklet#n/step`, 0011) is counted under its bricklet step
@@ -39,15 +27,33 @@ AS $function$
                 else regexp_replace(p_name, '#[0-9]+(/|$)', '\1', 'g') end
 $function$;
 
--- A statement that did not count itself (its trigger's WHEN, below): mark the counts for a
--- recount.
-CREATE OR REPLACE FUNCTION workdo.step_counts_mark()
+-- An insert that did not count itself (its trigger's WHEN, below): mark the counts for a recount.
+CREATE OR REPLACE FUNCTION workdo.step_counts_inserted()
  RETURNS trigger
  LANGUAGE plpgsql
 AS $function$
 begin
     insert into workdo.step_count_deltas (template, name, status, n, first_id)
     values ('', '', 'recount', 0, 0);
+    return null;
+end
+$function$;
+
+CREATE OR REPLACE FUNCTION workdo.step_counts_updated()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+begin
+    -- n counts active steps, moved all of them (throughput); a row that kept its template,
+    -- step, status and activity cancels out (having).
+    insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
+    select template, name, status, coalesce(sum(n) filter (where active), 0), sum(n), min(id),
+           true
+      from (select template, workdo.facet_name(name) as name, status, active, 1 as n, id from new_steps
+            union all
+            select template, workdo.facet_name(name), status, active, -1, id from old_steps) d
+     group by template, name, status
+    having coalesce(sum(n) filter (where active), 0) <> 0 or sum(n) <> 0;
     return null;
 end
 $function$;
@@ -79,17 +85,10 @@ $function$;
 CREATE OR REPLACE TRIGGER step_counts_inserted AFTER INSERT ON workdo.steps
     FOR EACH STATEMENT
     WHEN (current_setting('workdo.steps_counted', true) IS DISTINCT FROM 'on')
-    EXECUTE FUNCTION workdo.step_counts_mark();
--- Only an UPDATE that sets a column the counts depend on fires it (a priority's, a lease's
--- renewal, a count of pending prerequisites alone do not). Dropped and created: a trigger
--- with transition tables cannot be replaced by one without.
-DROP TRIGGER IF EXISTS step_counts_updated ON workdo.steps;
-CREATE TRIGGER step_counts_updated AFTER UPDATE OF status, active, template, name ON workdo.steps
-    FOR EACH STATEMENT
-    WHEN (current_setting('workdo.step_updates_counted', true) IS DISTINCT FROM 'on')
-    EXECUTE FUNCTION workdo.step_counts_mark();
-DROP FUNCTION IF EXISTS workdo.step_counts_inserted();
-DROP FUNCTION IF EXISTS workdo.step_counts_updated();
+    EXECUTE FUNCTION workdo.step_counts_inserted();
+CREATE OR REPLACE TRIGGER step_counts_updated AFTER UPDATE ON workdo.steps
+    REFERENCING OLD TABLE AS old_steps NEW TABLE AS new_steps
+    FOR EACH STATEMENT EXECUTE FUNCTION workdo.step_counts_updated();
 CREATE OR REPLACE TRIGGER step_counts_deleted AFTER DELETE ON workdo.steps
     REFERENCING OLD TABLE AS old_steps
     FOR EACH STATEMENT EXECUTE FUNCTION workdo.step_counts_deleted();

@@ -28,36 +28,6 @@ macro_rules! count_inserted {
 }
 pub(super) use count_inserted;
 
-/// Set `workdo.step_updates_counted` for the rest of the transaction, where the update
-/// trigger looks: the UPDATEs of steps' status or activity that follow count themselves
-/// ([`count_updated`]) and are not marked for a recount (`migrations/engine/70_counts.sql`).
-/// Every such UPDATE in the transaction must then count itself. A statement of its own rather
-/// than a CTE of the update: an update that finds no rows might never read the CTE, and its
-/// statement trigger fires all the same.
-pub(super) async fn updates_counted(conn: &mut sqlx::PgConnection) -> Result<()> {
-    sqlx::query("select set_config('workdo.step_updates_counted', 'on', true)")
-        .execute(conn)
-        .await?;
-    Ok(())
-}
-
-/// The deltas of the steps a CTE `changed` updated without changing their activity (returning
-/// id, template, name, active, status, and `old_status`: the status the row had as the update
-/// changed it, read from the row locked before the statement).
-macro_rules! count_updated {
-    () => {
-        " insert into workdo.step_count_deltas (template, name, status, n, moved, first_id, updated)
-          select u.template, workdo.facet_name(u.name), m.status,
-                 coalesce(sum(m.n) filter (where u.active), 0), sum(m.n), min(u.id), true
-            from changed u
-           cross join lateral (values (u.status, 1), (u.old_status, -1)) as m(status, n)
-           where u.status is distinct from u.old_status
-           group by 1, 2, 3
-          having coalesce(sum(m.n) filter (where u.active), 0) <> 0 or sum(m.n) <> 0"
-    };
-}
-pub(super) use count_updated;
-
 /// Count the steps of one start: every workflow it made has the same steps in the same
 /// statuses, so the first one's rows times the workflows, without reading the others back.
 pub(super) async fn count_started(

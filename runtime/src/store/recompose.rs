@@ -24,7 +24,6 @@ use serde_json::json;
 use sqlx::{Postgres, Transaction};
 
 use super::compose::{Edges, Subnets};
-use super::counts::{count_updated, updates_counted};
 use super::dispatch::{Bricklets, WorkflowRecord, activation_fragments, composable};
 use super::events::{EventBuf, NewEvent, ReadyKeys};
 use super::{Change, Result, Store};
@@ -303,27 +302,15 @@ async fn wait_for(
     }
     let names: Vec<&str> = waits.iter().map(|(n, _)| n.as_str()).collect();
     let prereqs: Vec<serde_json::Value> = waits.iter().map(|(_, p)| json!(p)).collect();
-    updates_counted(tx).await?;
-    // The rows locked (the recomposition locked them already) and read first: the status each
-    // leaves is what the counts move it from.
-    sqlx::query(concat!(
-        "with locked as materialized (
-            select s.id, s.status from workdo.steps s
-             where s.workflow_id = $1 and s.name = any($2)
-             order by s.id for update
-         ), changed as (
-            update workdo.steps s
-               set pending = s.pending + jsonb_array_length(t.prereqs),
-                   prereqs = s.prereqs || array(select jsonb_array_elements_text(t.prereqs)),
-                   status = case when s.status = 'ready' then 'waiting' else s.status end,
-                   updated_at = now()
-              from unnest($2::text[], $3::jsonb[]) as t(name, prereqs), locked k
-             where s.workflow_id = $1 and s.name = t.name and k.id = s.id
-            returning s.id, s.template, s.name, s.active, s.status, k.status as old_status
-         ), counted as (",
-        count_updated!(),
-        ") select 1"
-    ))
+    sqlx::query(
+        "update workdo.steps s
+            set pending = s.pending + jsonb_array_length(t.prereqs),
+                prereqs = s.prereqs || array(select jsonb_array_elements_text(t.prereqs)),
+                status = case when s.status = 'ready' then 'waiting' else s.status end,
+                updated_at = now()
+           from unnest($2::text[], $3::jsonb[]) as t(name, prereqs)
+          where s.workflow_id = $1 and s.name = t.name",
+    )
     .bind(workflow_id)
     .bind(&names)
     .bind(&prereqs)

@@ -260,28 +260,14 @@ async fn start_one(
                 .bind(version)
                 .execute(&mut **tx)
                 .await?;
-            // Counted by the statement itself: each step leaves the active counts (its
-            // status unchanged, so nothing moves for the throughput).
-            super::counts::updates_counted(tx).await?;
-            let n: i64 = sqlx::query_scalar(
-                "with changed as (
-                    update workdo.steps s set active = false, updated_at = now()
-                     where s.workflow_id in (select id from workdo.workflows
-                                              where object_id = $1 and version < $2)
-                       and s.active
-                    returning s.id, s.template, s.name, s.status
-                 ), counted as (
-                    insert into workdo.step_count_deltas
-                        (template, name, status, n, first_id, updated)
-                    select template, workdo.facet_name(name), status, -count(*), min(id), true
-                      from changed group by 1, 2, 3
-                 )
-                 select count(*) from changed",
-            )
-            .bind(object)
-            .bind(version)
-            .fetch_one(&mut **tx)
-            .await?;
+            let n = sqlx::query("update workdo.steps set active = false, updated_at = now()
+                  where workflow_id in (select id from workdo.workflows where object_id = $1 and version < $2)
+                    and active")
+                .bind(object)
+                .bind(version)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected();
             events.push(
                 NewEvent::new(object, "versions_deactivated", &req.actor)
                     .version(version)
