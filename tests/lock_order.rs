@@ -2,7 +2,8 @@
 //! each in id order (ARCHITECTURE.md), so that runtimes' commits, deletes and lease renewals
 //! (tests/leases.rs) never wait for each other in a circle. Each test holds the row a writer
 //! takes first, lets the writer wait for it, then takes the rows the writer must not be holding;
-//! the last one lets a delete the database aborts for a start's sake run again.
+//! the last one lets a delete the database aborts for a start's sake run again. Two plain SQL
+//! callers of `workdo.apply` finishing one step at once both commit.
 
 mod support;
 
@@ -266,4 +267,82 @@ async fn lock_timeout(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, how_long: 
     .execute(&mut **tx)
     .await
     .expect("lock_timeout");
+}
+
+/// `workdo.apply` with one step `$1` set to `$2` (no lease), as a plain SQL caller writes it.
+const APPLY_ONE: &str = "select count(*) from workdo.apply(
+    p_ids => array[$1]::bigint[], p_statuses => array[$2]::text[],
+    p_notes => array[null]::text[], p_messages => array[null]::text[],
+    p_texts => array[null]::text[], p_lifecycles => array[null]::text[],
+    p_elapsed => array[null]::float8[], p_due => array[null]::timestamptz[],
+    p_attempts => array[0], p_reset => array[false], p_leases => array[null]::uuid[],
+    p_events => array['set'], p_details => array['{}'::jsonb], p_actor => 'sql')";
+
+/// Found by a helper: two plain SQL callers of `workdo.apply` finishing the same step at once
+/// (neither locking it first, as the CLI does). The second waits for the first's lock, then
+/// finds the step finished; Postgres computed its new row from the version its snapshot saw
+/// (no `finished_at`) and checked the constraints on that before computing it again from the
+/// finished one, so it failed `steps_check` (a finished step has a `finished_at`). Now it
+/// commits, and the step keeps the time it first finished.
+#[tokio::test]
+async fn a_step_finished_by_two_sql_callers_at_once_keeps_its_first_finish() {
+    let t = db().await;
+    support::load(&t.store, "fan.yaml", FAN).await;
+    t.store
+        .workflow_start(&StartRequest::new("fanWF", &["obj:twice"]))
+        .await
+        .expect("start");
+    let id: i64 = sqlx::query_scalar("select id from workdo.steps where name = 'c'")
+        .fetch_one(t.pool())
+        .await
+        .expect("c");
+    for (first, second) in [("completed", "completed"), ("skipped", "completed")] {
+        sqlx::query(APPLY_ONE)
+            .bind(id)
+            .bind("waiting")
+            .execute(t.pool())
+            .await
+            .expect("back to waiting");
+        let mut one = t.pool().begin().await.expect("begin");
+        sqlx::query(APPLY_ONE)
+            .bind(id)
+            .bind(first)
+            .execute(&mut *one)
+            .await
+            .expect("the first finishes it");
+        let pool = t.pool().clone();
+        let other = tokio::spawn(async move {
+            sqlx::query(APPLY_ONE)
+                .bind(id)
+                .bind(second)
+                .execute(&pool)
+                .await
+        });
+        support::wait_for("the second caller to wait for the first", 30, || async {
+            support::lock_waiters(t.pool()).await == 1
+        })
+        .await;
+        one.commit().await.expect("commit the first");
+        let finished: chrono::DateTime<chrono::Utc> =
+            sqlx::query_scalar("select finished_at from workdo.steps where id = $1")
+                .bind(id)
+                .fetch_one(t.pool())
+                .await
+                .expect("first finish");
+        other
+            .await
+            .expect("joined")
+            .unwrap_or_else(|e| panic!("{first} then {second}: {e}"));
+        let (status, kept): (String, chrono::DateTime<chrono::Utc>) =
+            sqlx::query_as("select status, finished_at from workdo.steps where id = $1")
+                .bind(id)
+                .fetch_one(t.pool())
+                .await
+                .expect("step");
+        assert_eq!(
+            (status.as_str(), kept),
+            (second, finished),
+            "{first} then {second}"
+        );
+    }
 }

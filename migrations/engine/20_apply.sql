@@ -183,10 +183,16 @@ begin
                 lease_expires_at = case when c.new_status = 'started' then s.lease_expires_at end,
                 started_at = case when c.new_status = 'started' and c.old_status <> 'started' then now()
                                   else s.started_at end,
+                -- `c` is the locked row, `s` the one this statement's snapshot saw: when another
+                -- session finished the step after that snapshot, Postgres computes this row from
+                -- the older `s` (no finished_at) and checks the constraints on it before it
+                -- re-reads the row and computes it again; the coalesce keeps that first row
+                -- valid (finished steps have a finished_at) and the second one keeps the time
+                -- the step first finished.
                 finished_at = case
                                 when c.new_status in ('completed', 'skipped')
                                   then case when c.old_status in ('completed', 'skipped')
-                                            then s.finished_at else now() end
+                                            then coalesce(s.finished_at, now()) else now() end
                               end,
                 updated_at = now()
               from calc c
