@@ -346,3 +346,55 @@ async fn a_step_finished_by_two_sql_callers_at_once_keeps_its_first_finish() {
         );
     }
 }
+
+/// Found by a helper: a start that raises an object's version locks the object, then the older
+/// workflows' steps; a runtime's commit locks a step, then updates its object (a function's
+/// effects). When the two meet, Postgres aborts the one that waited first to break the
+/// deadlock: here the start, which is then run again instead of failing its caller.
+#[tokio::test]
+async fn a_start_aborted_by_a_deadlock_is_run_again() {
+    let t = db().await;
+    support::load(&t.store, "fan.yaml", FAN).await;
+    t.store
+        .workflow_start(&StartRequest::new("fanWF", &["obj:dead"]))
+        .await
+        .expect("start version 1");
+    // The runtime's commit: a step of the object's workflow first.
+    let mut commit = t.pool().begin().await.expect("begin");
+    lock_timeout(&mut commit, "10s").await;
+    sqlx::query(
+        "select 1 from workdo.steps where object_id = 'obj:dead' and name = 'a' for update",
+    )
+    .execute(&mut *commit)
+    .await
+    .expect("lock a step");
+    let store = t.store.clone();
+    let start = tokio::spawn(async move {
+        let mut v2 = StartRequest::new("fanWF", &["obj:dead"]);
+        v2.version = Some(2);
+        store.workflow_start(&v2).await
+    });
+    support::wait_for("the start to wait for the step", 30, || async {
+        support::lock_waiters(t.pool()).await == 1
+    })
+    .await;
+    // Then its object, which the start holds: a deadlock, which the start (waiting longer)
+    // is aborted to break.
+    sqlx::query("update workdo.objects set updated_at = now() where id = 'obj:dead'")
+        .execute(&mut *commit)
+        .await
+        .expect("the commit takes the object once the start is aborted");
+    commit.commit().await.expect("commit");
+    let started = start
+        .await
+        .expect("joined")
+        .expect("the start is run again and commits");
+    assert_eq!(started.len(), 1);
+    let versions: Vec<(i32, bool)> = sqlx::query_as(
+        "select version, active from workdo.workflows where object_id = 'obj:dead' order by version",
+    )
+    .fetch_all(t.pool())
+    .await
+    .expect("workflows");
+    assert_eq!(versions, vec![(1, false), (2, true)]);
+}

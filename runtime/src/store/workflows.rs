@@ -71,11 +71,19 @@ impl Store {
     /// Start `req.template` (its current version) on every object in `req.objects`, in one
     /// transaction. An object not registered yet is registered. Starting the same template again
     /// for the same object version replaces its steps; a newer object version makes the steps of
-    /// older versions inactive.
+    /// older versions inactive. Run again, up to three times, when the database aborts it to
+    /// break a deadlock or for a serialization failure.
     pub async fn workflow_start(&self, req: &StartRequest) -> Result<Vec<Started>> {
-        let mut tx = self.pool.begin().await?;
-        let out = self.workflow_start_in(&mut tx, req).await?;
-        tx.commit().await?;
+        // A start the database aborts for another transaction's sake — a deadlock broken with a
+        // runtime's commit that holds the object's steps and then updates the object, a
+        // serialization failure — left nothing behind and means the same run again.
+        let out = super::again_on_conflict(|| async move {
+            let mut tx = self.pool.begin().await?;
+            let out = self.workflow_start_in(&mut tx, req).await?;
+            tx.commit().await?;
+            Ok(out)
+        })
+        .await?;
         // Machine jobs take the signals their start sent them, in order, now; only jobs whose
         // inbox holds any (one query: opening every job's inbox was four round trips a job).
         let jobs: Vec<i64> = out
