@@ -15,6 +15,15 @@ use workdo::store::StartRequest;
 const FAN: &str =
     "name: fanWF\nsteps:\n  - { name: a }\n  - { name: b }\n  - { name: c, prereqs: [a, b] }\n";
 
+/// `fanWF` loaded and started on `objects`; the workflows started.
+async fn fan_started(t: &support::TestDb, objects: &[&str]) -> Vec<workdo::store::Started> {
+    support::load(&t.store, "fan.yaml", FAN).await;
+    t.store
+        .workflow_start(&StartRequest::new("fanWF", objects))
+        .await
+        .expect("start fanWF")
+}
+
 /// A batch's commit locks its steps, then the dependants it counts down, then their workflows,
 /// each in id order, as every commit locks steps. Two runtimes' batches holding the same steps
 /// (a stale result and the fresh one of a step whose lease expired) used to lock them in the
@@ -25,12 +34,8 @@ const FAN: &str =
 #[tokio::test]
 async fn a_batch_locks_steps_dependants_and_workflows_in_id_order() {
     let t = db().await;
-    let fan =
-        "name: fanWF\nsteps:\n  - { name: a }\n  - { name: b }\n  - { name: c, prereqs: [a, b] }\n";
-    support::load(&t.store, "fan.yaml", fan).await;
-    let mut req = StartRequest::new("fanWF", &[]);
-    req.objects = (0..40).map(|i| format!("obj:f{i}")).collect();
-    t.store.workflow_start(&req).await.expect("start");
+    let objects: Vec<String> = (0..40).map(|i| format!("obj:f{i}")).collect();
+    fan_started(&t, &objects.iter().map(String::as_str).collect::<Vec<_>>()).await;
     // Enough other steps that the plans are what they are in production: steps found by their
     // primary key in the order given (in a small table they are read in physical order).
     support::load(
@@ -201,17 +206,13 @@ async fn a_delete_locks_steps_before_their_workflows() {
 #[tokio::test]
 async fn an_object_delete_at_repeatable_read_takes_a_workflow_started_meanwhile() {
     let t = db().await;
-    support::load(&t.store, "fan.yaml", FAN).await;
+    fan_started(&t, &["obj:rr"]).await;
     support::load(
         &t.store,
         "one.yaml",
         "name: oneWF\nsteps:\n  - { name: x }\n",
     )
     .await;
-    t.store
-        .workflow_start(&StartRequest::new("fanWF", &["obj:rr"]))
-        .await
-        .expect("start");
     let name: String = sqlx::query_scalar("select current_database()")
         .fetch_one(t.pool())
         .await
@@ -287,11 +288,7 @@ const APPLY_ONE: &str = "select count(*) from workdo.apply(
 #[tokio::test]
 async fn a_step_finished_by_two_sql_callers_at_once_keeps_its_first_finish() {
     let t = db().await;
-    support::load(&t.store, "fan.yaml", FAN).await;
-    t.store
-        .workflow_start(&StartRequest::new("fanWF", &["obj:twice"]))
-        .await
-        .expect("start");
+    fan_started(&t, &["obj:twice"]).await;
     let id: i64 = sqlx::query_scalar("select id from workdo.steps where name = 'c'")
         .fetch_one(t.pool())
         .await
@@ -354,11 +351,7 @@ async fn a_step_finished_by_two_sql_callers_at_once_keeps_its_first_finish() {
 #[tokio::test]
 async fn a_start_aborted_by_a_deadlock_is_run_again() {
     let t = db().await;
-    support::load(&t.store, "fan.yaml", FAN).await;
-    t.store
-        .workflow_start(&StartRequest::new("fanWF", &["obj:dead"]))
-        .await
-        .expect("start version 1");
+    fan_started(&t, &["obj:dead"]).await;
     // The runtime's commit: a step of the object's workflow first.
     let mut commit = t.pool().begin().await.expect("begin");
     lock_timeout(&mut commit, "10s").await;

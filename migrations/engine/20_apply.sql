@@ -133,7 +133,8 @@ begin
                 as t(id, status, note, message, etext, lifecycle, elapsed, run_at, add_attempts,
                      reset, lease)
         ), calc as (
-            select s.id, s.status as old_status, i.note, i.message, i.etext, i.lifecycle,
+            select s.id, s.status as old_status, s.finished_at as old_finished_at,
+                   i.note, i.message, i.etext, i.lifecycle,
                    i.elapsed, i.add_attempts, i.reset,
                    case
                      when i.status in ('waiting', 'ready', 'scheduled') and s.pending > 0 then 'waiting'
@@ -183,16 +184,14 @@ begin
                 lease_expires_at = case when c.new_status = 'started' then s.lease_expires_at end,
                 started_at = case when c.new_status = 'started' and c.old_status <> 'started' then now()
                                   else s.started_at end,
-                -- `c` is the locked row, `s` the one this statement's snapshot saw: when another
-                -- session finished the step after that snapshot, Postgres computes this row from
-                -- the older `s` (no finished_at) and checks the constraints on it before it
-                -- re-reads the row and computes it again; the coalesce keeps that first row
-                -- valid (finished steps have a finished_at) and the second one keeps the time
-                -- the step first finished.
+                -- From the locked row `c`, like the status it tests, not from `s`: when another
+                -- session finished the step after this statement's snapshot, Postgres computes
+                -- the new row from the older `s` (no finished_at) and checks the constraints on
+                -- it before it re-reads the row, and a finished step has a finished_at.
                 finished_at = case
                                 when c.new_status in ('completed', 'skipped')
                                   then case when c.old_status in ('completed', 'skipped')
-                                            then coalesce(s.finished_at, now()) else now() end
+                                            then c.old_finished_at else now() end
                               end,
                 updated_at = now()
               from calc c

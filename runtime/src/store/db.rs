@@ -58,7 +58,7 @@ const ENGINE: &[(&str, &str)] = &[
 pub const ENGINE_VERSION: i32 = 23;
 
 /// The SHA-256 of the engine files of [`ENGINE_VERSION`] ([`engine_sha256`]).
-pub const ENGINE_SHA256: &str = "fcb0027528ba5b7acee005b6b27337eb1a50fba9c92c32edfb32e0fcee6f61af";
+pub const ENGINE_SHA256: &str = "4b42b2a1e10f7b052f8627bbae0386cb4725507ba4e7eda5e8e1362a64786f2f";
 
 /// The oldest engine version whose binaries still work on this engine (its functions keep the
 /// signatures and meaning those binaries call them with). A binary older than this refuses to
