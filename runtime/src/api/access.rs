@@ -31,9 +31,15 @@ pub async fn decide(s: &AppState, c: &Caller, act: Act<'_>) -> ApiResult<()> {
         Act::Change(role) => c.require(role),
         Act::Start { template } => {
             c.require(Role::Robot)?;
-            // A machine may say who starts it (the current version is the one started).
-            if let Ok(t) = s.store.template_current(template).await
-                && let Some(m) = &t.spec.machine
+            // A machine may say who starts it (the current version is the one started). An
+            // unknown template is the route's 404; any other failure to read it refuses, never
+            // skips the rule.
+            let t = match s.store.template_current(template).await {
+                Ok(t) => t,
+                Err(crate::store::StoreError::UnknownTemplate(_)) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            };
+            if let Some(m) = &t.spec.machine
                 && !m.access.clone().unwrap_or_default().may_start(c.0.as_str())
             {
                 return Err(forbidden(format!(

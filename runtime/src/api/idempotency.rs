@@ -60,7 +60,18 @@ pub async fn idempotent(State(s): State<AppState>, req: Request, next: Next) -> 
         _ => return next.run(req).await,
     };
     let scope = hex_sha256(&[b"api", token.as_bytes()]);
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
+    // The token is checked now, before any answer is given again: a revoked or expired token
+    // got the answers stored for its keys (started workflow ids) back. The route checks it
+    // again, with its own rule.
+    if let Err(e) =
+        <super::Caller as axum::extract::FromRequestParts<AppState>>::from_request_parts(
+            &mut parts, &s,
+        )
+        .await
+    {
+        return e.into_response();
+    }
     let Ok(body) = axum::body::to_bytes(body, DEFAULT_BODY_LIMIT).await else {
         return ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,

@@ -253,9 +253,13 @@ impl From<StoreError> for ApiError {
             | StoreError::SubnetTooLarge { .. }
             | StoreError::Schedule(_) => StatusCode::BAD_REQUEST,
             // The last line of defence for a character Postgres cannot store in a field the
-            // checks above do not see (e.g. inside an uploaded template).
+            // checks above do not see (e.g. inside an uploaded template), or a date or number
+            // outside what it stores (a `start_at` before 4713 BC).
             StoreError::Sql(sqlx::Error::Database(d))
-                if matches!(d.code().as_deref(), Some("22021" | "22P05" | "22P02")) =>
+                if matches!(
+                    d.code().as_deref(),
+                    Some("22021" | "22P05" | "22P02" | "22008" | "22003")
+                ) =>
             {
                 return ApiError::bad_request(format!("a value cannot be stored: {}", d.message()));
             }

@@ -160,7 +160,11 @@ impl StoreError {
     /// a serialization failure): the same transaction run again may well commit.
     pub fn is_conflict(&self) -> bool {
         matches!(self, StoreError::Sql(sqlx::Error::Database(d))
-                 if matches!(d.code().as_deref(), Some("40P01") | Some("40001")))
+                 if matches!(d.code().as_deref(), Some("40P01") | Some("40001"))
+                    // An object another transaction registered after this one looked for it
+                    // (two starts on a new object at once): run again, it is found.
+                    || (d.code().as_deref() == Some("23505")
+                        && d.constraint() == Some("objects_pkey")))
     }
 }
 

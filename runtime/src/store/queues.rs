@@ -231,6 +231,11 @@ impl Store {
     /// An unknown queue, or the database refused.
     pub async fn queue_named_waiting(&self, name: &str, limit: i64) -> Result<Vec<QueueEntry>> {
         let q = self.queue_named(name).await?;
+        // A paused step has no work under any of its names: the runtime's named-queue workers,
+        // `/workflow_queue?queue=` and `/api/queues/NAME` kept handing it out.
+        if self.step_paused(&q.template, &q.step).await? {
+            return Ok(Vec::new());
+        }
         let completed: Vec<(String, String)> = q
             .completed
             .iter()

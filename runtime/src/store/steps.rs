@@ -267,12 +267,17 @@ impl Store {
     pub async fn step_set(&self, req: &SetRequest) -> Result<SetOutcome> {
         let mut tx = self.pool.begin().await?;
         let step = lock_step(&mut tx, &req.object, &req.template, &req.step, req.version).await?;
-        let template_id: i64 =
-            sqlx::query_scalar("select template_id from workdo.workflows where id = $1")
-                .bind(step.workflow_id)
-                .fetch_one(&mut *tx)
-                .await?;
-        let spec = self.template_by_id(template_id).await?.spec;
+        // Read through this transaction's connection: a second one from the pool, taken while
+        // this one is held, let two requests on a small pool wait on each other until the
+        // pool's timeout (two concurrent updates on `workdo serve` both answered 503).
+        let (template_id, sha256): (i64, String) = sqlx::query_as(
+            "select w.template_id, t.sha256 from workdo.workflows w
+               join workdo.templates t on t.id = w.template_id where w.id = $1",
+        )
+        .bind(step.workflow_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        let spec = self.spec_by_id(&mut *tx, template_id, &sha256).await?;
         let Some(status) =
             Status::parse(&req.status).filter(|_| spec.allows_status(&req.step, &req.status))
         else {

@@ -279,10 +279,19 @@ impl Store {
 
     /// The current version of a template.
     pub async fn template_current(&self, name: &str) -> Result<TemplateRow> {
+        Self::template_current_in(&self.pool, name).await
+    }
+
+    /// [`Store::template_current`] read through `db`: a caller holding a transaction passes its
+    /// connection, so that it never waits for a second one from the pool.
+    pub(crate) async fn template_current_in<'e>(
+        db: impl sqlx::PgExecutor<'e>,
+        name: &str,
+    ) -> Result<TemplateRow> {
         let sql = format!("{SELECT} where t.name = $1 and t.is_current and t.kind <> 'bricklet'");
         let row: Option<RawRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .bind(name)
-            .fetch_optional(&self.pool)
+            .fetch_optional(db)
             .await?;
         row.ok_or_else(|| StoreError::UnknownTemplate(name.to_string()))?
             .try_into()

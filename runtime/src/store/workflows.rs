@@ -147,7 +147,8 @@ impl Store {
             .iter()
             .map(|o| object_id(o))
             .collect::<Result<Vec<String>>>()?;
-        let template = self.template_current(&req.template).await?;
+        // Through this transaction's connection (see `step_set`).
+        let template = Self::template_current_in(&mut **tx, &req.template).await?;
         let mut events = EventBuf::default();
         let mut ready = ReadyKeys::default();
         // Objects needing no per-object case go through one set-based insert; re-creates,

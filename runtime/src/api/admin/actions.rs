@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 
 use super::{actor, enc, failure, field, form_pairs};
 use crate::api::AppState;
+use crate::store::Role;
 
 pub(super) async fn act(State(s): State<AppState>, headers: HeaderMap, body: String) -> Response {
     let pairs = form_pairs(&body);
@@ -58,6 +59,10 @@ pub(super) async fn act(State(s): State<AppState>, headers: HeaderMap, body: Str
     };
     let (done, verb) = match field(&pairs, "action") {
         Some("prioritize") => {
+            // As `POST /api/priority`: injecting priority is the admin's.
+            if v.role < Role::Admin {
+                return super::forbidden("giving steps a priority needs the admin role");
+            }
             let Some(priority) =
                 field(&pairs, "priority").and_then(|p| p.trim().parse::<i32>().ok())
             else {

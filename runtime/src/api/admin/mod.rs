@@ -301,6 +301,11 @@ pub(super) async fn actor(
     Ok(v)
 }
 
+/// 403 with a page saying why.
+pub(super) fn forbidden(message: &str) -> Response {
+    (StatusCode::FORBIDDEN, message.to_string()).into_response()
+}
+
 /// A query string a page cannot use, as a page saying why (not the API's JSON).
 pub(super) fn unusable(e: &axum::extract::rejection::QueryRejection) -> Response {
     failure(&format!("this address cannot be used: {}", e.body_text()))

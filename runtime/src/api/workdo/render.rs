@@ -46,10 +46,20 @@ pub(super) fn esc(s: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&apos;"),
-            c => out.push(c),
+            // Characters XML 1.0 cannot carry at all, not even as a reference (C0 controls but
+            // tab and line ends, U+FFFE, U+FFFF): a note or a function's stderr with ANSI colour
+            // codes made the document one a strict parser refuses.
+            c if is_xml_char(c) => out.push(c),
+            _ => out.push(char::REPLACEMENT_CHARACTER),
         }
     }
     out
+}
+
+/// Whether XML 1.0 allows `c` in a document (its production `Char`; Rust's `char` has no
+/// surrogates).
+fn is_xml_char(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{FFFD}' | '\u{10000}'..)
 }
 
 pub(super) fn xml(body: String) -> Response {
@@ -137,6 +147,15 @@ pub(super) fn workflow_xml(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn characters_xml_cannot_carry_are_replaced() {
+        assert_eq!(
+            esc("a\u{1}b\u{1b}[31mc\td\ne\u{FFFE}<"),
+            "a\u{FFFD}b\u{FFFD}[31mc\td\ne\u{FFFD}&lt;"
+        );
+        assert_eq!(esc("ü 😀"), "ü 😀");
+    }
 
     #[test]
     fn ready_is_queued_on_the_wire_and_back() {
