@@ -213,18 +213,27 @@ impl Store {
             "select id, object_id, version, machine from workdo.workflows
               where template = $1 and machine is not null and active and status = 'active'
                 and ($2::bigint is null or id = $2)
-              order by id for update",
+              order by id for no key update",
         )
         .bind(template)
         .bind(workflow)
         .fetch_all(&mut *tx)
         .await?;
         let mut missing = std::collections::BTreeSet::new();
+        let mut finals = std::collections::BTreeSet::new();
         for (_, _, _, record) in &jobs {
             let state = record["state"].as_str().unwrap_or_default();
             let to_state = map.get(state).map(String::as_str).unwrap_or(state);
-            if !m.states.contains_key(to_state) {
-                missing.insert(state.to_string());
+            match m.states.get(to_state) {
+                None => {
+                    missing.insert(state.to_string());
+                }
+                // A migration moves a job, it does not end it: a job put in a final state this
+                // way stayed active, its alarms pending, accepting no signal.
+                Some(s) if s.is_final => {
+                    finals.insert(to_state.to_string());
+                }
+                Some(_) => {}
             }
         }
         if !missing.is_empty() {
@@ -234,18 +243,32 @@ impl Store {
                 &sha[..12]
             )));
         }
+        if !finals.is_empty() {
+            return Err(StoreError::SignalRefused(format!(
+                "migration refused: final states {} in {template} {}: a job ends by a transition, not by a migration (--map it to a state that is not final)",
+                finals.into_iter().collect::<Vec<_>>().join(", "),
+                &sha[..12]
+            )));
+        }
+        // The new version's variables a job does not have yet start at their declared values:
+        // without them its first transition that read one rolled back, and every one after.
+        let defaults = Value::Object(m.variables.clone().into_iter().collect());
         let mut events = EventBuf::default();
         for (id, object, version, record) in &jobs {
             let from = record["state"].as_str().unwrap_or_default();
             let state = map.get(from).cloned().unwrap_or_else(|| from.to_string());
             sqlx::query(
                 "update workdo.workflows
-                    set template_id = $2, machine = jsonb_set(machine, '{state}', to_jsonb($3::text))
+                    set template_id = $2,
+                        machine = jsonb_set(
+                            jsonb_set(machine, '{state}', to_jsonb($3::text)), '{variables}',
+                            $4::jsonb || coalesce(machine -> 'variables', '{}'::jsonb))
                   where id = $1",
             )
             .bind(id)
             .bind(target_id)
             .bind(&state)
+            .bind(&defaults)
             .execute(&mut *tx)
             .await?;
             if state != from {
