@@ -405,3 +405,77 @@ async fn a_schedule_signals_the_jobs_of_a_machine_in_a_state() {
         (Some("remind"), Some("Notified"))
     );
 }
+
+/// A schedule naming a bare druid started the workflow again at every tick, progress wiped
+/// (`restart: false` compared the id as written with the stored `druid:` id); and one schedule
+/// that could not fire stayed due, first in line, and stopped every other schedule.
+#[tokio::test]
+async fn bare_druids_are_found_and_a_schedule_that_cannot_fire_stops_no_other() {
+    let t = db().await;
+    load(
+        &t.store,
+        "t.yaml",
+        "name: tickWF\nsteps:\n  - name: a\n  - name: b\n    prereqs: [a]\n",
+    )
+    .await;
+    let specs = workdo::model::schedule::parse_file(
+        "s.yaml",
+        "schedules:\n  - name: a-first\n    cron: \"0 0 3 * * *\"\n    start: tickWF\n    objects: { ids: [druid:cc111cc1111] }\n  - name: bare\n    cron: \"0 0 4 * * *\"\n    start: tickWF\n    objects: { ids: [kk111kk1111] }\n",
+    )
+    .expect("schedules");
+    t.store.schedules_put(&specs, "s.yaml").await.expect("put");
+    let fired = t.store.schedule_fire_now("bare").await.expect("fire");
+    assert_eq!(fired[0].started, 1);
+    t.store
+        .step_set(&workdo::store::SetRequest::new(
+            "druid:kk111kk1111",
+            "tickWF",
+            "a",
+            "completed",
+        ))
+        .await
+        .expect("progress");
+    let fired = t.store.schedule_fire_now("bare").await.expect("fire again");
+    assert_eq!(fired[0].started, 0, "the object already has the workflow");
+    let a: String = sqlx::query_scalar(
+        "select status::text from workdo.steps where object_id = 'druid:kk111kk1111' and name = 'a'",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("step");
+    assert_eq!(a, "completed", "progress kept");
+
+    // `a-first`, stored by an older version with an id no start accepts, comes first in line.
+    sqlx::raw_sql(
+        "update workdo.schedules set objects = '{\"ids\": [\"bad id\"]}',
+                next_fire_at = now() - interval '2 minutes' where name = 'a-first';
+         update workdo.schedules set next_fire_at = now() - interval '1 minute' where name = 'bare'",
+    )
+    .execute(t.pool())
+    .await
+    .expect("both due");
+    let fired = t.store.schedules_fire_due().await.expect("fire due");
+    assert_eq!(fired.len(), 1);
+    assert_eq!(fired[0].schedule, "bare");
+    let rows = t.store.schedules_list().await.expect("list");
+    let poison = rows.iter().find(|r| r.name == "a-first").expect("a-first");
+    assert!(
+        poison.next_fire_at > chrono::Utc::now(),
+        "moved to its next tick"
+    );
+    assert_eq!(
+        count(
+            t.pool(),
+            "select count(*) from workdo.events where kind = 'schedule_failed'"
+        )
+        .await,
+        1
+    );
+    assert!(
+        t.store
+            .schedules_fire_due()
+            .await
+            .expect("nothing due")
+            .is_empty()
+    );
+}

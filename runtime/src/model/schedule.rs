@@ -162,6 +162,15 @@ impl ScheduleSpec {
         }
         self.schedule()?;
         self.tz()?;
+        // Ids in their one spelling, as every start stores them: a bare druid was never found
+        // among the stored `druid:` ids, so each tick restarted the workflow, progress wiped;
+        // and an id no start accepts stopped the schedule at every tick.
+        if let Some(Objects::Ids { ids }) = &mut self.objects {
+            for id in ids.iter_mut() {
+                *id = super::object_id::normalize(id)
+                    .map_err(|e| format!("schedule {}: object {id:?}: {e}", self.name))?;
+            }
+        }
         if let Some(Objects::Before { before, .. }) = &self.objects
             && before != "now"
             && DateTime::parse_from_rfc3339(before).is_err()

@@ -160,6 +160,44 @@ impl Store {
         self.fire_due(None).await
     }
 
+    /// A schedule that could not fire: moved to its next tick (or disabled when it has none),
+    /// with a `schedule_failed` event saying why.
+    async fn schedule_failed(&self, row: &ScheduleRow, e: &StoreError) -> Result<()> {
+        let spec = ScheduleSpec {
+            name: row.name.clone(),
+            cron: row.cron.clone(),
+            timezone: Some(row.timezone.clone()),
+            start: None,
+            objects: None,
+            restart: row.restart,
+            signal: None,
+            jobs: None,
+        };
+        let next = spec.next_after(Utc::now());
+        tracing::warn!(schedule = %row.name, error = %e, "a schedule could not fire; moved to its next tick");
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "update workdo.schedules set next_fire_at = coalesce($2, 'infinity'), enabled = $2 is not null
+              where name = $1",
+        )
+        .bind(&row.name)
+        .bind(next)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "insert into workdo.events (kind, actor, detail) values ('schedule_failed', $1, $2)",
+        )
+        .bind(format!("schedule:{}", row.name))
+        .bind(
+            serde_json::json!({"schedule": row.name, "tick": row.next_fire_at,
+                                 "error": e.to_string(), "next": next}),
+        )
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// [`Store::schedules_fire_due`], or (`only`) that one schedule if it is due.
     async fn fire_due(&self, only: Option<&str>) -> Result<Vec<Fired>> {
         let mut fired = Vec::new();
@@ -176,84 +214,103 @@ impl Store {
             .fetch_optional(&mut *tx)
             .await?;
             let Some(row) = due else { break };
-            let empty = row
-                .objects
-                .as_object()
-                .is_some_and(serde_json::Map::is_empty);
-            let spec = ScheduleSpec {
-                name: row.name.clone(),
-                cron: row.cron.clone(),
-                timezone: Some(row.timezone.clone()),
-                start: Some(row.template.clone()),
-                objects: if empty {
-                    None
-                } else {
-                    Some(serde_json::from_value(row.objects.clone()).map_err(|e| {
-                        StoreError::Schedule(format!(
-                            "schedule {}: stored objects selector unreadable: {e}",
-                            row.name
-                        ))
-                    })?)
-                },
-                restart: row.restart,
-                signal: None,
-                jobs: None,
-            };
-            let mut started = 0;
-            let mut signalled = 0;
-            let objects = if let Some(signal) = &row.signal {
-                let narrowed = match &spec.objects {
-                    Some(_) => Some(select_objects(&mut tx, &spec, "").await?),
-                    None => None,
+            // One schedule that cannot fire (an object id it names is refused, its template is
+            // gone) is recorded and moved to its next tick, and the others fire: it used to stay
+            // due, first in line, and stop every schedule behind it on every pass.
+            let attempt = async {
+                let empty = row
+                    .objects
+                    .as_object()
+                    .is_some_and(serde_json::Map::is_empty);
+                let spec = ScheduleSpec {
+                    name: row.name.clone(),
+                    cron: row.cron.clone(),
+                    timezone: Some(row.timezone.clone()),
+                    start: Some(row.template.clone()),
+                    objects: if empty {
+                        None
+                    } else {
+                        Some(serde_json::from_value(row.objects.clone()).map_err(|e| {
+                            StoreError::Schedule(format!(
+                                "schedule {}: stored objects selector unreadable: {e}",
+                                row.name
+                            ))
+                        })?)
+                    },
+                    restart: row.restart,
+                    signal: None,
+                    jobs: None,
                 };
-                let jobs: Vec<i64> = sqlx::query_scalar(
-                    "insert into workdo.signals (workflow_id, signal, data, actor)
-                     select id, $2, jsonb_build_object('schedule', $4::text), 'schedule:' || $4
-                       from workdo.workflows
-                      where template = $1 and active and machine is not null
-                        and status <> 'completed'
-                        and ($3::text is null or machine ->> 'state' = $3)
-                        and ($5::text[] is null or object_id = any($5))
-                      order by id
-                     returning workflow_id",
+                let mut started = 0;
+                let mut signalled = 0;
+                let objects = if let Some(signal) = &row.signal {
+                    let narrowed = match &spec.objects {
+                        Some(_) => Some(select_objects(&mut tx, &spec, "").await?),
+                        None => None,
+                    };
+                    let jobs: Vec<i64> = sqlx::query_scalar(
+                        "insert into workdo.signals (workflow_id, signal, data, actor)
+                         select id, $2, jsonb_build_object('schedule', $4::text), 'schedule:' || $4
+                           from workdo.workflows
+                          where template = $1 and active and machine is not null
+                            and status <> 'completed'
+                            and ($3::text is null or machine ->> 'state' = $3)
+                            and ($5::text[] is null or object_id = any($5))
+                          order by id
+                         returning workflow_id",
+                    )
+                    .bind(&row.template)
+                    .bind(signal)
+                    .bind(&row.state)
+                    .bind(&row.name)
+                    .bind(&narrowed)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    super::machine::notify_signals(&mut tx, &jobs).await?;
+                    signalled = jobs.len();
+                    Vec::new()
+                } else {
+                    select_objects(&mut tx, &spec, &row.template).await?
+                };
+                if !objects.is_empty() {
+                    let mut req = super::StartRequest::new(&row.template, &[]);
+                    req.objects = objects;
+                    req.actor = format!("schedule:{}", row.name);
+                    started = self.workflow_start_in(&mut tx, &req).await?.len();
+                }
+                let next = spec.next_after(Utc::now());
+                sqlx::query(
+                    "update workdo.schedules set last_fired_at = now(), next_fire_at = coalesce($2, 'infinity'),
+                            enabled = $2 is not null
+                      where name = $1",
                 )
-                .bind(&row.template)
-                .bind(signal)
-                .bind(&row.state)
                 .bind(&row.name)
-                .bind(&narrowed)
-                .fetch_all(&mut *tx)
+                .bind(next)
+                .execute(&mut *tx)
                 .await?;
-                super::machine::notify_signals(&mut tx, &jobs).await?;
-                signalled = jobs.len();
-                Vec::new()
-            } else {
-                select_objects(&mut tx, &spec, &row.template).await?
-            };
-            if !objects.is_empty() {
-                let mut req = super::StartRequest::new(&row.template, &[]);
-                req.objects = objects;
-                req.actor = format!("schedule:{}", row.name);
-                started = self.workflow_start_in(&mut tx, &req).await?.len();
+                sqlx::query(
+                    "insert into workdo.events (kind, actor, detail) values ('schedule_fired', $1, $2)",
+                )
+                .bind(format!("schedule:{}", row.name))
+                .bind(serde_json::json!({"schedule": row.name, "tick": row.next_fire_at, "started": started,
+                                         "signalled": signalled, "next": next}))
+                .execute(&mut *tx)
+                .await?;
+                Ok::<_, StoreError>((started, signalled))
             }
-            let next = spec.next_after(Utc::now());
-            sqlx::query(
-                "update workdo.schedules set last_fired_at = now(), next_fire_at = coalesce($2, 'infinity'),
-                        enabled = $2 is not null
-                  where name = $1",
-            )
-            .bind(&row.name)
-            .bind(next)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query(
-                "insert into workdo.events (kind, actor, detail) values ('schedule_fired', $1, $2)",
-            )
-            .bind(format!("schedule:{}", row.name))
-            .bind(serde_json::json!({"schedule": row.name, "tick": row.next_fire_at, "started": started,
-                                     "signalled": signalled, "next": next}))
-            .execute(&mut *tx)
-            .await?;
+            .await;
+            let (started, signalled) = match attempt {
+                Ok(done) => done,
+                Err(e) if e.is_refusal() => {
+                    tx.rollback().await?;
+                    self.schedule_failed(&row, &e).await?;
+                    if only.is_some() {
+                        return Err(e);
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             tx.commit().await?;
             fired.push(Fired {
                 schedule: row.name,
@@ -278,6 +335,11 @@ async fn select_objects(
     };
     let candidates: Vec<(String, Value)> = match selector {
         Objects::Ids { ids } => {
+            // Schedules stored before ids were normalized at load: normalized here too.
+            let ids = &ids
+                .iter()
+                .map(|i| super::object_id(i))
+                .collect::<Result<Vec<_>>>()?;
             let found: Vec<(String, Value)> =
                 sqlx::query_as("select id, properties from workdo.objects where id = any($1)")
                     .bind(ids)
