@@ -178,3 +178,141 @@ async fn an_endless_token_expiry_is_an_error() {
         "{said}"
     );
 }
+
+/// Tokens no one could use are refused with the reason, and none is made: one already expired
+/// (`--expires 0s`), a scoped one that may send nothing, a scoped one also given a role.
+#[tokio::test]
+async fn tokens_no_one_could_use_are_refused() {
+    let t = db().await;
+    let cases: [(&[&str], &str); 3] = [
+        (&["--role", "admin", "--expires", "0s"], "already expired"),
+        (&["--workflow", "1", "--signals", ""], "names no signal"),
+        (
+            &["--role", "admin", "--workflow", "1", "--signals", "open"],
+            "--role and --workflow",
+        ),
+    ];
+    for (args, says) in cases {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_workdo"))
+            .args(["tokens", "create"])
+            .args(args)
+            .env("DATABASE_URL", &t.url)
+            .output()
+            .expect("workdo");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && said.contains(says),
+            "{args:?}: {said}"
+        );
+    }
+    let n: i64 = sqlx::query_scalar("select count(*) from workdo.tokens")
+        .fetch_one(t.pool())
+        .await
+        .expect("count");
+    assert_eq!(n, 0);
+}
+
+/// Files that never end or never open are refused by name instead of read: a FIFO among the
+/// templates of a folder (the load waited for ever) and `/dev/zero` as a document (the process
+/// grew until the kernel killed it).
+#[tokio::test]
+async fn special_files_are_refused_not_read() {
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(
+        dir.path().join("a.yaml"),
+        "name: aWF\nsteps:\n  - name: x\n",
+    )
+    .expect("a");
+    let fifo = dir.path().join("b.yaml");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    let run = |args: Vec<String>| {
+        let url = t.url.clone();
+        async move {
+            let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_workdo"))
+                .args(&args)
+                .env("DATABASE_URL", &url)
+                .kill_on_drop(true)
+                .output();
+            tokio::time::timeout(std::time::Duration::from_secs(60), child)
+                .await
+                .unwrap_or_else(|_| panic!("{args:?} did not end"))
+                .expect("workdo")
+        }
+    };
+    let folder = dir.path().display().to_string();
+    let out = run(vec!["templates".into(), "load".into(), folder]).await;
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("b.yaml") && said.contains("not a regular file"),
+        "{said}"
+    );
+    let loaded: i64 =
+        sqlx::query_scalar("select count(*) from workdo.templates where name = 'aWF'")
+            .fetch_one(t.pool())
+            .await
+            .expect("count");
+    assert_eq!(loaded, 0, "a load with any problem loads nothing");
+    let out = run(vec![
+        "objects".into(),
+        "add".into(),
+        "obj:zero".into(),
+        "--document".into(),
+        "d=/dev/zero".into(),
+    ])
+    .await;
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("not a regular file"),
+        "{said}"
+    );
+}
+
+/// A folder where one file's name is a machine's already loads nothing (the files before it
+/// were saved), and the error names that file and says what the name is.
+#[tokio::test]
+async fn a_load_the_database_refuses_loads_nothing() {
+    let t = db().await;
+    load(
+        &t.store,
+        "m.yaml",
+        "name: takenWF\nkind: machine\ninitial: A\nstates:\n  A: { final: true }\n",
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("dir");
+    for (file, name) in [
+        ("a.yaml", "aaPartWF"),
+        ("b.yaml", "takenWF"),
+        ("c.yaml", "ccPartWF"),
+    ] {
+        std::fs::write(
+            dir.path().join(file),
+            format!("name: {name}\nsteps:\n  - name: x\n"),
+        )
+        .expect("file");
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_workdo"))
+        .args(["templates", "load"])
+        .arg(dir.path())
+        .env("DATABASE_URL", &t.url)
+        .output()
+        .expect("workdo");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && said.contains("b.yaml")
+            && said.contains("is a state machine already"),
+        "{said}"
+    );
+    let n: i64 = sqlx::query_scalar(
+        "select count(*) from workdo.templates where name in ('aaPartWF', 'ccPartWF')",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("count");
+    assert_eq!(n, 0);
+}

@@ -18,8 +18,7 @@ pub fn parse_file(path: &Path) -> Result<Loaded, TemplateError> {
             "unknown extension: expected .yaml, .yml or .xml",
         )
     })?;
-    let bytes = std::fs::read(path)
-        .map_err(|e| TemplateError::one(&origin, None, "file", format!("cannot read: {e}")))?;
+    let bytes = read_regular(path).map_err(|e| TemplateError::one(&origin, None, "file", e))?;
     let source = String::from_utf8(bytes).map_err(|e| {
         TemplateError::one(
             &origin,
@@ -29,6 +28,55 @@ pub fn parse_file(path: &Path) -> Result<Loaded, TemplateError> {
         )
     })?;
     parse(&origin, format, &source)
+}
+
+/// The most a file the CLI reads may hold (a template, a document, a `--from` list): 64 MiB.
+pub const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The bytes of a regular file of at most [`MAX_FILE_BYTES`]. A FIFO, a device or a socket
+/// (which would wait for ever, or never end: `/dev/zero` grew the process to 24 GB) and a larger
+/// file are refused, saying which.
+///
+/// # Errors
+/// What is wrong with the file, in words.
+pub fn read_regular(path: &Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
+    if !meta.is_file() {
+        return Err("is not a regular file (a folder, FIFO, device or socket); give a file".into());
+    }
+    let too_big = |n: u64| {
+        format!(
+            "is {n} bytes, over the {} MiB a file may hold",
+            MAX_FILE_BYTES >> 20
+        )
+    };
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(too_big(meta.len()));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(too_big(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
+/// [`read_regular`] as UTF-8 text; errors name the file.
+///
+/// # Errors
+/// What is wrong with the file, naming it.
+pub fn read_text(path: &Path) -> anyhow::Result<String> {
+    let bytes = read_regular(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: not UTF-8 (byte {})",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })
 }
 
 /// Template files under `path`: the file itself, or every .yaml/.yml/.xml file in the folder

@@ -26,8 +26,8 @@ pub(super) async fn add(
         let (name, path) = d
             .split_once('=')
             .with_context(|| format!("--document {d:?}: expected NAME=FILE"))?;
-        let content = std::fs::read_to_string(path)
-            .with_context(|| format!("--document {name}: cannot read {path}"))?;
+        let content = super::files::read_text(Path::new(path))
+            .with_context(|| format!("--document {name}"))?;
         docs.insert(name.to_string(), content);
     }
     let created = store.object_put(id, props, &docs, &actor()).await?;
@@ -49,8 +49,7 @@ struct Row {
 /// The rows of a `--from` file: JSON lines, or a CSV with an `id` column (its other columns are
 /// string properties; an empty cell sets nothing). Every problem names the file and line.
 fn rows_of(path: &Path) -> Result<Vec<Row>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = super::files::read_text(path)?;
     let at = |line: usize| format!("{}:{}", path.display(), line + 1);
     let lines: Vec<(usize, &str)> = text
         .lines()
@@ -184,8 +183,7 @@ pub(super) async fn add_from(
 
 /// The object ids of a `start --from` file.
 fn ids_of(path: &Path) -> Result<Vec<String>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = super::files::read_text(path)?;
     let first = text
         .lines()
         .find(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))

@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use super::args::SchedulesCmd;
 use crate::model::schedule;
@@ -19,8 +19,7 @@ pub(super) async fn run(
         SchedulesCmd::Load { files } => {
             let mut n = 0;
             for f in &files {
-                let text = std::fs::read_to_string(f)
-                    .with_context(|| format!("cannot read {}", f.display()))?;
+                let text = super::files::read_text(f)?;
                 let origin = f.display().to_string();
                 let specs = schedule::parse_file(&origin, &text)?;
                 n += store.schedules_put(&specs, &origin).await?;

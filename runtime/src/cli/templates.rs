@@ -57,9 +57,14 @@ async fn load(
     }
     // Bricklet files first: a template's generators may name them.
     loaded.sort_by_key(|l| l.kind != crate::model::template::Kind::Bricklet);
+    // One transaction: a file the database refuses (its name is a machine's already, it names
+    // a bricklet not loaded) loads nothing, as a file that does not parse.
+    let all = store
+        .templates_save_all(&loaded)
+        .await
+        .map_err(|(origin, e)| anyhow::anyhow!("nothing loaded:\n{origin}: {e}"))?;
     let mut report = Vec::new();
-    for l in &loaded {
-        let (id, saved) = store.template_save(l).await?;
+    for (l, (id, saved)) in loaded.iter().zip(all) {
         let mut r = serde_json::json!({
             "name": l.template.name, "sha256": l.sha256, "id": id, "new": saved == Saved::New,
             "saved": saved.as_str(), "steps": l.template.steps.len(), "origin": l.origin,

@@ -23,6 +23,20 @@ pub(super) async fn run(
             expires,
             name,
         } => {
+            // A token no one could use is a mistake to say, not a token to print.
+            if expires.is_some_and(|d| d.is_zero()) {
+                anyhow::bail!(
+                    "--expires 0s makes a token that has already expired; give a longer time"
+                );
+            }
+            if workflow.is_some() && role.is_some() {
+                anyhow::bail!(
+                    "--role and --workflow: a token scoped to a job sends its --signals and nothing else, whatever its role; give one or the other"
+                );
+            }
+            if workflow.is_some() && signals.iter().all(|s| s.trim().is_empty()) {
+                anyhow::bail!("--signals names no signal: a scoped token could send none");
+            }
             let expires_at = match expires {
                 Some(d) => Some(
                     chrono::Duration::from_std(d)

@@ -43,8 +43,7 @@ fn runtime_config(args: &RuntimeArgs, demo: bool) -> Result<runtime::Config> {
         runtime::handoff::RedisAddr::parse(url)?;
         let rules = match &args.sidekiq_rules {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("cannot read {}", path.display()))?;
+                let text = super::files::read_text(path)?;
                 crate::model::handoff::Rules::parse(&path.display().to_string(), &text)
                     .map_err(anyhow::Error::msg)?
             }

@@ -173,108 +173,49 @@ impl Store {
     ///
     /// Returns the version's id and what happened to it.
     pub async fn template_save(&self, loaded: &Loaded) -> Result<(i64, Saved)> {
-        let spec = serde_json::to_value(&loaded.template)
-            .map_err(|e| StoreError::CorruptTemplate(loaded.template.name.clone(), e))?;
         let mut tx = self.pool.begin().await?;
-        lock_name(&mut tx, &loaded.template.name).await?;
-        // A name is a template or a bricklet, never both.
-        let other: Option<String> = sqlx::query_scalar(
-            "select kind from workdo.templates where name = $1 and is_current and kind <> $2",
-        )
-        .bind(&loaded.template.name)
-        .bind(loaded.kind.as_str())
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some(kind) = other {
-            return Err(StoreError::Invalid {
-                field: "name",
-                value: loaded.template.name.clone(),
-                reason: if kind == "bricklet" {
-                    "is a bricklet already: a template and a bricklet cannot share a name"
-                } else {
-                    "is a template already: a template and a bricklet cannot share a name"
-                },
-            });
-        }
-        // Every refset bricklet not defined in the template must be a loaded bricklet file.
-        let inline: Vec<&str> = loaded
-            .template
-            .bricklets
-            .iter()
-            .map(|b| b.name.as_str())
-            .collect();
-        let wanted: Vec<String> = loaded
-            .template
-            .steps
-            .iter()
-            .filter_map(|s| s.generate.as_ref())
-            .flat_map(|g| g.refset.iter())
-            .filter(|b| !inline.contains(&b.as_str()))
-            .cloned()
-            .collect();
-        if !wanted.is_empty() {
-            let found: Vec<String> = sqlx::query_scalar(
-                "select name from workdo.templates
-                  where name = any($1) and kind = 'bricklet' and is_current",
-            )
-            .bind(&wanted)
-            .fetch_all(&mut *tx)
-            .await?;
-            let missing: Vec<&String> = wanted.iter().filter(|w| !found.contains(w)).collect();
-            if !missing.is_empty() {
-                return Err(StoreError::UnknownBricklets {
-                    template: loaded.template.name.clone(),
-                    names: missing.iter().map(|s| s.to_string()).collect(),
-                });
-            }
-        }
-        let existing: Option<(i64, bool, DateTime<Utc>)> = sqlx::query_as(
-            "select id, is_current, loaded_at from workdo.templates where name = $1 and sha256 = $2",
-        )
-        .bind(&loaded.template.name)
-        .bind(&loaded.sha256)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some((id, true, _)) = existing {
-            tx.commit().await?;
-            return Ok((id, Saved::Unchanged));
-        }
-        let (id, created) = match existing {
-            Some((id, _, loaded_at)) => {
-                make_current(&mut tx, &loaded.template.name, id).await?;
-                (id, Saved::MadeCurrent { loaded_at })
-            }
-            None => {
-                sqlx::query(
-                    "update workdo.templates set is_current = false where name = $1 and is_current",
-                )
-                .bind(&loaded.template.name)
-                .execute(&mut *tx)
-                .await?;
-                let id: i64 = sqlx::query_scalar(
-                    "insert into workdo.templates (name, sha256, kind, format, origin, source, spec)
-                     values ($1, $2, $7, $3, $4, $5, $6) returning id",
-                )
-                .bind(&loaded.template.name)
-                .bind(&loaded.sha256)
-                .bind(loaded.format.as_str())
-                .bind(&loaded.origin)
-                .bind(&loaded.source)
-                .bind(&spec)
-                .bind(loaded.kind.as_str())
-                .fetch_one(&mut *tx)
-                .await?;
-                (id, Saved::New)
-            }
-        };
-        notify_templates(&mut tx, &loaded.template.name).await?;
+        let saved = save_in(&mut tx, loaded).await?;
         tx.commit().await?;
+        self.template_schedules_put(loaded).await?;
+        Ok(saved)
+    }
+
+    /// Every one of `all` in one transaction: all are saved or none (a load of a folder where
+    /// one file's name is already a machine, or names a bricklet not loaded, saved the files
+    /// before it). The error names the file (its origin).
+    ///
+    /// # Errors
+    /// The first file the database refuses, with why; nothing is saved then.
+    pub async fn templates_save_all(
+        &self,
+        all: &[Loaded],
+    ) -> std::result::Result<Vec<(i64, Saved)>, (String, StoreError)> {
+        let whole = |e: StoreError| (String::from("(the load)"), e);
+        let mut tx = self.pool.begin().await.map_err(|e| whole(e.into()))?;
+        let mut out = Vec::with_capacity(all.len());
+        for loaded in all {
+            out.push(
+                save_in(&mut tx, loaded)
+                    .await
+                    .map_err(|e| (loaded.origin.clone(), e))?,
+            );
+        }
+        tx.commit().await.map_err(|e| whole(e.into()))?;
+        for loaded in all {
+            self.template_schedules_put(loaded)
+                .await
+                .map_err(|e| (loaded.origin.clone(), e))?;
+        }
+        Ok(out)
+    }
+
+    async fn template_schedules_put(&self, loaded: &Loaded) -> Result<()> {
         if !loaded.template.schedules.is_empty() {
             self.schedules_put(&loaded.template.schedules, &loaded.origin)
                 .await
                 .map_err(|e| StoreError::Schedule(e.to_string()))?;
         }
-        Ok((id, created))
+        Ok(())
     }
 
     /// The current version of a template.
@@ -364,6 +305,116 @@ impl Store {
             .await?;
         rows.into_iter().map(TryInto::try_into).collect()
     }
+}
+
+/// [`Store::template_save`]'s writes, in the caller's transaction.
+async fn save_in(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    loaded: &Loaded,
+) -> Result<(i64, Saved)> {
+    let spec = serde_json::to_value(&loaded.template)
+        .map_err(|e| StoreError::CorruptTemplate(loaded.template.name.clone(), e))?;
+    lock_name(tx, &loaded.template.name).await?;
+    // A name is a template or a bricklet, never both.
+    let other: Option<String> = sqlx::query_scalar(
+        "select kind from workdo.templates where name = $1 and is_current and kind <> $2",
+    )
+    .bind(&loaded.template.name)
+    .bind(loaded.kind.as_str())
+    .fetch_optional(&mut **tx)
+    .await?;
+    if let Some(kind) = other {
+        return Err(StoreError::Invalid {
+            field: "name",
+            value: loaded.template.name.clone(),
+            reason: match (kind.as_str(), loaded.kind) {
+                ("bricklet", _) => {
+                    "is a bricklet already: a template and a bricklet cannot share a name"
+                }
+                (_, crate::model::template::Kind::Bricklet) => {
+                    "is a template already: a template and a bricklet cannot share a name"
+                }
+                ("machine", _) => {
+                    "is a state machine already: a name keeps its kind (steps or machine) in every version"
+                }
+                _ => {
+                    "is a template of steps already: a name keeps its kind (steps or machine) in every version"
+                }
+            },
+        });
+    }
+    // Every refset bricklet not defined in the template must be a loaded bricklet file.
+    let inline: Vec<&str> = loaded
+        .template
+        .bricklets
+        .iter()
+        .map(|b| b.name.as_str())
+        .collect();
+    let wanted: Vec<String> = loaded
+        .template
+        .steps
+        .iter()
+        .filter_map(|s| s.generate.as_ref())
+        .flat_map(|g| g.refset.iter())
+        .filter(|b| !inline.contains(&b.as_str()))
+        .cloned()
+        .collect();
+    if !wanted.is_empty() {
+        let found: Vec<String> = sqlx::query_scalar(
+            "select name from workdo.templates
+                  where name = any($1) and kind = 'bricklet' and is_current",
+        )
+        .bind(&wanted)
+        .fetch_all(&mut **tx)
+        .await?;
+        let missing: Vec<&String> = wanted.iter().filter(|w| !found.contains(w)).collect();
+        if !missing.is_empty() {
+            return Err(StoreError::UnknownBricklets {
+                template: loaded.template.name.clone(),
+                names: missing.iter().map(|s| s.to_string()).collect(),
+            });
+        }
+    }
+    let existing: Option<(i64, bool, DateTime<Utc>)> = sqlx::query_as(
+        "select id, is_current, loaded_at from workdo.templates where name = $1 and sha256 = $2",
+    )
+    .bind(&loaded.template.name)
+    .bind(&loaded.sha256)
+    .fetch_optional(&mut **tx)
+    .await?;
+    if let Some((id, true, _)) = existing {
+        return Ok((id, Saved::Unchanged));
+    }
+    let (id, created) = match existing {
+        Some((id, _, loaded_at)) => {
+            make_current(tx, &loaded.template.name, id).await?;
+            (id, Saved::MadeCurrent { loaded_at })
+        }
+        None => {
+            sqlx::query(
+                "update workdo.templates set is_current = false where name = $1 and is_current",
+            )
+            .bind(&loaded.template.name)
+            .execute(&mut **tx)
+            .await?;
+            let id: i64 = sqlx::query_scalar(
+                "insert into workdo.templates (name, sha256, kind, format, origin, source, spec)
+                     values ($1, $2, $7, $3, $4, $5, $6) returning id",
+            )
+            .bind(&loaded.template.name)
+            .bind(&loaded.sha256)
+            .bind(loaded.format.as_str())
+            .bind(&loaded.origin)
+            .bind(&loaded.source)
+            .bind(&spec)
+            .bind(loaded.kind.as_str())
+            .fetch_one(&mut **tx)
+            .await?;
+            (id, Saved::New)
+        }
+    };
+    notify_templates(tx, &loaded.template.name).await?;
+    Ok((id, created))
 }
 
 #[cfg(test)]
