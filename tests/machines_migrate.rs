@@ -36,6 +36,13 @@ async fn a_job_is_not_migrated_into_a_final_state() {
         "{err}"
     );
     assert_eq!(state(&t, id).await.0, "Armed", "nothing moved");
+    // An empty --to named every version; it names none.
+    let empty = t
+        .store
+        .machine_migrate("counterWF", "", &map, None, "t")
+        .await
+        .expect_err("refused");
+    assert!(empty.to_string().contains("--to must be"), "{empty}");
     let (status, pending): (String, i64) = sqlx::query_as(
         "select w.status::text,
                 (select count(*) from workdo.alarms a
@@ -72,7 +79,14 @@ async fn a_migrated_job_gets_the_new_versions_variables() {
     load(&t.store, "counter.yaml", &v2).await;
     let n = t
         .store
-        .machine_migrate("counterWF", &sha256_hex(&v2), &BTreeMap::new(), None, "t")
+        // As printed in upper case, too.
+        .machine_migrate(
+            "counterWF",
+            &sha256_hex(&v2).to_uppercase(),
+            &BTreeMap::new(),
+            None,
+            "t",
+        )
         .await
         .expect("migrated");
     assert_eq!(n, 1);

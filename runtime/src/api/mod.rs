@@ -245,6 +245,7 @@ impl From<StoreError> for ApiError {
             StoreError::StatusMismatch { .. }
             | StoreError::OldVersion { .. }
             | StoreError::SignalRefused(_)
+            | StoreError::MigrationRefused(_)
             | StoreError::TransitionRolledBack(_) => StatusCode::CONFLICT,
             StoreError::InvalidStatus { .. }
             | StoreError::Invalid { .. }

@@ -129,6 +129,8 @@ pub enum StoreError {
     },
     #[error("signal not accepted: {0}")]
     SignalRefused(String),
+    #[error("migration refused: {0}")]
+    MigrationRefused(String),
     #[error("transition rolled back: {0}")]
     TransitionRolledBack(String),
     #[error("{0}")]

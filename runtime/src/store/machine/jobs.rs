@@ -180,6 +180,14 @@ impl Store {
         workflow: Option<i64>,
         actor: &str,
     ) -> Result<usize> {
+        // A SHA-256 as printed, in either case; an empty prefix named every version.
+        let to = to.trim().to_ascii_lowercase();
+        if to.is_empty() || !to.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(StoreError::MigrationRefused(format!(
+                "--to must be a version's SHA-256 or the start of one (hex digits), not {to:?}"
+            )));
+        }
+        let to = to.as_str();
         let versions: Vec<(i64, String)> = sqlx::query_as(
             "select id, sha256 from workdo.templates
               where name = $1 and kind = 'machine' and starts_with(sha256, $2)",
@@ -191,12 +199,12 @@ impl Store {
         let (target_id, sha) = match versions.as_slice() {
             [one] => one.clone(),
             [] => {
-                return Err(StoreError::SignalRefused(format!(
+                return Err(StoreError::MigrationRefused(format!(
                     "{template} has no machine version with SHA-256 {to}…"
                 )));
             }
             _ => {
-                return Err(StoreError::SignalRefused(format!(
+                return Err(StoreError::MigrationRefused(format!(
                     "{to} names {} versions of {template}; give more of the SHA-256",
                     versions.len()
                 )));
@@ -204,7 +212,7 @@ impl Store {
         };
         let target = self.template_by_id(target_id).await?.spec;
         let Some(m) = &target.machine else {
-            return Err(StoreError::SignalRefused(format!(
+            return Err(StoreError::MigrationRefused(format!(
                 "{template} is not a machine"
             )));
         };
@@ -237,15 +245,15 @@ impl Store {
             }
         }
         if !missing.is_empty() {
-            return Err(StoreError::SignalRefused(format!(
-                "migration refused: states {} are not in {template} {} and not mapped (--map OLD=NEW)",
+            return Err(StoreError::MigrationRefused(format!(
+                "states {} are not in {template} {} and not mapped (--map OLD=NEW)",
                 missing.into_iter().collect::<Vec<_>>().join(", "),
                 &sha[..12]
             )));
         }
         if !finals.is_empty() {
-            return Err(StoreError::SignalRefused(format!(
-                "migration refused: final states {} in {template} {}: a job ends by a transition, not by a migration (--map it to a state that is not final)",
+            return Err(StoreError::MigrationRefused(format!(
+                "final states {} in {template} {}: a job ends by a transition, not by a migration (--map it to a state that is not final)",
                 finals.into_iter().collect::<Vec<_>>().join(", "),
                 &sha[..12]
             )));
