@@ -290,3 +290,21 @@ async fn a_start_date_out_of_range_is_a_bad_request() {
         "{body}"
     );
 }
+
+/// A NUL in a start's context is refused by name, not with Postgres's "unsupported Unicode
+/// escape sequence", and nothing is started.
+#[tokio::test]
+async fn a_nul_in_a_starts_context_is_refused_by_name() {
+    let t = db().await;
+    load(&t.store, "two.yaml", TWO).await;
+    let mut req = StartRequest::new("twoWF", &["obj:nul"]);
+    req.context = json!({"notes": {"a": "x\u{0}y"}});
+    let err = t.store.workflow_start(&req).await.expect_err("refused");
+    let text = err.to_string();
+    assert!(text.contains("notes.a") && text.contains("NUL"), "{text}");
+    let n: i64 = sqlx::query_scalar("select count(*) from workdo.workflows")
+        .fetch_one(t.pool())
+        .await
+        .expect("count");
+    assert_eq!(n, 0);
+}

@@ -366,7 +366,13 @@ impl Store {
         let mut total = Archived::default();
         let mut cursor = None;
         loop {
-            let done = self.archive_batch(before, batch, purge, cursor).await?;
+            // A start replacing a workflow deletes its steps, then the workflow; a batch holds
+            // its workflows, then deletes their steps: one of the two is the database's victim
+            // when they meet (seen with `start` and `archive` beside `up`). The batch's
+            // transaction left nothing behind, and run again it picks what is left.
+            let done =
+                super::again_on_conflict(|| self.archive_batch(before, batch, purge, cursor))
+                    .await?;
             if done.workflows == 0 {
                 // From the start once more: a workflow skipped while another transaction held
                 // it lies behind the cursor.

@@ -122,6 +122,18 @@ impl Store {
                 reason: "must be a JSON object",
             });
         }
+        // Postgres stores no NUL in jsonb: said by name, not as its "unsupported Unicode escape".
+        if let Some(at) = crate::model::nul_at(&req.context) {
+            return Err(StoreError::Invalid {
+                field: "context",
+                value: if at.is_empty() {
+                    "(the whole context)".into()
+                } else {
+                    at
+                },
+                reason: "holds a NUL character (\\u0000), which Postgres cannot store",
+            });
+        }
         // Every step of the workflow carries its context to its function, and the workflow
         // service's XML repeats it on every process: kept small.
         let size = req.context.to_string().len();
