@@ -26,6 +26,9 @@ pub(super) struct Effects<'e> {
     pub(super) ready: &'e mut ReadyKeys,
     /// Jobs whose inbox got a signal: notified at commit.
     pub(super) signalled: Vec<i64>,
+    /// The inbox signal this transition takes, if it is one (an alarm's that rang it is not
+    /// cancelled by the transition leaving the alarm's state).
+    pub(super) taking: Option<i64>,
 }
 
 /// Skip workflow `id`'s steps that have not finished, through the one status path (each with
@@ -215,13 +218,32 @@ impl Store {
                     // The runtime's alarm loop hears of it (it may be due before its next look).
                     fx.signalled.push(job.id);
                 }
-                Effect::CancelAlarms { state } if alarms => {
+                // Leaving a state cancels its alarms, those that have rung too while their
+                // signal still waits in the inbox: taken later it moved the job on from a state
+                // the alarm was never set in (a job escalated, then expired by the old state's
+                // alarm; an extension re-entering a state, then ended by the alarm it replaced).
+                Effect::CancelAlarms { state } if alarms || job.inbox_pending => {
                     sqlx::query(
-                        "update workdo.alarms set cancelled_at = now()
-                          where workflow_id = $1 and state = $2 and fired_at is null and cancelled_at is null",
+                        "with gone as (
+                             update workdo.alarms a set cancelled_at = now()
+                              where a.workflow_id = $1 and a.state = $2 and a.cancelled_at is null
+                                and (a.fired_at is null
+                                     or exists (select 1 from workdo.signals s
+                                                 where s.workflow_id = $1 and s.processed_at is null
+                                                   and s.actor = 'alarm'
+                                                   and s.data ->> 'alarm' = a.id::text
+                                                   and s.id is distinct from $3))
+                             returning a.id)
+                         update workdo.signals s
+                            set processed_at = now(),
+                                outcome = 'refused: the alarm was set in ' || $2 || ', which the job left'
+                           from gone g
+                          where s.workflow_id = $1 and s.processed_at is null and s.actor = 'alarm'
+                            and s.data ->> 'alarm' = g.id::text and s.id is distinct from $3",
                     )
                     .bind(job.id)
                     .bind(state)
+                    .bind(fx.taking)
                     .execute(&mut **tx)
                     .await?;
                 }
@@ -485,6 +507,7 @@ impl Store {
             events,
             ready,
             signalled: Vec::new(),
+            taking: None,
         };
         // A transition's plan is checked where it is made (`plan_for`); a start's here.
         let applied = match variables_fit(&plan) {

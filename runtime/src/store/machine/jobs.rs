@@ -282,7 +282,7 @@ impl Store {
             if state != from {
                 sqlx::query(
                     "update workdo.alarms set state = $3
-                      where workflow_id = $1 and state = $2 and fired_at is null and cancelled_at is null",
+                      where workflow_id = $1 and state = $2 and cancelled_at is null",
                 )
                 .bind(id)
                 .bind(from)

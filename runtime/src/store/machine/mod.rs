@@ -352,8 +352,18 @@ impl Store {
             events: &mut events,
             ready: &mut ready,
             signalled: Vec::new(),
+            taking: inbox,
         };
-        let stopped = match plan_for(&job, &spec, &signal, &data, &actor) {
+        // An alarm's signal waiting since before this fix (or since a race with a transition
+        // written without a lock) whose state the job has left is refused, not applied.
+        let left = match (inbox, actor.as_str()) {
+            (Some(_), "alarm") => alarm_left(&mut tx, &data, &job).await?,
+            _ => None,
+        };
+        let stopped = match left.map_or_else(
+            || plan_for(&job, &spec, &signal, &data, &actor),
+            |why| Err(Stop::NotAccepted(why)),
+        ) {
             Err(Stop::Db(e)) => return Err(e),
             Err(stop) => stop,
             Ok(plan) => {
@@ -465,6 +475,34 @@ impl Store {
         tx.commit().await?;
         Ok(Some((signal, Err(error))))
     }
+}
+
+/// Why an alarm's signal taken from the inbox no longer applies: its alarm was cancelled, or
+/// the job is in another state than the one that set it.
+async fn alarm_left(
+    tx: &mut Transaction<'_, Postgres>,
+    data: &Value,
+    job: &Job,
+) -> Result<Option<String>> {
+    let Some(id) = data.get("alarm").and_then(Value::as_i64) else {
+        return Ok(None);
+    };
+    let row: Option<(String, bool)> =
+        sqlx::query_as("select state, cancelled_at is not null from workdo.alarms where id = $1")
+            .bind(id)
+            .fetch_optional(&mut **tx)
+            .await?;
+    let now = job
+        .machine
+        .as_ref()
+        .and_then(|m| m["state"].as_str())
+        .unwrap_or_default();
+    Ok(match row {
+        Some((set_in, cancelled)) if cancelled || set_in != now => {
+            Some(format!("the alarm was set in {set_in}, which the job left"))
+        }
+        _ => None,
+    })
 }
 
 async fn mark_taken(tx: &mut Transaction<'_, Postgres>, id: i64, outcome: &str) -> Result<()> {

@@ -288,7 +288,8 @@ fn events_only(job: &Job, plan: &machine::plan::Plan) -> Option<EventBuf> {
                     events.push(e);
                 }
             }
-            Effect::CancelAlarms { .. } if !job.alarms_pending => {}
+            // Nothing to cancel: no alarm set, none rung and waiting in the inbox.
+            Effect::CancelAlarms { .. } if !job.alarms_pending && !job.inbox_pending => {}
             _ => return None,
         }
     }

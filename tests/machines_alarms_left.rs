@@ -1,0 +1,112 @@
+//! An alarm that has rung while its job was busy (or while no runtime ran) waits in the inbox
+//! as a signal. It used to be taken whatever state the job had reached by then: a job the first
+//! alarm escalated was then expired by the old state's second alarm, and an extension that
+//! re-entered a state was undone by the alarm it replaced. Leaving a state now cancels its rung
+//! alarms too, and a rung alarm of a state the job has left is refused when taken.
+
+mod support;
+
+use serde_json::json;
+use support::machines::state;
+use support::{db, load};
+use workdo::store::StartRequest;
+
+const ESCALATE: &str = "name: escWF\nkind: machine\ninitial: Review\nstates:\n  Review:\n    enter:\n      - alarm: { signal: remind, in: 1 hour }\n      - alarm: { signal: expire, in: 2 hours }\n    on:\n      remind: Escalated\n      expire: Expired\n      extend: Review\n  Escalated:\n    enter:\n      - alarm: { signal: expire, in: 10 hours }\n    on:\n      expire: Expired\n  Expired: { final: true }\n";
+
+/// Both of Review's alarms ring before the job takes either: `remind` moves it to Escalated,
+/// and Review's `expire`, rung but not taken, must not end it.
+#[tokio::test]
+async fn an_old_states_rung_alarm_does_not_move_the_job_on() {
+    let t = db().await;
+    load(&t.store, "esc.yaml", ESCALATE).await;
+    let id = t
+        .store
+        .workflow_start(&StartRequest::new("escWF", &["obj:esc"]))
+        .await
+        .expect("start")[0]
+        .workflow_id;
+    // The runtime was down past both: remind due first, then expire.
+    sqlx::query(
+        "update workdo.alarms set due_at = now() - case signal when 'remind' then interval '2 minutes'
+                                                              else interval '1 minute' end
+          where workflow_id = $1",
+    )
+    .bind(id)
+    .execute(t.pool())
+    .await
+    .expect("due");
+    assert_eq!(t.store.machine_alarms_fire(100).await.expect("fire"), 2);
+    t.store.machine_inbox_run(10).await.expect("take the inbox");
+    assert_eq!(state(&t, id).await.0, "Escalated");
+    let outcomes: Vec<(String, String)> = sqlx::query_as(
+        "select signal, outcome from workdo.signals where workflow_id = $1 order by id",
+    )
+    .bind(id)
+    .fetch_all(t.pool())
+    .await
+    .expect("inbox");
+    assert_eq!(outcomes.len(), 2);
+    assert_eq!(outcomes[0], ("remind".into(), "Escalated".into()));
+    assert!(
+        outcomes[1].0 == "expire" && outcomes[1].1.contains("set in Review, which the job left"),
+        "{outcomes:?}"
+    );
+    // Escalated's own alarm is still set, and still moves it.
+    let pending: i64 = sqlx::query_scalar(
+        "select count(*) from workdo.alarms
+          where workflow_id = $1 and fired_at is null and cancelled_at is null and state = 'Escalated'",
+    )
+    .bind(id)
+    .fetch_one(t.pool())
+    .await
+    .expect("alarms");
+    assert_eq!(pending, 1);
+}
+
+/// Review's alarms ring while another transaction holds the job; then an `extend` re-enters
+/// Review, setting new alarms. The old `remind`, rung before, must not escalate the extended
+/// review.
+#[tokio::test]
+async fn re_entering_a_state_cancels_its_rung_alarms() {
+    let t = db().await;
+    load(&t.store, "esc.yaml", ESCALATE).await;
+    let id = t
+        .store
+        .workflow_start(&StartRequest::new("escWF", &["obj:ext"]))
+        .await
+        .expect("start")[0]
+        .workflow_id;
+    sqlx::query(
+        "update workdo.alarms set due_at = now() - interval '1 minute'
+          where workflow_id = $1 and signal = 'remind'",
+    )
+    .bind(id)
+    .execute(t.pool())
+    .await
+    .expect("due");
+    assert_eq!(t.store.machine_alarms_fire(100).await.expect("fire"), 1);
+    t.store
+        .machine_signal(id, "extend", &json!({}), "t")
+        .await
+        .expect("extend");
+    t.store.machine_inbox_run(10).await.expect("take the inbox");
+    assert_eq!(state(&t, id).await.0, "Review", "the extension holds");
+    let remind: String = sqlx::query_scalar(
+        "select outcome from workdo.signals where workflow_id = $1 and signal = 'remind'",
+    )
+    .bind(id)
+    .fetch_one(t.pool())
+    .await
+    .expect("remind");
+    assert!(remind.contains("which the job left"), "{remind}");
+    // The extension's own two alarms are set.
+    let set: i64 = sqlx::query_scalar(
+        "select count(*) from workdo.alarms
+          where workflow_id = $1 and fired_at is null and cancelled_at is null",
+    )
+    .bind(id)
+    .fetch_one(t.pool())
+    .await
+    .expect("alarms");
+    assert_eq!(set, 2);
+}
