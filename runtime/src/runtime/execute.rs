@@ -156,12 +156,11 @@ pub(crate) async fn execute(
     }
     // A machine's function action: its end goes back to the job as a signal.
     if binding.machine_call {
-        // The note and message are each up to 64 KiB on the step; the signal's data may hold
-        // 64 KiB in all, and a call's end refused for its size left the job waiting for ever.
-        let part = crate::store::MAX_SIGNAL_DATA_BYTES / 4;
-        let data = serde_json::json!({"step": c.name,
-                                      "note": cut(result.change.note.as_deref(), part),
-                                      "message": cut(result.change.error_message.as_deref(), part)});
+        let data = crate::store::call_end_data(
+            &c.name,
+            result.change.note.as_deref(),
+            result.change.error_message.as_deref(),
+        );
         match status {
             Status::Completed => {
                 result.effects.signal =
@@ -346,41 +345,5 @@ async fn observe_bounded(obs: &crate::model::dispatch::Observe, xml: String) -> 
             "took the rules longer than {} s; they were abandoned, and go on running until they end (an attempt on the same document waits for them): make the XPath cheaper",
             OBSERVE_TIMEOUT.as_secs()
         )),
-    }
-}
-
-/// `text` cut to at most `max` bytes at a character boundary, saying so; the step keeps it
-/// whole.
-fn cut(text: Option<&str>, max: usize) -> Option<String> {
-    let text = text?;
-    if text.len() <= max {
-        return Some(text.to_string());
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    Some(format!(
-        "{}… (cut at {max} bytes; the step's own note and message hold it whole)",
-        &text[..end]
-    ))
-}
-
-#[cfg(test)]
-mod cut_tests {
-    use super::cut;
-
-    #[test]
-    fn a_calls_end_fits_the_signal_it_becomes() {
-        let note = "é".repeat(40_000); // 80,000 bytes, two to a character
-        let part = crate::store::MAX_SIGNAL_DATA_BYTES / 4;
-        let data = serde_json::json!({"step": "s", "note": cut(Some(&note), part),
-                                      "message": cut(Some(&note), part)});
-        let size = serde_json::to_vec(&data).map_or(usize::MAX, |v| v.len());
-        assert!(size <= crate::store::MAX_SIGNAL_DATA_BYTES, "{size}");
-        let kept = cut(Some(&note), part).unwrap_or_default();
-        assert!(kept.starts_with("éé") && kept.contains("cut at 16384 bytes"));
-        assert_eq!(cut(Some("short"), part).as_deref(), Some("short"));
-        assert_eq!(cut(None, part), None);
     }
 }

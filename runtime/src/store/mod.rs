@@ -49,6 +49,7 @@ pub use dispatch::{Bricklets, Dispatch, activation};
 pub use handoff::{Handoff, HandoffEntry, HandoffRow};
 pub use housekeeping::{Archived, ErrorGroup, ObjectRow, OutboxEntry, Timing, WorkflowListRow};
 pub use idempotency::{Claim, IDEMPOTENCY_HOURS};
+pub(crate) use machine::call_end_data;
 pub use machine::{MAX_SIGNAL_DATA_BYTES, MachineView, SIGNAL_CHANNEL, Signalled, Suspension};
 pub use queries::{
     EventRow, Facet, Milestone, ObjectView, QueueEntry, Why, WorkflowRow, WorkflowView,
