@@ -31,7 +31,10 @@ async fn misspelt_names_are_errors_that_name_them() {
     for (args, named) in [
         (&["skip", "--template", "nopeWF"][..], "nopeWF"),
         (&["retry", "--template", WF, "--step", "typo"][..], "typo"),
-        (&["prioritize", "5", "--step", "typo-step"][..], "typo-step"),
+        (
+            &["prioritize", "5", "--step", "typo-step"][..],
+            "no loaded template has a step \"typo-step\"",
+        ),
         // An object never registered is named as such, not blamed on its workflow.
         (
             &[
@@ -49,6 +52,27 @@ async fn misspelt_names_are_errors_that_name_them() {
         assert_eq!(code, Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains(named), "{args:?}: {stderr}");
     }
+    // A workflow of steps asked for its machine job says so, not `has no step ""`; and a time
+    // taken that is no number of seconds is refused by name.
+    a.t.store
+        .workflow_start(&workdo::store::StartRequest::new(WF, &[DRUID]))
+        .await
+        .expect("start");
+    let (code, stderr) = workdo(&["why", DRUID, WF]);
+    assert!(
+        code != Some(0) && stderr.contains("has no active state-machine job"),
+        "{stderr}"
+    );
+    let (code, stderr) = workdo(&[
+        "step",
+        "set",
+        DRUID,
+        WF,
+        "google-download",
+        "completed",
+        "--elapsed=-5",
+    ]);
+    assert!(code != Some(0) && stderr.contains("elapsed"), "{stderr}");
     // A correct name with nothing to do is still fine: 0 steps, exit 0.
     let (code, stderr) = workdo(&["retry", "--template", WF, "--step", "google-download"]);
     assert_eq!(code, Some(0), "{stderr}");

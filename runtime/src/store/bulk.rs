@@ -192,7 +192,7 @@ async fn names_known(tx: &mut Transaction<'_, Postgres>, f: &StepFilter) -> Resu
         .await?;
         if !known {
             return Err(StoreError::UnknownStep {
-                template: f.template.clone().unwrap_or_else(|| "no template".into()),
+                template: f.template.clone().unwrap_or_default(),
                 step: s.clone(),
             });
         }

@@ -34,6 +34,7 @@ mod recompose;
 pub use queues::NamedQueue;
 mod results;
 mod schedules;
+mod step_leases;
 mod steps;
 mod templates;
 mod tokens;
@@ -77,7 +78,7 @@ pub enum StoreError {
     UnknownWorkflow { object: String, template: String },
     #[error("there is no queue {0:?} (workdo queues list)")]
     UnknownQueue(String),
-    #[error("{template} has no step {step:?}")]
+    #[error("{}", unknown_step(.template, .step))]
     UnknownStep { template: String, step: String },
     #[error("step {step} is {actual:?}, not {expected:?} as required; nothing changed")]
     StatusMismatch {
@@ -143,6 +144,15 @@ pub enum StoreError {
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// [`StoreError::UnknownStep`]'s words; an empty template means none was named.
+fn unknown_step(template: &str, step: &str) -> String {
+    if template.is_empty() {
+        format!("no loaded template has a step {step:?}")
+    } else {
+        format!("{template} has no step {step:?}")
+    }
+}
 
 impl StoreError {
     /// Whether the database refused the data itself (a value it cannot store, a constraint),

@@ -17,6 +17,7 @@ mod row;
 mod actions;
 mod jobs;
 mod suspend;
+mod taken;
 mod unlocked;
 
 pub use jobs::MachineView;
@@ -28,6 +29,8 @@ use crate::model::machine;
 use actions::Effects;
 use machine::plan::Effect;
 use row::{Job, load_job};
+use taken::alarm_left;
+pub(crate) use taken::call_end_data;
 pub(crate) use unlocked::WrittenJobs;
 use unlocked::plan_for;
 
@@ -123,7 +126,16 @@ impl Store {
         .await?;
         match id {
             Some(id) => Ok(id),
-            None => Err(self.missing(object, template, "").await),
+            // The object has the workflow, but it is no machine job (or no longer active):
+            // `has no step ""` said nothing.
+            None => Err(match self.missing(object, template, "").await {
+                StoreError::UnknownStep { .. } => StoreError::Invalid {
+                    field: "template",
+                    value: template.to_string(),
+                    reason: "has no active state-machine job on this object: a workflow of steps takes status changes, not signals",
+                },
+                e => e,
+            }),
         }
     }
 
@@ -477,57 +489,6 @@ impl Store {
     }
 }
 
-/// The data of the signal a machine's function call sends its job when it ends: its step, note
-/// and message. Note and message are each up to 64 KiB on the step, the signal's data 64 KiB in
-/// all (a call's end refused for its size left the job waiting for ever): each is cut to a
-/// quarter of that, saying so; the step keeps them whole.
-pub(crate) fn call_end_data(step: &str, note: Option<&str>, message: Option<&str>) -> Value {
-    let part = MAX_SIGNAL_DATA_BYTES / 4;
-    let cut = |text: Option<&str>| {
-        let text = text?;
-        if text.len() <= part {
-            return Some(text.to_string());
-        }
-        let mut end = part;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        Some(format!(
-            "{}… (cut at {part} bytes; the step's own note and message hold it whole)",
-            &text[..end]
-        ))
-    };
-    json!({"step": step, "note": cut(note), "message": cut(message)})
-}
-
-/// Why an alarm's signal taken from the inbox no longer applies: its alarm was cancelled, or
-/// the job is in another state than the one that set it.
-async fn alarm_left(
-    tx: &mut Transaction<'_, Postgres>,
-    data: &Value,
-    job: &Job,
-) -> Result<Option<String>> {
-    let Some(id) = data.get("alarm").and_then(Value::as_i64) else {
-        return Ok(None);
-    };
-    let row: Option<(String, bool)> =
-        sqlx::query_as("select state, cancelled_at is not null from workdo.alarms where id = $1")
-            .bind(id)
-            .fetch_optional(&mut **tx)
-            .await?;
-    let now = job
-        .machine
-        .as_ref()
-        .and_then(|m| m["state"].as_str())
-        .unwrap_or_default();
-    Ok(match row {
-        Some((set_in, cancelled)) if cancelled || set_in != now => {
-            Some(format!("the alarm was set in {set_in}, which the job left"))
-        }
-        _ => None,
-    })
-}
-
 async fn mark_taken(tx: &mut Transaction<'_, Postgres>, id: i64, outcome: &str) -> Result<()> {
     sqlx::query("update workdo.signals set processed_at = now(), outcome = $2 where id = $1")
         .bind(id)
@@ -583,25 +544,4 @@ pub(super) async fn insert_signal(
     .execute(&mut **tx)
     .await?;
     Ok(())
-}
-
-#[cfg(test)]
-mod call_end_tests {
-    use super::{MAX_SIGNAL_DATA_BYTES, call_end_data};
-
-    #[test]
-    fn a_calls_end_fits_the_signal_it_becomes() {
-        let note = "é".repeat(40_000); // 80,000 bytes, two to a character
-        let data = call_end_data("call/f#1", Some(&note), Some(&note));
-        let size = serde_json::to_vec(&data).map_or(usize::MAX, |v| v.len());
-        assert!(size <= MAX_SIGNAL_DATA_BYTES, "{size}");
-        let kept = data["note"].as_str().unwrap_or_default();
-        assert!(
-            kept.starts_with("éé") && kept.contains("cut at 16384 bytes"),
-            "{kept}"
-        );
-        let small = call_end_data("call/f#1", Some("short"), None);
-        assert_eq!(small["note"], "short");
-        assert!(small["message"].is_null());
-    }
 }

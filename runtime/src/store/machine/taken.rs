@@ -1,0 +1,80 @@
+//! What a job takes from outside: the signal a function call's end becomes, and whether a
+//! rung alarm's signal still applies when it is taken.
+
+use serde_json::{Value, json};
+use sqlx::{Postgres, Transaction};
+
+use super::{Job, MAX_SIGNAL_DATA_BYTES};
+use crate::store::Result;
+
+/// The data of the signal a machine's function call sends its job when it ends: its step, note
+/// and message. Note and message are each up to 64 KiB on the step, the signal's data 64 KiB in
+/// all (a call's end refused for its size left the job waiting for ever): each is cut to a
+/// quarter of that, saying so; the step keeps them whole.
+pub(crate) fn call_end_data(step: &str, note: Option<&str>, message: Option<&str>) -> Value {
+    let part = MAX_SIGNAL_DATA_BYTES / 4;
+    let cut = |text: Option<&str>| {
+        let text = text?;
+        if text.len() <= part {
+            return Some(text.to_string());
+        }
+        let mut end = part;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        Some(format!(
+            "{}… (cut at {part} bytes; the step's own note and message hold it whole)",
+            &text[..end]
+        ))
+    };
+    json!({"step": step, "note": cut(note), "message": cut(message)})
+}
+
+/// Why an alarm's signal taken from the inbox no longer applies: its alarm was cancelled, or
+/// the job is in another state than the one that set it.
+pub(super) async fn alarm_left(
+    tx: &mut Transaction<'_, Postgres>,
+    data: &Value,
+    job: &Job,
+) -> Result<Option<String>> {
+    let Some(id) = data.get("alarm").and_then(Value::as_i64) else {
+        return Ok(None);
+    };
+    let row: Option<(String, bool)> =
+        sqlx::query_as("select state, cancelled_at is not null from workdo.alarms where id = $1")
+            .bind(id)
+            .fetch_optional(&mut **tx)
+            .await?;
+    let now = job
+        .machine
+        .as_ref()
+        .and_then(|m| m["state"].as_str())
+        .unwrap_or_default();
+    Ok(match row {
+        Some((set_in, cancelled)) if cancelled || set_in != now => {
+            Some(format!("the alarm was set in {set_in}, which the job left"))
+        }
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod call_end_tests {
+    use super::{MAX_SIGNAL_DATA_BYTES, call_end_data};
+
+    #[test]
+    fn a_calls_end_fits_the_signal_it_becomes() {
+        let note = "é".repeat(40_000); // 80,000 bytes, two to a character
+        let data = call_end_data("call/f#1", Some(&note), Some(&note));
+        let size = serde_json::to_vec(&data).map_or(usize::MAX, |v| v.len());
+        assert!(size <= MAX_SIGNAL_DATA_BYTES, "{size}");
+        let kept = data["note"].as_str().unwrap_or_default();
+        assert!(
+            kept.starts_with("éé") && kept.contains("cut at 16384 bytes"),
+            "{kept}"
+        );
+        let small = call_end_data("call/f#1", Some("short"), None);
+        assert_eq!(small["note"], "short");
+        assert!(small["message"].is_null());
+    }
+}
