@@ -110,3 +110,61 @@ async fn re_entering_a_state_cancels_its_rung_alarms() {
     .expect("alarms");
     assert_eq!(set, 2);
 }
+
+/// The alarm loop fires Review's `remind` (its transaction not yet committed) while an
+/// `extend` re-enters Review and waits to cancel that alarm's row. The signal the loop wrote is
+/// invisible to the extension's statement; the alarm must be cancelled all the same, and its
+/// signal refused when taken — not escalate the extended review.
+#[tokio::test]
+async fn an_alarm_firing_while_its_state_is_re_entered_is_refused() {
+    let t = db().await;
+    load(&t.store, "esc.yaml", ESCALATE).await;
+    let id = t
+        .store
+        .workflow_start(&StartRequest::new("escWF", &["obj:race"]))
+        .await
+        .expect("start")[0]
+        .workflow_id;
+    let remind: i64 = sqlx::query_scalar(
+        "select id from workdo.alarms where workflow_id = $1 and signal = 'remind'",
+    )
+    .bind(id)
+    .fetch_one(t.pool())
+    .await
+    .expect("alarm");
+    // What the alarm loop writes for it, held open.
+    let mut firing = t.pool().begin().await.expect("begin");
+    sqlx::query("update workdo.alarms set fired_at = now() where id = $1")
+        .bind(remind)
+        .execute(&mut *firing)
+        .await
+        .expect("fired");
+    sqlx::query(
+        "insert into workdo.signals (workflow_id, signal, data, actor)
+         values ($1, 'remind', jsonb_build_object('alarm', $2::bigint), 'alarm')",
+    )
+    .bind(id)
+    .bind(remind)
+    .execute(&mut *firing)
+    .await
+    .expect("its signal");
+    let store = t.store.clone();
+    let extend =
+        tokio::spawn(async move { store.machine_signal(id, "extend", &json!({}), "t").await });
+    support::wait_for("the extension to wait for the alarm's row", 30, || async {
+        support::lock_waiters(t.pool()).await >= 1
+    })
+    .await;
+    firing.commit().await.expect("the alarm fired");
+    extend.await.expect("task").expect("extend");
+    t.store.machine_inbox_run(10).await.expect("take the inbox");
+    assert_eq!(state(&t, id).await.0, "Review", "the extension holds");
+    let outcome: String = sqlx::query_scalar(
+        "select outcome from workdo.signals where workflow_id = $1 and signal = 'remind'",
+    )
+    .bind(id)
+    .fetch_one(t.pool())
+    .await
+    .expect("remind");
+    assert!(outcome.contains("which the job left"), "{outcome}");
+}

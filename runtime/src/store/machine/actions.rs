@@ -227,12 +227,15 @@ impl Store {
                         "with gone as (
                              update workdo.alarms a set cancelled_at = now()
                               where a.workflow_id = $1 and a.state = $2 and a.cancelled_at is null
-                                and (a.fired_at is null
-                                     or exists (select 1 from workdo.signals s
-                                                 where s.workflow_id = $1 and s.processed_at is null
-                                                   and s.actor = 'alarm'
+                                -- All but those whose signal was taken (or is being taken now),
+                                -- by the alarm row alone: one the alarm loop fires while this
+                                -- waits for its lock (its signal not yet visible here) is
+                                -- cancelled too, and refused when taken.
+                                and not exists (select 1 from workdo.signals s
+                                                 where s.workflow_id = $1 and s.actor = 'alarm'
                                                    and s.data ->> 'alarm' = a.id::text
-                                                   and s.id is distinct from $3))
+                                                   and (s.processed_at is not null
+                                                        or s.id is not distinct from $3))
                              returning a.id)
                          update workdo.signals s
                             set processed_at = now(),
