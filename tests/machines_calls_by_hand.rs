@@ -43,3 +43,26 @@ async fn a_call_step_completed_or_failed_by_hand_signals_its_job() {
         assert_eq!(data["step"], json!(step));
     }
 }
+
+/// A call whose worker died on its last attempt goes to `error` by the lease sweep, with no
+/// result of its function: its job is told all the same.
+#[tokio::test]
+async fn a_call_whose_last_lease_expires_signals_its_job() {
+    let t = db().await;
+    load(&t.store, "byhand.yaml", CALLER).await;
+    let id = job(&t, "byHandWF", "obj:lease-gone").await;
+    send(&t, id, "go").await.expect("go");
+    sqlx::query(
+        "update workdo.steps
+            set status = 'started', lease_owner = 'gone', lease_token = gen_random_uuid(),
+                lease_expires_at = now() - interval '1 second', attempts = max_attempts
+          where workflow_id = $1 and name like 'call/work%'",
+    )
+    .bind(id)
+    .execute(t.pool())
+    .await
+    .expect("a dead worker's lease");
+    assert_eq!(t.store.steps_sweep_leases(100).await.expect("sweep"), 1);
+    t.store.machine_inbox_run(10).await.expect("take the inbox");
+    assert_eq!(state(&t, id).await.0, "Failed");
+}

@@ -212,11 +212,20 @@ async fn refused(store: &Store, r: &StepResult, actor: &str, reason: &str) {
         "the function's result could not be stored: {reason}"
     ));
     change.detail = serde_json::json!({ "refused": r.change.status.as_str() });
+    // A machine's call still tells its job it failed: without a signal the job waited for ever.
+    let signal = r.effects.signal.as_ref().map(|(_, data)| {
+        let step = data["step"].as_str().unwrap_or_default();
+        let data = crate::store::call_end_data(step, None, change.error_message.as_deref());
+        ("error".to_string(), data)
+    });
     let failed = StepResult {
         change,
         object_id: r.object_id.clone(),
         workflow_id: r.workflow_id,
-        effects: Effects::default(),
+        effects: Effects {
+            signal,
+            ..Effects::default()
+        },
     };
     warn!(step = r.change.id, %reason, "the database refused a result; its step is put in error");
     if let Err(e) = store

@@ -439,6 +439,12 @@ impl Store {
             .await?
             .changed
             .len();
+        let last: Vec<i64> = expired
+            .iter()
+            .filter(|(_, attempts, max, _)| attempts >= max)
+            .map(|e| e.0)
+            .collect();
+        super::machine::calls_failed(&mut tx, &last).await?;
         tx.commit().await?;
         Ok(n)
     }

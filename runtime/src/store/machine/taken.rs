@@ -13,14 +13,23 @@ use crate::store::Result;
 /// quarter of that, saying so; the step keeps them whole.
 pub(crate) fn call_end_data(step: &str, note: Option<&str>, message: Option<&str>) -> Value {
     let part = MAX_SIGNAL_DATA_BYTES / 4;
+    // Measured as JSON, the form the limit applies to: a quote or an ANSI escape takes two or
+    // six bytes there.
+    let json_len = |t: &str| serde_json::to_string(t).map_or(usize::MAX, |j| j.len());
     let cut = |text: Option<&str>| {
         let text = text?;
-        if text.len() <= part {
+        if json_len(text) <= part {
             return Some(text.to_string());
         }
-        let mut end = part;
-        while !text.is_char_boundary(end) {
-            end -= 1;
+        let mut end = text.len().min(part);
+        loop {
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            if json_len(&text[..end]) <= part {
+                break;
+            }
+            end = end * 3 / 4;
         }
         Some(format!(
             "{}… (cut at {part} bytes; the step's own note and message hold it whole)",
@@ -28,6 +37,30 @@ pub(crate) fn call_end_data(step: &str, note: Option<&str>, message: Option<&str
         ))
     };
     json!({"step": step, "note": cut(note), "message": cut(message)})
+}
+
+/// Machine call steps among `ids` that have just reached `error` without a result of their
+/// function (the lease sweep's last attempt): each tells its job, as a failed call does —
+/// without it the job waited for ever.
+pub(crate) async fn calls_failed(tx: &mut Transaction<'_, Postgres>, ids: &[i64]) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let failed: Vec<(i64, i64, String, Option<String>)> = sqlx::query_as(
+        "select s.id, s.workflow_id, s.name, s.error_message
+           from workdo.steps s join workdo.workflows w on w.id = s.workflow_id
+          where s.id = any($1) and s.status = 'error' and starts_with(s.name, 'call/')
+            and w.machine is not null
+          order by s.id",
+    )
+    .bind(ids)
+    .fetch_all(&mut **tx)
+    .await?;
+    for (id, job, name, message) in failed {
+        let data = call_end_data(&name, None, message.as_deref());
+        super::signal_in(tx, job, "error", &data, &format!("call:{id}")).await?;
+    }
+    Ok(())
 }
 
 /// Why an alarm's signal taken from the inbox no longer applies: its alarm was cancelled, or
@@ -73,6 +106,11 @@ mod call_end_tests {
             kept.starts_with("éé") && kept.contains("cut at 16384 bytes"),
             "{kept}"
         );
+        // Escapes count: quotes take two bytes as JSON, an ESC six.
+        let noisy = "\"\u{1b}".repeat(20_000);
+        let data = call_end_data("call/f#1", Some(&noisy), Some(&noisy));
+        let size = serde_json::to_vec(&data).map_or(usize::MAX, |v| v.len());
+        assert!(size <= MAX_SIGNAL_DATA_BYTES, "{size}");
         let small = call_end_data("call/f#1", Some("short"), None);
         assert_eq!(small["note"], "short");
         assert!(small["message"].is_null());
