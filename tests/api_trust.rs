@@ -286,7 +286,7 @@ async fn a_start_date_out_of_range_is_a_bad_request() {
     assert!(
         body["error"]
             .as_str()
-            .is_some_and(|e| e.contains("out of range")),
+            .is_some_and(|e| e.contains("cannot be stored")),
         "{body}"
     );
 }

@@ -33,17 +33,17 @@ pub fn parse_file(path: &Path) -> Result<Loaded, TemplateError> {
 /// The most a file the CLI reads may hold (a template, a document, a `--from` list): 64 MiB.
 pub const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
 
-/// The bytes of a regular file of at most [`MAX_FILE_BYTES`]. A FIFO, a device or a socket
-/// (which would wait for ever, or never end: `/dev/zero` grew the process to 24 GB) and a larger
-/// file are refused, saying which.
+/// The bytes of a file of at most [`MAX_FILE_BYTES`], read no further (`/dev/zero` as a
+/// document grew the process to 24 GB). A file named by the user may be a pipe (`--from <(cmd)`,
+/// `/dev/stdin`); a folder's files must be regular ([`find_files`]).
 ///
 /// # Errors
 /// What is wrong with the file, in words.
 pub fn read_regular(path: &Path) -> Result<Vec<u8>, String> {
     use std::io::Read;
     let meta = std::fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
-    if !meta.is_file() {
-        return Err("is not a regular file (a folder, FIFO, device or socket); give a file".into());
+    if meta.is_dir() {
+        return Err("is a folder; give a file".into());
     }
     let too_big = |n: u64| {
         format!(
@@ -51,7 +51,7 @@ pub fn read_regular(path: &Path) -> Result<Vec<u8>, String> {
             MAX_FILE_BYTES >> 20
         )
     };
-    if meta.len() > MAX_FILE_BYTES {
+    if meta.is_file() && meta.len() > MAX_FILE_BYTES {
         return Err(too_big(meta.len()));
     }
     let mut bytes = Vec::new();
@@ -96,6 +96,14 @@ pub fn find_files(path: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
             if p.is_dir() {
                 stack.push(p);
             } else if Format::from_path(&p).is_some() {
+                // A FIFO among the templates hung the load, a device never ended: a folder's
+                // templates must be regular files.
+                if !p.is_file() {
+                    return Err(std::io::Error::other(format!(
+                        "{}: is not a regular file (a FIFO, device or socket); a folder's templates must be files",
+                        p.display()
+                    )));
+                }
                 out.push(p);
             }
         }

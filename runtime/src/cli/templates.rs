@@ -62,7 +62,12 @@ async fn load(
     let all = store
         .templates_save_all(&loaded)
         .await
-        .map_err(|(origin, e)| anyhow::anyhow!("nothing loaded:\n{origin}: {e}"))?;
+        .map_err(|(origin, e, left)| match left {
+            crate::store::SavedBut::Nothing => anyhow::anyhow!("nothing loaded:\n{origin}: {e}"),
+            crate::store::SavedBut::Schedules => anyhow::anyhow!(
+                "the templates are loaded, but not the schedules of {origin} (nor of the files after it): {e}"
+            ),
+        })?;
     let mut report = Vec::new();
     for (l, (id, saved)) in loaded.iter().zip(all) {
         let mut r = serde_json::json!({

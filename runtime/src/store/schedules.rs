@@ -301,7 +301,9 @@ impl Store {
             .await;
             let (started, signalled) = match attempt {
                 Ok(done) => done,
-                Err(e) if e.is_refusal() => {
+                // A conflict (a start racing on a new object) is not this schedule's fault:
+                // it stays due and fires on the next pass.
+                Err(e) if e.is_refusal() && !e.is_conflict() => {
                     tx.rollback().await?;
                     self.schedule_failed(&row, &e).await?;
                     if only.is_some() {

@@ -167,6 +167,15 @@ pub(super) async fn lock_name(
     Ok(())
 }
 
+/// What a failed [`Store::templates_save_all`] left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SavedBut {
+    /// Nothing was saved.
+    Nothing,
+    /// The templates were saved; this file's schedules (and those after it) were not.
+    Schedules,
+}
+
 impl Store {
     /// Store a loaded template and make it the current version of its name. Loading the same
     /// source again changes nothing but makes that version current again.
@@ -185,26 +194,27 @@ impl Store {
     /// before it). The error names the file (its origin).
     ///
     /// # Errors
-    /// The first file the database refuses, with why; nothing is saved then.
+    /// The first file the database refuses, with why; nothing is saved then. Or, the templates
+    /// being saved, a file whose schedules could not be (`SavedBut::Schedules`).
     pub async fn templates_save_all(
         &self,
         all: &[Loaded],
-    ) -> std::result::Result<Vec<(i64, Saved)>, (String, StoreError)> {
-        let whole = |e: StoreError| (String::from("(the load)"), e);
+    ) -> std::result::Result<Vec<(i64, Saved)>, (String, StoreError, SavedBut)> {
+        let whole = |e: StoreError| (String::from("(the load)"), e, SavedBut::Nothing);
         let mut tx = self.pool.begin().await.map_err(|e| whole(e.into()))?;
         let mut out = Vec::with_capacity(all.len());
         for loaded in all {
             out.push(
                 save_in(&mut tx, loaded)
                     .await
-                    .map_err(|e| (loaded.origin.clone(), e))?,
+                    .map_err(|e| (loaded.origin.clone(), e, SavedBut::Nothing))?,
             );
         }
         tx.commit().await.map_err(|e| whole(e.into()))?;
         for loaded in all {
             self.template_schedules_put(loaded)
                 .await
-                .map_err(|e| (loaded.origin.clone(), e))?;
+                .map_err(|e| (loaded.origin.clone(), e, SavedBut::Schedules))?;
         }
         Ok(out)
     }
