@@ -5,6 +5,7 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
+use sqlx::{Postgres, Transaction};
 
 use super::{Result, Store, StoreError};
 use crate::model::schedule::{Objects, ScheduleSpec, parse_time};
@@ -160,44 +161,6 @@ impl Store {
         self.fire_due(None).await
     }
 
-    /// A schedule that could not fire: moved to its next tick (or disabled when it has none),
-    /// with a `schedule_failed` event saying why.
-    async fn schedule_failed(&self, row: &ScheduleRow, e: &StoreError) -> Result<()> {
-        let spec = ScheduleSpec {
-            name: row.name.clone(),
-            cron: row.cron.clone(),
-            timezone: Some(row.timezone.clone()),
-            start: None,
-            objects: None,
-            restart: row.restart,
-            signal: None,
-            jobs: None,
-        };
-        let next = spec.next_after(Utc::now());
-        tracing::warn!(schedule = %row.name, error = %e, "a schedule could not fire; moved to its next tick");
-        let mut tx = self.pool.begin().await?;
-        sqlx::query(
-            "update workdo.schedules set next_fire_at = coalesce($2, 'infinity'), enabled = $2 is not null
-              where name = $1",
-        )
-        .bind(&row.name)
-        .bind(next)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "insert into workdo.events (kind, actor, detail) values ('schedule_failed', $1, $2)",
-        )
-        .bind(format!("schedule:{}", row.name))
-        .bind(
-            serde_json::json!({"schedule": row.name, "tick": row.next_fire_at,
-                                 "error": e.to_string(), "next": next}),
-        )
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
     /// [`Store::schedules_fire_due`], or (`only`) that one schedule if it is due.
     async fn fire_due(&self, only: Option<&str>) -> Result<Vec<Fired>> {
         let mut fired = Vec::new();
@@ -216,113 +179,139 @@ impl Store {
             let Some(row) = due else { break };
             // One schedule that cannot fire (an object id it names is refused, its template is
             // gone) is recorded and moved to its next tick, and the others fire: it used to stay
-            // due, first in line, and stop every schedule behind it on every pass.
-            let attempt = async {
-                let empty = row
-                    .objects
-                    .as_object()
-                    .is_some_and(serde_json::Map::is_empty);
-                let spec = ScheduleSpec {
-                    name: row.name.clone(),
-                    cron: row.cron.clone(),
-                    timezone: Some(row.timezone.clone()),
-                    start: Some(row.template.clone()),
-                    objects: if empty {
-                        None
-                    } else {
-                        Some(serde_json::from_value(row.objects.clone()).map_err(|e| {
-                            StoreError::Schedule(format!(
-                                "schedule {}: stored objects selector unreadable: {e}",
-                                row.name
-                            ))
-                        })?)
-                    },
-                    restart: row.restart,
-                    signal: None,
-                    jobs: None,
-                };
-                let mut started = 0;
-                let mut signalled = 0;
-                let objects = if let Some(signal) = &row.signal {
-                    let narrowed = match &spec.objects {
-                        Some(_) => Some(select_objects(&mut tx, &spec, "").await?),
-                        None => None,
-                    };
-                    let jobs: Vec<i64> = sqlx::query_scalar(
-                        "insert into workdo.signals (workflow_id, signal, data, actor)
-                         select id, $2, jsonb_build_object('schedule', $4::text), 'schedule:' || $4
-                           from workdo.workflows
-                          where template = $1 and active and machine is not null
-                            and status <> 'completed'
-                            and ($3::text is null or machine ->> 'state' = $3)
-                            and ($5::text[] is null or object_id = any($5))
-                          order by id
-                         returning workflow_id",
-                    )
-                    .bind(&row.template)
-                    .bind(signal)
-                    .bind(&row.state)
-                    .bind(&row.name)
-                    .bind(&narrowed)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                    super::machine::notify_signals(&mut tx, &jobs).await?;
-                    signalled = jobs.len();
-                    Vec::new()
-                } else {
-                    select_objects(&mut tx, &spec, &row.template).await?
-                };
-                if !objects.is_empty() {
-                    let mut req = super::StartRequest::new(&row.template, &[]);
-                    req.objects = objects;
-                    req.actor = format!("schedule:{}", row.name);
-                    started = self.workflow_start_in(&mut tx, &req).await?.len();
+            // due, first in line, and stop every schedule behind it on every pass. It fires in a
+            // savepoint, so that its failure is recorded under the lock that claimed its tick.
+            let mut attempt = sqlx::Acquire::begin(&mut *tx).await?;
+            match self.fire_one(&mut attempt, &row).await {
+                Ok((started, signalled)) => {
+                    attempt.commit().await?;
+                    let done = serde_json::json!({"started": started, "signalled": signalled});
+                    next_tick(&mut tx, &row, "schedule_fired", done).await?;
+                    tx.commit().await?;
+                    fired.push(Fired {
+                        schedule: row.name,
+                        tick: Some(row.next_fire_at),
+                        started,
+                        signalled,
+                    });
                 }
-                let next = spec.next_after(Utc::now());
-                sqlx::query(
-                    "update workdo.schedules set last_fired_at = now(), next_fire_at = coalesce($2, 'infinity'),
-                            enabled = $2 is not null
-                      where name = $1",
-                )
-                .bind(&row.name)
-                .bind(next)
-                .execute(&mut *tx)
-                .await?;
-                sqlx::query(
-                    "insert into workdo.events (kind, actor, detail) values ('schedule_fired', $1, $2)",
-                )
-                .bind(format!("schedule:{}", row.name))
-                .bind(serde_json::json!({"schedule": row.name, "tick": row.next_fire_at, "started": started,
-                                         "signalled": signalled, "next": next}))
-                .execute(&mut *tx)
-                .await?;
-                Ok::<_, StoreError>((started, signalled))
-            }
-            .await;
-            let (started, signalled) = match attempt {
-                Ok(done) => done,
                 // A conflict (a start racing on a new object) is not this schedule's fault:
                 // it stays due and fires on the next pass.
                 Err(e) if e.is_refusal() && !e.is_conflict() => {
-                    tx.rollback().await?;
-                    self.schedule_failed(&row, &e).await?;
+                    attempt.rollback().await?;
+                    tracing::warn!(schedule = %row.name, error = %e, "a schedule could not fire; moved to its next tick");
+                    let why = serde_json::json!({"error": e.to_string()});
+                    next_tick(&mut tx, &row, "schedule_failed", why).await?;
+                    tx.commit().await?;
                     if only.is_some() {
                         return Err(e);
                     }
-                    continue;
                 }
                 Err(e) => return Err(e),
-            };
-            tx.commit().await?;
-            fired.push(Fired {
-                schedule: row.name,
-                tick: Some(row.next_fire_at),
-                started,
-                signalled,
-            });
+            }
         }
         Ok(fired)
     }
+
+    /// What schedule `row` does at its tick: signal its jobs, or start its workflows. Returns
+    /// how many it started and how many jobs it signalled.
+    async fn fire_one(
+        &self,
+        tx: &mut Transaction<'_, Postgres>,
+        row: &ScheduleRow,
+    ) -> Result<(usize, usize)> {
+        let mut spec = row.timing();
+        if row.objects.as_object().is_none_or(|o| !o.is_empty()) {
+            spec.objects = Some(serde_json::from_value(row.objects.clone()).map_err(|e| {
+                StoreError::Schedule(format!(
+                    "schedule {}: stored objects selector unreadable: {e}",
+                    row.name
+                ))
+            })?);
+        }
+        if let Some(signal) = &row.signal {
+            let narrowed = match &spec.objects {
+                Some(_) => Some(select_objects(tx, &spec, "").await?),
+                None => None,
+            };
+            let jobs: Vec<i64> = sqlx::query_scalar(
+                "insert into workdo.signals (workflow_id, signal, data, actor)
+                 select id, $2, jsonb_build_object('schedule', $4::text), 'schedule:' || $4
+                   from workdo.workflows
+                  where template = $1 and active and machine is not null
+                    and status <> 'completed'
+                    and ($3::text is null or machine ->> 'state' = $3)
+                    and ($5::text[] is null or object_id = any($5))
+                  order by id
+                 returning workflow_id",
+            )
+            .bind(&row.template)
+            .bind(signal)
+            .bind(&row.state)
+            .bind(&row.name)
+            .bind(&narrowed)
+            .fetch_all(&mut **tx)
+            .await?;
+            super::machine::notify_signals(tx, &jobs).await?;
+            return Ok((0, jobs.len()));
+        }
+        let objects = select_objects(tx, &spec, &row.template).await?;
+        if objects.is_empty() {
+            return Ok((0, 0));
+        }
+        let mut req = super::StartRequest::new(&row.template, &[]);
+        req.objects = objects;
+        req.actor = format!("schedule:{}", row.name);
+        Ok((self.workflow_start_in(tx, &req).await?.len(), 0))
+    }
+}
+
+impl ScheduleRow {
+    /// Its timing as a spec (no objects: they are read when it fires).
+    fn timing(&self) -> ScheduleSpec {
+        ScheduleSpec {
+            name: self.name.clone(),
+            cron: self.cron.clone(),
+            timezone: Some(self.timezone.clone()),
+            start: Some(self.template.clone()),
+            objects: None,
+            restart: self.restart,
+            signal: None,
+            jobs: None,
+        }
+    }
+}
+
+/// Move schedule `row` past this tick to its next (disabled when it has none; its last fire
+/// time now when it fired), with the event `kind` and its `detail`.
+async fn next_tick(
+    tx: &mut Transaction<'_, Postgres>,
+    row: &ScheduleRow,
+    kind: &str,
+    mut detail: Value,
+) -> Result<()> {
+    let next = row.timing().next_after(Utc::now());
+    sqlx::query(
+        "update workdo.schedules
+            set next_fire_at = coalesce($2, 'infinity'), enabled = $2 is not null,
+                last_fired_at = case when $3 then now() else last_fired_at end
+          where name = $1",
+    )
+    .bind(&row.name)
+    .bind(next)
+    .bind(kind == "schedule_fired")
+    .execute(&mut **tx)
+    .await?;
+    detail["schedule"] = row.name.clone().into();
+    detail["tick"] = serde_json::json!(row.next_fire_at);
+    detail["next"] = serde_json::json!(next);
+    sqlx::query("insert into workdo.events (kind, actor, detail) values ($1, $2, $3)")
+        .bind(kind)
+        .bind(format!("schedule:{}", row.name))
+        .bind(detail)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
 }
 
 /// The objects a schedule starts on now; without `restart`, those already having the workflow
