@@ -332,32 +332,9 @@ impl Store {
         change.elapsed = req.elapsed;
         change.attempts_delta = i32::from(status == Status::Error);
         let applied = Self::steps_apply(&mut tx, &[change], &req.actor).await?;
-        // A machine's function call ended by hand (robots may poll call steps, README) goes back
-        // to its job as the runtime's end of it does: without the signal the job waited for ever.
-        if req.step.starts_with("call/")
-            && current != status
-            && matches!(status, Status::Completed | Status::Error)
-        {
-            let machine: bool = sqlx::query_scalar(
-                "select machine is not null from workdo.workflows where id = $1",
-            )
-            .bind(step.workflow_id)
-            .fetch_one(&mut *tx)
-            .await?;
-            if machine {
-                let signal = if status == Status::Completed {
-                    "done"
-                } else {
-                    "error"
-                };
-                let data = super::call_end_data(
-                    &req.step,
-                    req.note.as_deref(),
-                    req.error_message.as_deref(),
-                );
-                let actor = format!("call:{}", step.id);
-                super::machine::signal_in(&mut tx, step.workflow_id, signal, &data, &actor).await?;
-            }
+        // A machine's call step ended by hand tells its job, as the runtime's end of it does.
+        if current != status && req.step.starts_with("call/") {
+            super::machine::calls_ended(&mut tx, &[step.id]).await?;
         }
         let row: StepRow = sqlx::query_as("select * from workdo.steps where id = $1")
             .bind(step.id)
@@ -444,7 +421,7 @@ impl Store {
             .filter(|(_, attempts, max, _)| attempts >= max)
             .map(|e| e.0)
             .collect();
-        super::machine::calls_failed(&mut tx, &last).await?;
+        super::machine::calls_ended(&mut tx, &last).await?;
         tx.commit().await?;
         Ok(n)
     }

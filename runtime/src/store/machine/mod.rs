@@ -30,7 +30,7 @@ use actions::Effects;
 use machine::plan::Effect;
 use row::{Job, load_job};
 use taken::alarm_left;
-pub(crate) use taken::{call_end_data, calls_failed};
+pub(crate) use taken::{call_end_data, calls_ended};
 pub(crate) use unlocked::WrittenJobs;
 use unlocked::plan_for;
 

@@ -39,26 +39,42 @@ pub(crate) fn call_end_data(step: &str, note: Option<&str>, message: Option<&str
     json!({"step": step, "note": cut(note), "message": cut(message)})
 }
 
-/// Machine call steps among `ids` that have just reached `error` without a result of their
-/// function (the lease sweep's last attempt): each tells its job, as a failed call does —
-/// without it the job waited for ever.
-pub(crate) async fn calls_failed(tx: &mut Transaction<'_, Postgres>, ids: &[i64]) -> Result<()> {
+/// Machine call steps among `ids` that have just ended without the runtime's result of their
+/// function — set by hand (robots may poll call steps, README), or put in `error` by the lease
+/// sweep's last attempt: each tells its job, `done` or `error` with the step's note and
+/// message, as the runtime's end of a call does. Without it the job waited for ever.
+pub(crate) async fn calls_ended(tx: &mut Transaction<'_, Postgres>, ids: &[i64]) -> Result<()> {
     if ids.is_empty() {
         return Ok(());
     }
-    let failed: Vec<(i64, i64, String, Option<String>)> = sqlx::query_as(
-        "select s.id, s.workflow_id, s.name, s.error_message
+    #[derive(sqlx::FromRow)]
+    struct Ended {
+        id: i64,
+        workflow_id: i64,
+        name: String,
+        status: String,
+        note: Option<String>,
+        error_message: Option<String>,
+    }
+    let ended: Vec<Ended> = sqlx::query_as(
+        "select s.id, s.workflow_id, s.name, s.status::text as status, s.note, s.error_message
            from workdo.steps s join workdo.workflows w on w.id = s.workflow_id
-          where s.id = any($1) and s.status = 'error' and starts_with(s.name, 'call/')
-            and w.machine is not null
+          where s.id = any($1) and s.status in ('completed', 'error')
+            and starts_with(s.name, 'call/') and w.machine is not null
           order by s.id",
     )
     .bind(ids)
     .fetch_all(&mut **tx)
     .await?;
-    for (id, job, name, message) in failed {
-        let data = call_end_data(&name, None, message.as_deref());
-        super::signal_in(tx, job, "error", &data, &format!("call:{id}")).await?;
+    for e in ended {
+        let signal = if e.status == "completed" {
+            "done"
+        } else {
+            "error"
+        };
+        let data = call_end_data(&e.name, e.note.as_deref(), e.error_message.as_deref());
+        let actor = format!("call:{}", e.id);
+        super::signal_in(tx, e.workflow_id, signal, &data, &actor).await?;
     }
     Ok(())
 }
@@ -78,13 +94,13 @@ pub(super) async fn alarm_left(
             .bind(id)
             .fetch_optional(&mut **tx)
             .await?;
-    let now = job
+    let state = job
         .machine
         .as_ref()
         .and_then(|m| m["state"].as_str())
         .unwrap_or_default();
     Ok(match row {
-        Some((set_in, cancelled)) if cancelled || set_in != now => {
+        Some((set_in, cancelled)) if cancelled || set_in != state => {
             Some(format!("the alarm was set in {set_in}, which the job left"))
         }
         _ => None,
