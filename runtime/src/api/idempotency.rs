@@ -62,15 +62,17 @@ pub async fn idempotent(State(s): State<AppState>, req: Request, next: Next) -> 
     let scope = hex_sha256(&[b"api", token.as_bytes()]);
     let (mut parts, body) = req.into_parts();
     // The token is checked now, before any answer is given again: a revoked or expired token
-    // got the answers stored for its keys (started workflow ids) back. The route checks it
-    // again, with its own rule.
-    if let Err(e) =
-        <super::Caller as axum::extract::FromRequestParts<AppState>>::from_request_parts(
-            &mut parts, &s,
-        )
-        .await
+    // got the answers stored for its keys (started workflow ids) back. The route applies its
+    // own rule to the caller found here (kept in the request's extensions).
+    match <super::Caller as axum::extract::FromRequestParts<AppState>>::from_request_parts(
+        &mut parts, &s,
+    )
+    .await
     {
-        return e.into_response();
+        Ok(caller) => {
+            parts.extensions.insert(caller);
+        }
+        Err(e) => return e.into_response(),
     }
     let Ok(body) = axum::body::to_bytes(body, DEFAULT_BODY_LIMIT).await else {
         return ApiError::new(

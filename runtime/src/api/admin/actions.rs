@@ -15,6 +15,11 @@ pub(super) async fn act(State(s): State<AppState>, headers: HeaderMap, body: Str
         Ok(v) => v,
         Err(r) => return r,
     };
+    // As `POST /api/priority`: injecting priority is the admin's (decided before any step
+    // is looked up).
+    if field(&pairs, "action") == Some("prioritize") && v.role < Role::Admin {
+        return super::forbidden("giving steps a priority needs the admin role");
+    }
     // "All matching": the facet's steps found again now, not the page's rows.
     let all = field(&pairs, "scope") == Some("all");
     let ids: Vec<i64> = if all {
@@ -59,10 +64,6 @@ pub(super) async fn act(State(s): State<AppState>, headers: HeaderMap, body: Str
     };
     let (done, verb) = match field(&pairs, "action") {
         Some("prioritize") => {
-            // As `POST /api/priority`: injecting priority is the admin's.
-            if v.role < Role::Admin {
-                return super::forbidden("giving steps a priority needs the admin role");
-            }
             let Some(priority) =
                 field(&pairs, "priority").and_then(|p| p.trim().parse::<i32>().ok())
             else {

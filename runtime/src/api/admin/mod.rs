@@ -285,18 +285,10 @@ pub(super) async fn actor(
 ) -> Result<Viewer, Response> {
     let v = viewer(s, headers).await?;
     if field(pairs, "csrf") != Some(v.csrf.as_str()) {
-        return Err((
-            StatusCode::FORBIDDEN,
-            "the form's CSRF token is missing or wrong",
-        )
-            .into_response());
+        return Err(forbidden("the form's CSRF token is missing or wrong"));
     }
     if v.role < Role::Robot {
-        return Err((
-            StatusCode::FORBIDDEN,
-            "a viewer token cannot act; robot or admin can",
-        )
-            .into_response());
+        return Err(forbidden("a viewer token cannot act; robot or admin can"));
     }
     Ok(v)
 }
