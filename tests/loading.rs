@@ -313,3 +313,60 @@ async fn a_load_the_database_refuses_loads_nothing() {
     .expect("count");
     assert_eq!(n, 0);
 }
+
+/// A file's inline schedules are saved in the load's transaction: one that starts a template
+/// no file loads fails the whole load (the templates were committed before, the schedules
+/// after, and the load said "nothing loaded"); one that starts a template a later file loads
+/// is saved with it.
+#[tokio::test]
+async fn inline_schedules_load_with_their_templates_or_nothing_does() {
+    let t = db().await;
+    let load_dir = |files: &[(&str, &str)]| {
+        let dir = tempfile::tempdir().expect("dir");
+        for (file, text) in files {
+            std::fs::write(dir.path().join(file), text).expect("file");
+        }
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_workdo"))
+            .args(["templates", "load"])
+            .arg(dir.path())
+            .env("DATABASE_URL", &t.url)
+            .output()
+            .expect("workdo");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let schedule = |name: &str, starts: &str| {
+        format!(
+            "name: {name}\nsteps:\n  - name: x\nschedules:\n  - name: {name}-nightly\n    cron: \"0 0 3 * * *\"\n    start: {starts}\n    objects: {{ ids: [druid:bb123cd4567] }}\n"
+        )
+    };
+    let (ok, said) = load_dir(&[
+        ("a.yaml", "name: aaSchedWF\nsteps:\n  - name: x\n"),
+        ("b.yaml", &schedule("bbSchedWF", "nopeWF")),
+    ]);
+    assert!(
+        !ok && said.contains("b.yaml") && said.contains("nopeWF"),
+        "{said}"
+    );
+    let saved: i64 = sqlx::query_scalar(
+        "select (select count(*) from workdo.templates) + (select count(*) from workdo.schedules)",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("count");
+    assert_eq!(saved, 0, "nothing loaded");
+    let (ok, said) = load_dir(&[
+        ("a.yaml", &schedule("aaSchedWF", "zzSchedWF")),
+        ("z.yaml", "name: zzSchedWF\nsteps:\n  - name: x\n"),
+    ]);
+    assert!(ok, "{said}");
+    let template: String = sqlx::query_scalar(
+        "select template from workdo.schedules where name = 'aaSchedWF-nightly'",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("the schedule");
+    assert_eq!(template, "zzSchedWF");
+}

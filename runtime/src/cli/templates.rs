@@ -58,16 +58,12 @@ async fn load(
     // Bricklet files first: a template's generators may name them.
     loaded.sort_by_key(|l| l.kind != crate::model::template::Kind::Bricklet);
     // One transaction: a file the database refuses (its name is a machine's already, it names
-    // a bricklet not loaded) loads nothing, as a file that does not parse.
+    // a bricklet not loaded, a schedule of it starts a template not loaded) loads nothing, as a
+    // file that does not parse.
     let all = store
         .templates_save_all(&loaded)
         .await
-        .map_err(|(origin, e, left)| match left {
-            crate::store::SavedBut::Nothing => anyhow::anyhow!("nothing loaded:\n{origin}: {e}"),
-            crate::store::SavedBut::Schedules => anyhow::anyhow!(
-                "the templates are loaded, but not the schedules of {origin} (nor of the files after it): {e}"
-            ),
-        })?;
+        .map_err(|(origin, e)| anyhow::anyhow!("nothing loaded:\n{origin}: {e}"))?;
     let mut report = Vec::new();
     for (l, (id, saved)) in loaded.iter().zip(all) {
         let mut r = serde_json::json!({

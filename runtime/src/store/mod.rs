@@ -57,7 +57,7 @@ pub use queries::{
 };
 pub use results::{Effects, StepInputs, StepResult, WorkflowToStart};
 pub use steps::{Applied, Change, Claimed, READY_CHANNEL, SetOutcome, SetRequest};
-pub use templates::{Saved, SavedBut, TEMPLATES_CHANNEL, TemplateRow};
+pub use templates::{Saved, TEMPLATES_CHANNEL, TemplateRow};
 pub use tokens::{Role, TokenRow};
 pub use workflows::{StartRequest, Started};
 

@@ -60,61 +60,7 @@ impl Store {
     /// an unchanged one keeps its own.
     pub async fn schedules_put(&self, specs: &[ScheduleSpec], origin: &str) -> Result<usize> {
         let mut tx = self.pool.begin().await?;
-        for s in specs {
-            if let Some(template) = s
-                .start
-                .as_deref()
-                .or(s.jobs.as_ref().map(|j| j.template.as_str()))
-            {
-                let known: bool = sqlx::query_scalar(
-                    "select exists (select 1 from workdo.templates where name = $1)",
-                )
-                .bind(template)
-                .fetch_one(&mut *tx)
-                .await?;
-                if !known {
-                    return Err(StoreError::Schedule(format!(
-                        "{origin}: schedule {} starts {template:?}, which is not a loaded template (load it first; nothing was saved)",
-                        s.name
-                    )));
-                }
-            }
-            let next = s.next_after(Utc::now()).ok_or_else(|| {
-                StoreError::Schedule(format!("{origin}: schedule {} never fires", s.name))
-            })?;
-            let objects = match &s.objects {
-                Some(o) => serde_json::to_value(o).unwrap_or_else(|_| serde_json::json!({})),
-                None => serde_json::json!({}),
-            };
-            let template = s
-                .start
-                .clone()
-                .or(s.jobs.as_ref().map(|j| j.template.clone()))
-                .unwrap_or_default();
-            sqlx::query(
-                "insert into workdo.schedules (name, cron, timezone, template, objects, restart, next_fire_at, origin, signal, state)
-                 values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-                 on conflict (name) do update set
-                    next_fire_at = case when (schedules.cron, schedules.timezone) is distinct from (excluded.cron, excluded.timezone)
-                                        then excluded.next_fire_at else schedules.next_fire_at end,
-                    cron = excluded.cron, timezone = excluded.timezone, template = excluded.template,
-                    objects = excluded.objects, restart = excluded.restart, origin = excluded.origin,
-                    signal = excluded.signal, state = excluded.state,
-                    enabled = true, updated_at = now()",
-            )
-            .bind(&s.name)
-            .bind(&s.cron)
-            .bind(s.timezone.as_deref().unwrap_or("UTC"))
-            .bind(&template)
-            .bind(&objects)
-            .bind(s.restart)
-            .bind(next)
-            .bind(origin)
-            .bind(&s.signal)
-            .bind(s.jobs.as_ref().and_then(|j| j.state.as_deref()))
-            .execute(&mut *tx)
-            .await?;
-        }
+        schedules_put_in(&mut tx, specs, origin).await?;
         tx.commit().await?;
         Ok(specs.len())
     }
@@ -311,6 +257,71 @@ async fn next_tick(
         .bind(detail)
         .execute(&mut **tx)
         .await?;
+    Ok(())
+}
+
+/// [`Store::schedules_put`] in the caller's transaction (a template load saves its inline
+/// schedules with its templates).
+pub(super) async fn schedules_put_in(
+    tx: &mut Transaction<'_, Postgres>,
+    specs: &[ScheduleSpec],
+    origin: &str,
+) -> Result<()> {
+    for s in specs {
+        if let Some(template) = s
+            .start
+            .as_deref()
+            .or(s.jobs.as_ref().map(|j| j.template.as_str()))
+        {
+            let known: bool = sqlx::query_scalar(
+                "select exists (select 1 from workdo.templates where name = $1)",
+            )
+            .bind(template)
+            .fetch_one(&mut **tx)
+            .await?;
+            if !known {
+                return Err(StoreError::Schedule(format!(
+                    "{origin}: schedule {} starts {template:?}, which is not a loaded template (load it first; nothing was saved)",
+                    s.name
+                )));
+            }
+        }
+        let next = s.next_after(Utc::now()).ok_or_else(|| {
+            StoreError::Schedule(format!("{origin}: schedule {} never fires", s.name))
+        })?;
+        let objects = match &s.objects {
+            Some(o) => serde_json::to_value(o).unwrap_or_else(|_| serde_json::json!({})),
+            None => serde_json::json!({}),
+        };
+        let template = s
+            .start
+            .clone()
+            .or(s.jobs.as_ref().map(|j| j.template.clone()))
+            .unwrap_or_default();
+        sqlx::query(
+            "insert into workdo.schedules (name, cron, timezone, template, objects, restart, next_fire_at, origin, signal, state)
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+             on conflict (name) do update set
+                next_fire_at = case when (schedules.cron, schedules.timezone) is distinct from (excluded.cron, excluded.timezone)
+                                    then excluded.next_fire_at else schedules.next_fire_at end,
+                cron = excluded.cron, timezone = excluded.timezone, template = excluded.template,
+                objects = excluded.objects, restart = excluded.restart, origin = excluded.origin,
+                signal = excluded.signal, state = excluded.state,
+                enabled = true, updated_at = now()",
+        )
+        .bind(&s.name)
+        .bind(&s.cron)
+        .bind(s.timezone.as_deref().unwrap_or("UTC"))
+        .bind(&template)
+        .bind(&objects)
+        .bind(s.restart)
+        .bind(next)
+        .bind(origin)
+        .bind(&s.signal)
+        .bind(s.jobs.as_ref().and_then(|j| j.state.as_deref()))
+        .execute(&mut **tx)
+        .await?;
+    }
     Ok(())
 }
 

@@ -167,15 +167,6 @@ pub(super) async fn lock_name(
     Ok(())
 }
 
-/// What a failed [`Store::templates_save_all`] left.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SavedBut {
-    /// Nothing was saved.
-    Nothing,
-    /// The templates were saved; this file's schedules (and those after it) were not.
-    Schedules,
-}
-
 impl Store {
     /// Store a loaded template and make it the current version of its name. Loading the same
     /// source again changes nothing but makes that version current again.
@@ -184,48 +175,35 @@ impl Store {
     pub async fn template_save(&self, loaded: &Loaded) -> Result<(i64, Saved)> {
         let mut tx = self.pool.begin().await?;
         let saved = save_in(&mut tx, loaded).await?;
+        schedules_in(&mut tx, loaded).await?;
         tx.commit().await?;
-        self.template_schedules_put(loaded).await?;
         Ok(saved)
     }
 
-    /// Every one of `all` in one transaction: all are saved or none (a load of a folder where
-    /// one file's name is already a machine, or names a bricklet not loaded, saved the files
-    /// before it). The error names the file (its origin).
+    /// Every one of `all` in one transaction, their inline schedules with them: all are saved
+    /// or none (a load of a folder where one file's name is already a machine, or names a
+    /// bricklet not loaded, saved the files before it). The error names the file (its origin).
     ///
     /// # Errors
-    /// The first file the database refuses, with why; nothing is saved then. Or, the templates
-    /// being saved, a file whose schedules could not be (`SavedBut::Schedules`).
+    /// The first file the database refuses, with why; nothing is saved then.
     pub async fn templates_save_all(
         &self,
         all: &[Loaded],
-    ) -> std::result::Result<Vec<(i64, Saved)>, (String, StoreError, SavedBut)> {
-        let whole = |e: StoreError| (String::from("(the load)"), e, SavedBut::Nothing);
-        let mut tx = self.pool.begin().await.map_err(|e| whole(e.into()))?;
+    ) -> std::result::Result<Vec<(i64, Saved)>, (String, StoreError)> {
+        let whole = |e: sqlx::Error| (String::from("(the load)"), StoreError::from(e));
+        let mut tx = self.pool.begin().await.map_err(whole)?;
         let mut out = Vec::with_capacity(all.len());
         for loaded in all {
-            out.push(
-                save_in(&mut tx, loaded)
-                    .await
-                    .map_err(|e| (loaded.origin.clone(), e, SavedBut::Nothing))?,
-            );
+            let saved = save_in(&mut tx, loaded).await;
+            out.push(saved.map_err(|e| (loaded.origin.clone(), e))?);
         }
-        tx.commit().await.map_err(|e| whole(e.into()))?;
+        // After every template: a schedule may start one a later file loads.
         for loaded in all {
-            self.template_schedules_put(loaded)
-                .await
-                .map_err(|e| (loaded.origin.clone(), e, SavedBut::Schedules))?;
+            let put = schedules_in(&mut tx, loaded).await;
+            put.map_err(|e| (loaded.origin.clone(), e))?;
         }
+        tx.commit().await.map_err(whole)?;
         Ok(out)
-    }
-
-    async fn template_schedules_put(&self, loaded: &Loaded) -> Result<()> {
-        if !loaded.template.schedules.is_empty() {
-            self.schedules_put(&loaded.template.schedules, &loaded.origin)
-                .await
-                .map_err(|e| StoreError::Schedule(e.to_string()))?;
-        }
-        Ok(())
     }
 
     /// The current version of a template.
@@ -315,6 +293,19 @@ impl Store {
             .await?;
         rows.into_iter().map(TryInto::try_into).collect()
     }
+}
+
+/// A loaded file's inline schedules, in the caller's transaction.
+async fn schedules_in(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    loaded: &Loaded,
+) -> Result<()> {
+    if loaded.template.schedules.is_empty() {
+        return Ok(());
+    }
+    super::schedules::schedules_put_in(tx, &loaded.template.schedules, &loaded.origin)
+        .await
+        .map_err(|e| StoreError::Schedule(e.to_string()))
 }
 
 /// [`Store::template_save`]'s writes, in the caller's transaction.
