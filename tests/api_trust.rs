@@ -78,18 +78,17 @@ async fn csrf(http: &reqwest::Client, base: &str, token: &str) -> String {
         .text()
         .await
         .expect("html");
-    html.split("name=\"csrf\" value=\"")
-        .nth(1)
-        .and_then(|r| r.split('"').next())
-        .expect("a form with a CSRF token")
-        .to_string()
+    let token = support::api::csrf_in(&html);
+    assert!(!token.is_empty(), "a form with a CSRF token");
+    token
 }
 
 /// A robot signed in on the page could fire a schedule (which starts or signals past a
 /// machine's access rules) and give steps a priority, both the admin's on the JSON API.
 #[tokio::test]
 async fn the_page_keeps_the_apis_roles_for_schedules_and_priority() {
-    let t = db().await;
+    let a = support::api::api().await;
+    let t = &a.t;
     load(&t.store, "two.yaml", TWO).await;
     let specs = workdo::model::schedule::parse_file(
         "s.yaml",
@@ -107,23 +106,12 @@ async fn the_page_keeps_the_apis_roles_for_schedules_and_priority() {
     .fetch_one(t.pool())
     .await
     .expect("step");
-    let base = support::serve_api(&t.store, Access::Tokens).await;
+    let (base, robot, admin) = (a.base.clone(), a.robot.clone(), a.admin.clone());
+    // The page answers a form with a redirect: seen, not followed.
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .expect("client");
-    let robot = t
-        .store
-        .token_create(Role::Robot, "r", None)
-        .await
-        .expect("token")
-        .1;
-    let admin = t
-        .store
-        .token_create(Role::Admin, "a", None)
-        .await
-        .expect("token")
-        .1;
     let post = |token: String, path: &'static str, form: String| {
         let (http, base) = (http.clone(), base.clone());
         async move {

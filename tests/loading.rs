@@ -12,6 +12,35 @@ async fn serve(store: workdo::store::Store, access: Access) -> String {
     support::serve_api(&store, access).await
 }
 
+/// `workdo ARGS` against `t`'s database: whether it succeeded, and what it said on stderr.
+fn workdo<A: AsRef<std::ffi::OsStr>>(
+    t: &support::TestDb,
+    args: impl IntoIterator<Item = A>,
+) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_workdo"))
+        .args(args)
+        .env("DATABASE_URL", &t.url)
+        .output()
+        .expect("workdo");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `workdo templates load` of a new folder holding `files` (name, text).
+fn load_folder(t: &support::TestDb, files: &[(&str, &str)]) -> (bool, String) {
+    let dir = tempfile::tempdir().expect("dir");
+    for (file, text) in files {
+        std::fs::write(dir.path().join(file), text).expect("file");
+    }
+    let folder = dir.path().as_os_str();
+    workdo(
+        t,
+        [std::ffi::OsStr::new("templates"), "load".as_ref(), folder],
+    )
+}
+
 /// Inputs that once loaded and broke something later are refused when loaded, naming what is
 /// wrong: an unknown builtin (it stopped every runtime), a `<workflow>` root; a BOM is accepted.
 #[test]
@@ -131,14 +160,11 @@ async fn a_schedule_for_an_unknown_template_is_refused() {
         "schedules:\n  - name: nightly\n    cron: '0 0 3 * * *'\n    start: nopeWF\n    objects: { ids: [druid:bb123cd4567] }\n",
     )
     .expect("file");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_workdo"))
-        .args(["schedules", "load"])
-        .arg(&file)
-        .env("DATABASE_URL", &t.url)
-        .output()
-        .expect("workdo");
-    assert!(!out.status.success());
-    let said = String::from_utf8_lossy(&out.stderr);
+    let (ok, said) = workdo(
+        &t,
+        ["schedules".as_ref(), "load".as_ref(), file.as_os_str()],
+    );
+    assert!(!ok);
     assert!(
         said.contains("nopeWF") && said.contains("not a loaded template"),
         "{said}"
@@ -193,23 +219,13 @@ async fn tokens_no_one_could_use_are_refused() {
         ),
     ];
     for (args, says) in cases {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_workdo"))
-            .args(["tokens", "create"])
-            .args(args)
-            .env("DATABASE_URL", &t.url)
-            .output()
-            .expect("workdo");
-        let said = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            !out.status.success() && said.contains(says),
-            "{args:?}: {said}"
-        );
+        let (ok, said) = workdo(&t, ["tokens", "create"].iter().chain(args));
+        assert!(!ok && said.contains(says), "{args:?}: {said}");
     }
-    let n: i64 = sqlx::query_scalar("select count(*) from workdo.tokens")
-        .fetch_one(t.pool())
-        .await
-        .expect("count");
-    assert_eq!(n, 0);
+    assert_eq!(
+        support::count(t.pool(), "select count(*) from workdo.tokens").await,
+        0
+    );
 }
 
 /// Files that never end or never open are not read for ever: a FIFO among the templates of a
@@ -280,37 +296,23 @@ async fn a_load_the_database_refuses_loads_nothing() {
         "name: takenWF\nkind: machine\ninitial: A\nstates:\n  A: { final: true }\n",
     )
     .await;
-    let dir = tempfile::tempdir().expect("dir");
-    for (file, name) in [
-        ("a.yaml", "aaPartWF"),
-        ("b.yaml", "takenWF"),
-        ("c.yaml", "ccPartWF"),
-    ] {
-        std::fs::write(
-            dir.path().join(file),
-            format!("name: {name}\nsteps:\n  - name: x\n"),
-        )
-        .expect("file");
-    }
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_workdo"))
-        .args(["templates", "load"])
-        .arg(dir.path())
-        .env("DATABASE_URL", &t.url)
-        .output()
-        .expect("workdo");
-    let said = String::from_utf8_lossy(&out.stderr);
+    let (ok, said) = load_folder(
+        &t,
+        &[
+            ("a.yaml", "name: aaPartWF\nsteps:\n  - name: x\n"),
+            ("b.yaml", "name: takenWF\nsteps:\n  - name: x\n"),
+            ("c.yaml", "name: ccPartWF\nsteps:\n  - name: x\n"),
+        ],
+    );
     assert!(
-        !out.status.success()
-            && said.contains("b.yaml")
-            && said.contains("is a state machine already"),
+        !ok && said.contains("b.yaml") && said.contains("is a state machine already"),
         "{said}"
     );
-    let n: i64 = sqlx::query_scalar(
+    let n = support::count(
+        t.pool(),
         "select count(*) from workdo.templates where name in ('aaPartWF', 'ccPartWF')",
     )
-    .fetch_one(t.pool())
-    .await
-    .expect("count");
+    .await;
     assert_eq!(n, 0);
 }
 
@@ -321,46 +323,35 @@ async fn a_load_the_database_refuses_loads_nothing() {
 #[tokio::test]
 async fn inline_schedules_load_with_their_templates_or_nothing_does() {
     let t = db().await;
-    let load_dir = |files: &[(&str, &str)]| {
-        let dir = tempfile::tempdir().expect("dir");
-        for (file, text) in files {
-            std::fs::write(dir.path().join(file), text).expect("file");
-        }
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_workdo"))
-            .args(["templates", "load"])
-            .arg(dir.path())
-            .env("DATABASE_URL", &t.url)
-            .output()
-            .expect("workdo");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
     let schedule = |name: &str, starts: &str| {
         format!(
             "name: {name}\nsteps:\n  - name: x\nschedules:\n  - name: {name}-nightly\n    cron: \"0 0 3 * * *\"\n    start: {starts}\n    objects: {{ ids: [druid:bb123cd4567] }}\n"
         )
     };
-    let (ok, said) = load_dir(&[
-        ("a.yaml", "name: aaSchedWF\nsteps:\n  - name: x\n"),
-        ("b.yaml", &schedule("bbSchedWF", "nopeWF")),
-    ]);
+    let (ok, said) = load_folder(
+        &t,
+        &[
+            ("a.yaml", "name: aaSchedWF\nsteps:\n  - name: x\n"),
+            ("b.yaml", &schedule("bbSchedWF", "nopeWF")),
+        ],
+    );
     assert!(
         !ok && said.contains("b.yaml") && said.contains("nopeWF"),
         "{said}"
     );
-    let saved: i64 = sqlx::query_scalar(
+    let saved = support::count(
+        t.pool(),
         "select (select count(*) from workdo.templates) + (select count(*) from workdo.schedules)",
     )
-    .fetch_one(t.pool())
-    .await
-    .expect("count");
+    .await;
     assert_eq!(saved, 0, "nothing loaded");
-    let (ok, said) = load_dir(&[
-        ("a.yaml", &schedule("aaSchedWF", "zzSchedWF")),
-        ("z.yaml", "name: zzSchedWF\nsteps:\n  - name: x\n"),
-    ]);
+    let (ok, said) = load_folder(
+        &t,
+        &[
+            ("a.yaml", &schedule("aaSchedWF", "zzSchedWF")),
+            ("z.yaml", "name: zzSchedWF\nsteps:\n  - name: x\n"),
+        ],
+    );
     assert!(ok, "{said}");
     let template: String = sqlx::query_scalar(
         "select template from workdo.schedules where name = 'aaSchedWF-nightly'",

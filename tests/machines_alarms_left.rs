@@ -7,9 +7,18 @@
 mod support;
 
 use serde_json::json;
-use support::machines::state;
+use support::machines::{job, state};
 use support::{db, load};
-use workdo::store::StartRequest;
+
+/// What taking job `id`'s `signal` from its inbox did.
+async fn outcome(t: &support::TestDb, id: i64, signal: &str) -> String {
+    sqlx::query_scalar("select outcome from workdo.signals where workflow_id = $1 and signal = $2")
+        .bind(id)
+        .bind(signal)
+        .fetch_one(t.pool())
+        .await
+        .expect("the signal's outcome")
+}
 
 const ESCALATE: &str = "name: escWF\nkind: machine\ninitial: Review\nstates:\n  Review:\n    enter:\n      - alarm: { signal: remind, in: 1 hour }\n      - alarm: { signal: expire, in: 2 hours }\n    on:\n      remind: Escalated\n      expire: Expired\n      extend: Review\n  Escalated:\n    enter:\n      - alarm: { signal: expire, in: 10 hours }\n    on:\n      expire: Expired\n  Expired: { final: true }\n";
 
@@ -19,12 +28,7 @@ const ESCALATE: &str = "name: escWF\nkind: machine\ninitial: Review\nstates:\n  
 async fn an_old_states_rung_alarm_does_not_move_the_job_on() {
     let t = db().await;
     load(&t.store, "esc.yaml", ESCALATE).await;
-    let id = t
-        .store
-        .workflow_start(&StartRequest::new("escWF", &["obj:esc"]))
-        .await
-        .expect("start")[0]
-        .workflow_id;
+    let id = job(&t, "escWF", "obj:esc").await;
     // The runtime was down past both: remind due first, then expire.
     sqlx::query(
         "update workdo.alarms set due_at = now() - case signal when 'remind' then interval '2 minutes'
@@ -70,12 +74,7 @@ async fn an_old_states_rung_alarm_does_not_move_the_job_on() {
 async fn re_entering_a_state_cancels_its_rung_alarms() {
     let t = db().await;
     load(&t.store, "esc.yaml", ESCALATE).await;
-    let id = t
-        .store
-        .workflow_start(&StartRequest::new("escWF", &["obj:ext"]))
-        .await
-        .expect("start")[0]
-        .workflow_id;
+    let id = job(&t, "escWF", "obj:ext").await;
     sqlx::query(
         "update workdo.alarms set due_at = now() - interval '1 minute'
           where workflow_id = $1 and signal = 'remind'",
@@ -91,13 +90,7 @@ async fn re_entering_a_state_cancels_its_rung_alarms() {
         .expect("extend");
     t.store.machine_inbox_run(10).await.expect("take the inbox");
     assert_eq!(state(&t, id).await.0, "Review", "the extension holds");
-    let remind: String = sqlx::query_scalar(
-        "select outcome from workdo.signals where workflow_id = $1 and signal = 'remind'",
-    )
-    .bind(id)
-    .fetch_one(t.pool())
-    .await
-    .expect("remind");
+    let remind = outcome(&t, id, "remind").await;
     assert!(remind.contains("which the job left"), "{remind}");
     // The extension's own two alarms are set.
     let set: i64 = sqlx::query_scalar(
@@ -119,12 +112,7 @@ async fn re_entering_a_state_cancels_its_rung_alarms() {
 async fn an_alarm_firing_while_its_state_is_re_entered_is_refused() {
     let t = db().await;
     load(&t.store, "esc.yaml", ESCALATE).await;
-    let id = t
-        .store
-        .workflow_start(&StartRequest::new("escWF", &["obj:race"]))
-        .await
-        .expect("start")[0]
-        .workflow_id;
+    let id = job(&t, "escWF", "obj:race").await;
     let remind: i64 = sqlx::query_scalar(
         "select id from workdo.alarms where workflow_id = $1 and signal = 'remind'",
     )
@@ -159,12 +147,6 @@ async fn an_alarm_firing_while_its_state_is_re_entered_is_refused() {
     extend.await.expect("task").expect("extend");
     t.store.machine_inbox_run(10).await.expect("take the inbox");
     assert_eq!(state(&t, id).await.0, "Review", "the extension holds");
-    let outcome: String = sqlx::query_scalar(
-        "select outcome from workdo.signals where workflow_id = $1 and signal = 'remind'",
-    )
-    .bind(id)
-    .fetch_one(t.pool())
-    .await
-    .expect("remind");
+    let outcome = outcome(&t, id, "remind").await;
     assert!(outcome.contains("which the job left"), "{outcome}");
 }

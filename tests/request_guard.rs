@@ -118,12 +118,7 @@ async fn the_page_refuses_other_sites_and_cannot_be_framed() {
         !html.contains(" onclick=") && !html.contains(" onsubmit="),
         "inline handlers"
     );
-    let csrf = html
-        .split("name=\"csrf\" value=\"")
-        .nth(1)
-        .and_then(|r| r.split('"').next())
-        .unwrap_or_default()
-        .to_string();
+    let csrf = support::api::csrf_in(&html);
     let constant = {
         use sha2::Digest;
         hex::encode(sha2::Sha256::digest(b"workdo-csrf:open"))

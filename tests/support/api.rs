@@ -118,3 +118,12 @@ pub fn err(body: &str) -> String {
 pub async fn with_google(a: &Api) {
     load(&a.t.store, "google.xml", GOOGLE_XML).await;
 }
+
+/// The CSRF token of the admin page's forms in `html` (empty when it has none).
+pub fn csrf_in(html: &str) -> String {
+    html.split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap_or_default()
+        .to_string()
+}
