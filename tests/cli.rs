@@ -376,3 +376,152 @@ fn db_stop_without_a_cluster_says_there_is_nothing_to_stop() {
     );
     assert!(stdout.contains("nothing to stop"), "{stdout}");
 }
+
+/// The private cluster asks every connection for its password, so a step function, which runs
+/// on the same host without the runtime's secrets, cannot log in over TCP or over the socket
+/// (issue 45). The test reads the password itself to show the same probe succeeds with it.
+#[test]
+fn a_function_cannot_log_in_to_the_embedded_cluster() {
+    let d = DataDir::new();
+    let shared = d.ok(&["db", "url", "--redact"]);
+    let password = std::fs::read_to_string(d.path().join("password")).expect("password file");
+    let password = password.trim();
+    assert_eq!(password.len(), 64, "256 random bits in hex");
+    assert!(!shared.contains(password), "db url --redact: {shared}");
+    assert!(shared.contains("postgres:***@127.0.0.1:"), "{shared}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(d.path().join("password"))
+        .expect("stat")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o077, 0, "the password file is the owner's alone: {mode:o}");
+    let full = d.ok(&["db", "url"]);
+    assert!(full.contains(password), "db url gives psql what it needs");
+    let port: String = shared
+        .split("127.0.0.1:")
+        .nth(1)
+        .expect("port")
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    let psql = workdo::pg::find_bin_dir()
+        .map(|b| b.join("psql"))
+        .filter(|p| p.is_file())
+        .map_or_else(|| "psql".to_string(), |p| p.display().to_string());
+    let socket = d.path().join("pgdata");
+    let out = tempfile::tempdir().expect("tempdir");
+    let probe = |host: &str, name: &str| {
+        format!(
+            "'{psql}' -w -X -h '{host}' -p {port} -U postgres -d workdo -c 'select count(*) from workdo.tokens' >'{o}/{name}.out' 2>&1; echo $? >'{o}/{name}.rc'\n",
+            o = out.path().display()
+        )
+    };
+    let script = support::function_script(
+        out.path(),
+        "intruder.sh",
+        &format!(
+            "#!/bin/sh\ncat >/dev/null\n{}{}echo '{{\"status\":\"completed\"}}'\n",
+            probe("127.0.0.1", "tcp"),
+            probe(&socket.display().to_string(), "socket")
+        ),
+    );
+    let template = out.path().join("intruder.yaml");
+    std::fs::write(
+        &template,
+        format!("name: intruderWF\nsteps:\n  - name: probe\n    function: {{ exec: {script} }}\n"),
+    )
+    .expect("template");
+    d.ok(&["templates", "load", &template.display().to_string()]);
+    d.ok(&["start", "intruderWF", "obj:intruder"]);
+    let mut up = Command::new(WORKDO)
+        .args(["up", "--no-api", "--data-dir"])
+        .arg(d.path())
+        .env_remove("DATABASE_URL")
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("workdo up");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !out.path().join("socket.rc").exists() || !d.ok(&["show", "obj:intruder"]).contains("completed") {
+        assert!(std::time::Instant::now() < deadline, "the function never ran");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = up.kill();
+    let _ = up.wait();
+    for name in ["tcp", "socket"] {
+        let rc = std::fs::read_to_string(out.path().join(format!("{name}.rc"))).expect("rc");
+        let said = std::fs::read_to_string(out.path().join(format!("{name}.out"))).expect("out");
+        assert_ne!(rc.trim(), "0", "the function logged in over {name}: {said}");
+        assert!(said.contains("password"), "{name}: {said}");
+    }
+    // The same probe with the password gets in: what kept the function out was the password.
+    for host in ["127.0.0.1".to_string(), socket.display().to_string()] {
+        let with = Command::new(&psql)
+            .args(["-w", "-X", "-h", &host, "-p", &port, "-U", "postgres", "-d", "workdo"])
+            .args(["-c", "select 1"])
+            .env("PGPASSWORD", password)
+            .output()
+            .expect("psql");
+        assert!(with.status.success(), "{host}: {}", String::from_utf8_lossy(&with.stderr));
+    }
+}
+
+/// A cluster made by an older workdo trusted every loopback connection: the next command moves
+/// it to a generated password, and nothing gets in without it.
+#[test]
+fn a_cluster_that_trusted_loopback_is_moved_to_a_password() {
+    let d = DataDir::new();
+    d.ok(&["db", "url"]);
+    d.ok(&["db", "stop"]);
+    let hba = d.path().join("pgdata/pg_hba.conf");
+    std::fs::write(&hba, "local all all trust\nhost all all 127.0.0.1/32 trust\n").expect("hba");
+    std::fs::remove_file(d.path().join("password")).expect("rm password");
+    let url = d.ok(&["db", "url"]);
+    let password = std::fs::read_to_string(d.path().join("password")).expect("new password");
+    assert!(url.contains(password.trim()), "{url}");
+    let now = std::fs::read_to_string(&hba).expect("hba");
+    let trusting = now
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .any(|l| l.split_whitespace().any(|w| w == "trust"));
+    assert!(!trusting, "{now}");
+    d.ok(&["status"]);
+    let psql = workdo::pg::find_bin_dir()
+        .map(|b| b.join("psql"))
+        .filter(|p| p.is_file())
+        .map_or_else(|| "psql".to_string(), |p| p.display().to_string());
+    let bare = url.trim().replace(&format!(":{}@", password.trim()), "@");
+    let without = Command::new(&psql)
+        .args(["-w", "-X", &bare, "-c", "select 1"])
+        .output()
+        .expect("psql");
+    assert!(!without.status.success(), "logged in without the password");
+}
+
+/// A password is masked in every error, whichever form of connection string carries it.
+#[test]
+fn a_password_never_appears_in_an_error_or_log() {
+    for url in [
+        "postgres://someone:s3cretpw@127.0.0.1:1/db",
+        "postgres://someone@127.0.0.1:1/db?password=s3cretpw",
+        "postgres://someone@127.0.0.1:1/db?sslmode=disable&sslpassword=s3cretpw",
+        "host=127.0.0.1 port=1 user=someone password=s3cretpw dbname=db",
+        "host=127.0.0.1 password='s3cretpw x' dbname=db",
+    ] {
+        let out = Command::new(WORKDO)
+            .args(["status"])
+            .env("DATABASE_URL", url)
+            .env("RUST_LOG", "trace")
+            .output()
+            .expect("run workdo");
+        assert!(!out.status.success(), "{url}");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!said.contains("s3cretpw"), "{url}: {said}");
+        assert!(said.contains("***"), "{url}: the message names what was masked: {said}");
+    }
+}

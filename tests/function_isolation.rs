@@ -172,3 +172,71 @@ async fn a_warm_function_printing_extra_and_late_lines_never_answers_the_wrong_o
     .expect("events");
     assert!(said > 0, "no answer was ever extra or late");
 }
+
+/// A pipelined warm function tries what a counter-style call id allowed: on each call's first
+/// attempt it answers the call it guesses is queued behind this one (the next counter, or any
+/// id when it cannot count) with its own object's data, then answers its own. Call ids are 128
+/// random bits, so every forged answer names a call the process was not sent: it is refused,
+/// the process replaced, the calls in flight retried, and no step ever completes with another
+/// object's data (issue 45: 15 of 20 did, with ids `PREFIX-N`).
+#[tokio::test]
+async fn a_pipelined_warm_function_cannot_answer_a_call_it_was_not_sent() {
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let warm = script(
+        dir.path(),
+        "forger.py",
+        "#!/usr/bin/env python3\nimport json, re, secrets, sys\nfor line in sys.stdin:\n    e = json.loads(line)\n    me = {'status': 'completed', 'note': e['object'], 'object': {'properties': {'answered_for': e['object']}}}\n    if e['attempt'] == 1:\n        m = re.match(r'^(.*)-(\\d+)$', e['call'])\n        guess = m.group(1) + '-' + str(int(m.group(2)) + 1) if m else secrets.token_hex(16)\n        print(json.dumps(dict(me, call=guess)), flush=True)\n    print(json.dumps(dict(me, call=e['call'])), flush=True)\n",
+    );
+    load(
+        &t.store,
+        "forger.yaml",
+        &format!(
+            "name: forgerWF\nsteps:\n  - name: run\n    error-limit: 50\n    function: {{ warm: {warm}, pool: 1, pipeline: 4, concurrency: 8, timeout: 10s }}\n"
+        ),
+    )
+    .await;
+    let ids: Vec<String> = (0..20).map(|i| format!("obj:forged-{i}")).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    for id in &refs {
+        t.store
+            .object_put(id, &Default::default(), &Default::default(), "test")
+            .await
+            .expect("object");
+    }
+    t.store
+        .workflow_start(&StartRequest::new("forgerWF", &refs))
+        .await
+        .expect("start");
+    let rt = start(&t.store, config()).await;
+    wait_until(
+        t.pool(),
+        "select bool_and(status = 'completed') from workdo.steps",
+        120,
+    )
+    .await;
+    rt.stop().await;
+    let rows: Vec<(String, Option<String>, Option<Value>, i32)> = sqlx::query_as(
+        "select s.object_id, s.note, o.properties->'answered_for', s.attempts from workdo.steps s join workdo.objects o on o.id = s.object_id",
+    )
+    .fetch_all(t.pool())
+    .await
+    .expect("rows");
+    assert_eq!(rows.len(), 20);
+    for (object, note, answered_for, attempts) in &rows {
+        assert_eq!(note.as_deref(), Some(object.as_str()), "another's note");
+        assert_eq!(
+            answered_for.as_ref().and_then(Value::as_str),
+            Some(object.as_str()),
+            "another's properties"
+        );
+        assert!(*attempts > 1, "{object}: its forged first answer was not refused");
+    }
+    let refused: i64 = sqlx::query_scalar(
+        "select count(*) from workdo.events where kind like 'failed%' and detail->>'message' like '%which it was not sent%'",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("events");
+    assert!(refused > 0, "no forged answer was refused as not sent");
+}

@@ -20,14 +20,20 @@ impl Drop for Killed {
     }
 }
 
-/// Host, port and database of a `postgres://user@host:port/db` URL.
-fn parts(url: &str) -> (String, String, String) {
+/// Host, port, database and password of a `postgres://user[:password]@host:port/db` URL (the
+/// private cluster asks for its password; a server given by DATABASE_URL may not).
+fn parts(url: &str) -> (String, String, String, String) {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let rest = rest.split_once('@').map_or(rest, |(_, r)| r);
+    let password = rest
+        .rsplit_once('@')
+        .and_then(|(creds, _)| creds.split_once(':'))
+        .map(|(_, pw)| pw.to_string())
+        .unwrap_or_default();
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
     let (hostport, db) = rest.split_once('/').unwrap_or((rest, "postgres"));
     let db = db.split('?').next().unwrap_or(db);
     let (host, port) = hostport.rsplit_once(':').unwrap_or((hostport, "5432"));
-    (host.to_string(), port.to_string(), db.to_string())
+    (host.to_string(), port.to_string(), db.to_string(), password)
 }
 
 /// A PgBouncer started for the test in front of `url`'s server, in `mode`.
@@ -42,7 +48,12 @@ async fn pgbouncer(url: &str, mode: &str) -> Bouncer {
         .into_iter()
         .find(|c| Command::new(c).arg("--version").output().is_ok())
         .expect("pgbouncer is not installed: apt-get install -y pgbouncer (.ci/run does)");
-    let (host, port, dbname) = parts(url);
+    let (host, port, dbname, password) = parts(url);
+    let password = if password.is_empty() {
+        String::new()
+    } else {
+        format!(" password={password}")
+    };
     let dir = tempfile::tempdir().expect("tempdir");
     // PgBouncer refuses to run as root: as root it runs as `postgres`, which must write here.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
@@ -50,7 +61,7 @@ async fn pgbouncer(url: &str, mode: &str) -> Bouncer {
     std::fs::write(
         &ini,
         format!(
-            "[databases]\n* = host={host} port={port} user=postgres\n\n[pgbouncer]\nlisten_addr =\nlisten_port = 6432\nunix_socket_dir = {d}\nauth_type = any\npool_mode = {mode}\nignore_startup_parameters = extra_float_digits\nlogfile = {d}/pgbouncer.log\npidfile = {d}/pgbouncer.pid\n",
+            "[databases]\n* = host={host} port={port} user=postgres{password}\n\n[pgbouncer]\nlisten_addr =\nlisten_port = 6432\nunix_socket_dir = {d}\nauth_type = any\npool_mode = {mode}\nignore_startup_parameters = extra_float_digits\nlogfile = {d}/pgbouncer.log\npidfile = {d}/pgbouncer.pid\n",
             d = dir.path().display()
         ),
     )

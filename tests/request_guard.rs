@@ -302,3 +302,66 @@ async fn other_sites_scopes_and_sizes() {
         "{said}"
     );
 }
+
+/// A write that meets a row lock held elsewhere (an operator's open transaction) waits at most
+/// `REQUEST_LOCK_TIMEOUT`, then answers 503 with Retry-After; nothing it did is kept, and the
+/// same request succeeds once the lock is gone (issue 45).
+#[tokio::test]
+async fn an_api_write_blocked_on_a_held_row_lock_answers_503() {
+    let t = db().await;
+    load(&t.store, "google.xml", support::GOOGLE_XML).await;
+    let (wf, druid) = ("googleScannedBookWF", "druid:bb123cd4567");
+    t.store
+        .workflow_start(&StartRequest::new(wf, &[druid]))
+        .await
+        .expect("start");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(workdo::api::serve_on(
+        t.store.clone(),
+        listener,
+        Access::Open,
+        stop.clone(),
+    ));
+    let step = "descriptive-metadata";
+    let status = || {
+        sqlx::query_scalar::<_, String>("select status from workdo.steps where name = $1")
+            .bind(step)
+            .fetch_one(t.pool())
+    };
+    let before = status().await.expect("status");
+    let mut holder = t.pool().begin().await.expect("begin");
+    sqlx::query("select 1 from workdo.steps where name = $1 for update")
+        .bind(step)
+        .execute(&mut *holder)
+        .await
+        .expect("hold the step's row");
+    let http = reqwest::Client::new();
+    let put = || {
+        http.put(format!("{base}/objects/{druid}/workflows/{wf}/{step}"))
+            .body(format!(r#"<process name="{step}" status="completed"/>"#))
+            .send()
+    };
+    let began = std::time::Instant::now();
+    let r = put().await.expect("put");
+    let waited = began.elapsed();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        r.headers().get("retry-after").map(|v| v.as_bytes()),
+        Some(&b"2"[..])
+    );
+    let body = r.text().await.expect("body");
+    assert!(body.contains("did not answer in time"), "{body}");
+    assert!(
+        waited >= workdo::store::db::REQUEST_LOCK_TIMEOUT
+            && waited < workdo::store::db::REQUEST_LOCK_TIMEOUT * 4,
+        "answered after {waited:?}"
+    );
+    holder.rollback().await.expect("release");
+    assert_eq!(status().await.expect("status"), before, "nothing was done");
+    let r = put().await.expect("put again");
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap_or_default());
+    assert_eq!(status().await.expect("status"), "completed");
+    stop.cancel();
+}

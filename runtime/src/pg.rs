@@ -5,6 +5,12 @@
 //! it again) and reuses it. Postgres refuses to run as root, so when we are root every server
 //! command runs as the unprivileged `postgres` account through `runuser`, and the data directory is
 //! handed to that account.
+//!
+//! The cluster authenticates every connection, over its socket and over loopback TCP alike, with
+//! SCRAM and a password generated when the cluster is created, kept in `password` beside `pgdata/`
+//! with owner-only permissions. Step functions run on the same host with a clean environment, so
+//! they cannot log in with what they were given (README, Security). A cluster an older workdo made
+//! with `trust` is moved to the password the first time it is ensured.
 
 use std::fs::{self, OpenOptions};
 use std::net::TcpListener;
@@ -63,7 +69,22 @@ pub struct Cluster {
     pub port: u16,
     bin_dir: PathBuf,
     run_as: Option<Account>,
+    /// The `postgres` role's password (from [`PASSWORD_FILE`]), once [`Cluster::ensure`] read it.
+    password: Option<String>,
 }
+
+/// The file beside `pgdata/` holding the generated password of the cluster's `postgres` role.
+pub const PASSWORD_FILE: &str = "password";
+
+/// `pg_hba.conf` of a workdo cluster: no connection without the password, socket or TCP.
+const HBA: &str = "# Written by workdo: every connection authenticates with SCRAM; the password of the\n\
+# `postgres` role is in ../password (owner-only). Nothing is trusted, not even loopback.\n\
+local   all           all                     scram-sha-256\n\
+host    all           all     127.0.0.1/32    scram-sha-256\n\
+host    all           all     ::1/128         scram-sha-256\n\
+local   replication   all                     scram-sha-256\n\
+host    replication   all     127.0.0.1/32    scram-sha-256\n\
+host    replication   all     ::1/128         scram-sha-256\n";
 
 #[derive(Debug, Clone)]
 struct Account {
@@ -73,9 +94,20 @@ struct Account {
 }
 
 impl Cluster {
-    /// Connection URL for `database` on this cluster.
+    /// Connection URL for `database` on this cluster, with the password when it has one.
     pub fn url(&self, database: &str) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+        match &self.password {
+            Some(pw) => format!(
+                "postgres://postgres:{pw}@127.0.0.1:{}/{database}",
+                self.port
+            ),
+            None => format!("postgres://postgres@127.0.0.1:{}/{database}", self.port),
+        }
+    }
+
+    /// The directory of the server's Unix socket (the data directory, private to its owner).
+    pub fn socket_dir(&self) -> PathBuf {
+        self.pgdata()
     }
 
     fn pgdata(&self) -> PathBuf {
@@ -104,8 +136,9 @@ impl Cluster {
         if let Some(account) = &cluster.run_as {
             chown(&cluster.dir, account)?;
         }
+        let password = read_or_make_password(&dir)?;
         if !cluster.pgdata().join("PG_VERSION").exists() {
-            cluster.initdb()?;
+            cluster.initdb(&password)?;
         }
         if let Some(port) = cluster.running_port() {
             cluster.port = port;
@@ -113,8 +146,60 @@ impl Cluster {
             cluster.port = cluster.pick_port()?;
             cluster.start(opts.ephemeral)?;
         }
+        cluster.require_password(&password)?;
+        cluster.password = Some(password);
         drop(lock);
         Ok(cluster)
+    }
+
+    /// Make a cluster that still trusts connections (made by an older workdo) ask for `password`:
+    /// the role gets it first (through the still-trusting socket), then `pg_hba.conf` is
+    /// replaced and the server reloads it. Each step is safe to repeat after a crash.
+    fn require_password(&self, password: &str) -> Result<(), PgError> {
+        let hba = self.pgdata().join("pg_hba.conf");
+        let current = fs::read_to_string(&hba).map_err(io_err(&hba))?;
+        if !trusts_anyone(&current) {
+            return Ok(());
+        }
+        let beside = self.bin_dir.join("psql");
+        let psql = if beside.is_file() {
+            beside
+        } else {
+            PathBuf::from("psql")
+        };
+        let socket = self.pgdata();
+        let port = self.port.to_string();
+        // The password travels on stdin, never on a command line others can read in `ps`.
+        let out = self.run_with_input(
+            &psql,
+            &[
+                "-X".as_ref(),
+                "-q".as_ref(),
+                "-v".as_ref(),
+                "ON_ERROR_STOP=1".as_ref(),
+                "-h".as_ref(),
+                socket.as_os_str(),
+                "-p".as_ref(),
+                port.as_ref(),
+                "-U".as_ref(),
+                "postgres".as_ref(),
+                "-d".as_ref(),
+                "postgres".as_ref(),
+            ],
+            format!(
+                "set password_encryption = 'scram-sha-256';\nalter role postgres password '{password}';\n"
+            )
+            .as_bytes(),
+        )?;
+        check("setting the cluster's password (psql)", &out)?;
+        // Rewritten in place: the file keeps its owner (the server's account) and mode.
+        fs::write(&hba, HBA).map_err(io_err(&hba))?;
+        let pgdata = self.pgdata();
+        let out = self.run(
+            "pg_ctl",
+            &["reload".as_ref(), "-D".as_ref(), pgdata.as_os_str()],
+        )?;
+        check("pg_ctl reload", &out)
     }
 
     /// The cluster in `dir`, started or not, without creating or starting anything.
@@ -136,6 +221,7 @@ impl Cluster {
             port: 0,
             bin_dir,
             run_as,
+            password: None,
         };
         if let Some(port) = cluster.running_port() {
             cluster.port = port;
@@ -180,8 +266,16 @@ impl Cluster {
         }
     }
 
-    fn initdb(&self) -> Result<(), PgError> {
+    fn initdb(&self, password: &str) -> Result<(), PgError> {
         let pgdata = self.pgdata();
+        // initdb reads the password from a file the server's account can read; it is removed
+        // as soon as initdb is done, and the cluster never trusts anyone, even while it starts.
+        let pwfile = self.dir.join("initdb.pw");
+        write_private(&pwfile, password.as_bytes())?;
+        if let Some(account) = &self.run_as {
+            std::os::unix::fs::chown(&pwfile, Some(account.uid), Some(account.gid))
+                .map_err(io_err(&pwfile))?;
+        }
         let out = self.run(
             "initdb",
             &[
@@ -189,13 +283,18 @@ impl Cluster {
                 pgdata.as_os_str(),
                 "-U".as_ref(),
                 "postgres".as_ref(),
-                "--auth=trust".as_ref(),
+                "--auth=scram-sha-256".as_ref(),
+                "--pwfile".as_ref(),
+                pwfile.as_os_str(),
                 "-E".as_ref(),
                 "UTF8".as_ref(),
                 "--locale=C".as_ref(),
             ],
-        )?;
-        check("initdb", &out)
+        );
+        let _ = fs::remove_file(&pwfile);
+        check("initdb", &out?)?;
+        let hba = pgdata.join("pg_hba.conf");
+        fs::write(&hba, HBA).map_err(io_err(&hba))
     }
 
     fn start(&self, ephemeral: bool) -> Result<(), PgError> {
@@ -277,20 +376,92 @@ impl Cluster {
 
     fn run(&self, program: &str, args: &[&std::ffi::OsStr]) -> Result<Output, PgError> {
         let exe = self.bin_dir.join(program);
+        self.command(&exe, args)
+            .output()
+            .map_err(|e| PgError::Command {
+                what: format!("{} ({})", program, exe.display()),
+                detail: e.to_string(),
+            })
+    }
+
+    /// `exe` run as the server's account with `args` in the cluster's directory.
+    fn command(&self, exe: &Path, args: &[&std::ffi::OsStr]) -> Command {
         let mut cmd = match &self.run_as {
             Some(account) => {
                 let mut c = Command::new("runuser");
-                c.arg("-u").arg(&account.name).arg("--").arg(&exe);
+                c.arg("-u").arg(&account.name).arg("--").arg(exe);
                 c
             }
-            None => Command::new(&exe),
+            None => Command::new(exe),
         };
         cmd.args(args).current_dir(&self.dir);
-        cmd.output().map_err(|e| PgError::Command {
-            what: format!("{} ({})", program, exe.display()),
-            detail: e.to_string(),
-        })
+        cmd
     }
+
+    /// [`Cluster::run`] of `exe` with `input` on its standard input.
+    fn run_with_input(
+        &self,
+        exe: &Path,
+        args: &[&std::ffi::OsStr],
+        input: &[u8],
+    ) -> Result<Output, PgError> {
+        use std::io::Write;
+        use std::process::Stdio;
+        let failed = |e: std::io::Error| PgError::Command {
+            what: exe.display().to_string(),
+            detail: e.to_string(),
+        };
+        let mut child = self
+            .command(exe, args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(failed)?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin.write_all(input).map_err(failed)?;
+        }
+        child.wait_with_output().map_err(failed)
+    }
+}
+
+/// Whether an `pg_hba.conf` lets any connection in without a password.
+fn trusts_anyone(hba: &str) -> bool {
+    hba.lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .any(|l| l.split_whitespace().any(|w| w == "trust"))
+}
+
+/// The cluster's password from `dir`'s [`PASSWORD_FILE`], made (256 random bits, hex) and
+/// written owner-only when there is none yet.
+fn read_or_make_password(dir: &Path) -> Result<String, PgError> {
+    let path = dir.join(PASSWORD_FILE);
+    match fs::read_to_string(&path) {
+        Ok(pw) if !pw.trim().is_empty() => return Ok(pw.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(&path)(e)),
+    }
+    let pw = hex::encode(rand::random::<[u8; 32]>());
+    // Written whole under another name, then renamed: a crash leaves no half a password.
+    let tmp = dir.join(format!("{PASSWORD_FILE}.new"));
+    write_private(&tmp, pw.as_bytes())?;
+    fs::rename(&tmp, &path).map_err(io_err(&path))?;
+    Ok(pw)
+}
+
+/// Write `bytes` to a new file at `path` that only its owner may read (mode 0600 from birth).
+fn write_private(path: &Path, bytes: &[u8]) -> Result<(), PgError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = fs::remove_file(path);
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io_err(path))?;
+    f.write_all(bytes).map_err(io_err(path))
 }
 
 fn check(what: &str, out: &Output) -> Result<(), PgError> {

@@ -264,6 +264,22 @@ impl From<StoreError> for ApiError {
             {
                 return ApiError::bad_request(format!("a value cannot be stored: {}", d.message()));
             }
+            // lock_timeout (55P03) or statement_timeout (57014) ran out: the request's
+            // transaction rolled back whole.
+            StoreError::Sql(sqlx::Error::Database(d))
+                if matches!(d.code().as_deref(), Some("55P03" | "57014")) =>
+            {
+                tracing::warn!(error = %e, "request refused: the database did not answer in time");
+                return ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                        "the database did not answer in time ({}): another session holds what \
+                         this request needs, or it ran too long; nothing was done; try again \
+                         shortly",
+                        d.message()
+                    ),
+                );
+            }
             StoreError::Sql(
                 sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_),
             ) => {

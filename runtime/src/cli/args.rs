@@ -542,9 +542,15 @@ pub enum MachinesCmd {
 
 #[derive(Debug, Subcommand)]
 pub enum DbCmd {
-    /// Print the database URL in use.
-    #[command(after_help = "Example: psql \"$(workdo db url)\"")]
-    Url,
+    /// Print the database URL in use (with the private cluster's password, for psql and the like).
+    #[command(
+        after_help = "Examples:\n  psql \"$(workdo db url)\"\n  workdo db url --redact   # to paste into a ticket: every password masked"
+    )]
+    Url {
+        /// Mask every password in it (`user:***@`, `password=***`), for sharing.
+        #[arg(long)]
+        redact: bool,
+    },
     /// Stop the private cluster.
     #[command(after_help = "Example: workdo db stop")]
     Stop,

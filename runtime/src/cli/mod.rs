@@ -403,8 +403,12 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
         crate::bench::run(&target.url, &opts, cli.json, out).await?;
         return Ok(());
     }
-    if let Command::Db(DbCmd::Url) = &cli.command {
-        writeln!(out, "{}", target.url)?;
+    if let Command::Db(DbCmd::Url { redact }) = &cli.command {
+        if *redact {
+            writeln!(out, "{}", db::redact(&target.url))?;
+        } else {
+            writeln!(out, "{}", target.url)?;
+        }
         return Ok(());
     }
     let connections = match &cli.command {

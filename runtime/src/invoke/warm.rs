@@ -37,9 +37,6 @@ pub struct WarmPool {
     spawned: std::sync::atomic::AtomicU64,
     /// Processes being started (counted with `procs` against `size`).
     starting: std::sync::atomic::AtomicUsize,
-    /// Call ids are this pool's random prefix and a counter: unique, and cheap to make.
-    call_prefix: String,
-    calls: std::sync::atomic::AtomicU64,
 }
 
 /// One process: its stdin (one writer at a time, so lines and waiting calls stay in the same
@@ -178,8 +175,6 @@ impl WarmPool {
             procs: StdMutex::new(Vec::new()),
             spawned: std::sync::atomic::AtomicU64::new(0),
             starting: std::sync::atomic::AtomicUsize::new(0),
-            call_prefix: uuid::Uuid::new_v4().simple().to_string()[..12].to_string(),
-            calls: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -309,12 +304,7 @@ impl WarmPool {
         };
         let timeout_left = timeout.saturating_sub(began.elapsed());
         let proc = self.pick().await?;
-        let call_id = format!(
-            "{}-{}",
-            self.call_prefix,
-            self.calls
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        );
+        let call_id = new_call_id();
         let line = event_line(event, &call_id);
         let (reply, answer) = tokio::sync::oneshot::channel();
         let exchange = async {
@@ -385,6 +375,16 @@ impl WarmPool {
         }
         while exits.join_next().await.is_some() {}
     }
+}
+
+/// A call id no function can guess: 128 random bits, in hex. A pipelined process holds the
+/// lines of calls queued behind the one it works on; with ids it could count on (a prefix and a
+/// counter), it could answer one of those with its own data before reading it. It learns an id
+/// only by reading its call's line, and the id is the line's last field, so it is read only once
+/// the whole line was written (the reply is registered just before the line is written, under
+/// the process's stdin lock: no answer can name a call whose line is not being written).
+fn new_call_id() -> String {
+    hex::encode(rand::random::<[u8; 16]>())
 }
 
 /// `event` as one line of JSON carrying `call`. The event's own `call` is never set by the

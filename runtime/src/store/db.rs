@@ -7,6 +7,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool};
 
 use super::hosts::{self, Hosts};
+pub use super::redact::redact;
 use crate::pg::{Cluster, ClusterOptions, PgError};
 
 /// The migrations in `migrations/`, embedded in the binary.
@@ -222,12 +223,43 @@ pub enum Ping {
 /// passes `jit_above_cost` would JIT-compile on every call) with a `SET` after connecting, not
 /// with the `options` startup parameter, which poolers such as PgBouncer refuse.
 pub fn pool_options(max_connections: u32, ping: Ping) -> PgPoolOptions {
-    session_options(max_connections, false, ping)
+    session_options(max_connections, false, ping, SESSION_SETTINGS.to_string())
 }
 
-/// [`pool_options`], and when `writable`, a new connection to a server in recovery is refused
-/// (the pool tries again, by then perhaps at the server [`hosts::follow`] found).
-fn session_options(max_connections: u32, writable: bool, ping: Ping) -> PgPoolOptions {
+/// What every workdo session sets after connecting.
+const SESSION_SETTINGS: &str = "set jit = off";
+
+/// How long an API request's statement may wait for a lock another session holds
+/// (`lock_timeout`): past it the request is answered 503 with `Retry-After`, and nothing it
+/// did is kept. A runtime holds a step's row for milliseconds; a lock held longer is an
+/// operator's open transaction or a stuck client, which a caller should not wait behind.
+pub const REQUEST_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long one API request's statement may run (`statement_timeout`), then 503 as above. Bulk
+/// actions of the page over 100,000 steps finish in seconds; a minute is far past any of them.
+pub const REQUEST_STATEMENT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Pool options for API requests: [`pool_options`] with a ping before every use, and each
+/// connection's `lock_timeout` and `statement_timeout` set to [`REQUEST_LOCK_TIMEOUT`] and
+/// [`REQUEST_STATEMENT_TIMEOUT`] (with `SET`, which poolers pass on in session mode).
+pub fn request_pool_options(max_connections: u32) -> PgPoolOptions {
+    let settings = format!(
+        "{SESSION_SETTINGS}; set lock_timeout = '{}ms'; set statement_timeout = '{}ms'",
+        REQUEST_LOCK_TIMEOUT.as_millis(),
+        REQUEST_STATEMENT_TIMEOUT.as_millis()
+    );
+    session_options(max_connections, false, Ping::Always, settings)
+}
+
+/// The pool's acquire and ping rules; each new connection runs `settings` (simple protocol, one
+/// round trip), and when `writable`, a new connection to a server in recovery is refused (the
+/// pool tries again, by then perhaps at the server [`hosts::follow`] found).
+fn session_options(
+    max_connections: u32,
+    writable: bool,
+    ping: Ping,
+    settings: String,
+) -> PgPoolOptions {
     let options = PgPoolOptions::new().max_connections(max_connections);
     let options = match ping {
         Ping::Always => options.test_before_acquire(true),
@@ -243,13 +275,16 @@ fn session_options(max_connections: u32, writable: bool, ping: Ping) -> PgPoolOp
             }),
     };
     options.after_connect(move |conn, _meta| {
+        let settings = settings.clone();
         Box::pin(async move {
             if writable && hosts::read_only(&mut *conn).await? {
                 return Err(sqlx::Error::Configuration(
                     "the server is read-only (in recovery); waiting for a writable one".into(),
                 ));
             }
-            sqlx::query("set jit = off").execute(&mut *conn).await?;
+            sqlx::raw_sql(sqlx::AssertSqlSafe(settings))
+                .execute(&mut *conn)
+                .await?;
             Ok(())
         })
     })
@@ -271,7 +306,12 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, DbError>
     let (i, mut probe) = hosts.pick(url).await?;
     refuse_transaction_pooler(url, &hosts.options[i], &mut probe).await?;
     let opts = hosts::session(hosts.options[i].clone());
-    let pool = session_options(max_connections, hosts.followed(), Ping::AfterIdle)
+    let pool = session_options(
+        max_connections,
+        hosts.followed(),
+        Ping::AfterIdle,
+        SESSION_SETTINGS.to_string(),
+    )
         .acquire_timeout(Duration::from_secs(30))
         .connect_with(opts)
         .await
@@ -473,20 +513,6 @@ pub fn with_database(url: &str, name: &str) -> String {
     }
 }
 
-/// The URL without its password, for messages.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let creds = &url[scheme + 3..at];
-            match creds.split_once(':') {
-                Some((user, _)) => format!("{}{}:***{}", &url[..scheme + 3], user, &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
@@ -513,14 +539,5 @@ mod tests {
             err.contains("127.0.0.1:1") && err.to_lowercase().contains("refused"),
             "{err}"
         );
-    }
-
-    #[test]
-    fn redacts_password() {
-        assert_eq!(
-            super::redact("postgres://u:secret@h:5432/db"),
-            "postgres://u:***@h:5432/db"
-        );
-        assert_eq!(super::redact("postgres://u@h/db"), "postgres://u@h/db");
     }
 }

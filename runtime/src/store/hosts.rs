@@ -49,11 +49,30 @@ impl Hosts {
     /// cannot use — each named.
     pub fn parse(url: &str) -> Result<Hosts, DbError> {
         let invalid = |what: String| DbError::BadUrl(format!("{what} in {}", redact(url)));
+        if !url.contains("://") {
+            return Err(DbError::BadUrl(format!(
+                "{} is not a URL: give postgres://USER@HOST:PORT/DATABASE (libpq's key-value \
+                 strings, host=… dbname=…, are not read)",
+                redact(url)
+            )));
+        }
         let (base, query) = match url.split_once('?') {
             Some((b, q)) => (b, Some(q)),
             None => (url, None),
         };
         let mut attrs: Option<String> = None;
+        // sqlx has no use for it and logs an unknown parameter with its value: refused here,
+        // before the URL reaches sqlx, so the key's password is never written anywhere.
+        if query.is_some_and(|q| {
+            q.split('&')
+                .any(|kv| kv.split('=').next().is_some_and(|k| k.eq_ignore_ascii_case("sslpassword")))
+        }) {
+            return Err(invalid(
+                "sslpassword is not supported (an encrypted client key cannot be opened); give \
+                 an unencrypted sslkey readable by this user only"
+                    .into(),
+            ));
+        }
         let kept: Vec<&str> = query
             .map(|q| {
                 q.split('&')

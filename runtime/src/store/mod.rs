@@ -31,6 +31,7 @@ pub use paused::{Paused, queue_key};
 mod queries;
 mod queues;
 mod recompose;
+mod redact;
 pub use queues::NamedQueue;
 mod results;
 mod schedules;
@@ -244,9 +245,11 @@ impl Store {
     /// The same database through a pool of its own for API requests: at most half this pool's
     /// connections (two at least), each request waiting at most 3 s for one, so a database
     /// that is down or saturated is answered 503 in seconds instead of after 30. Connects lazily.
+    /// Its statements wait at most [`db::REQUEST_LOCK_TIMEOUT`] for a lock and run at most
+    /// [`db::REQUEST_STATEMENT_TIMEOUT`] (then 503 too).
     pub fn for_requests(&self) -> Store {
         let max = (self.pool.options().get_max_connections() / 2).max(2);
-        let pool = db::pool_options(max, db::Ping::Always)
+        let pool = db::request_pool_options(max)
             .acquire_timeout(std::time::Duration::from_secs(3))
             .connect_lazy_with((*self.pool.connect_options()).clone());
         // After a failover the main pool is pointed at the new primary (`hosts::follow`); this
