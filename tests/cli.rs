@@ -394,7 +394,11 @@ fn a_function_cannot_log_in_to_the_embedded_cluster() {
         .expect("stat")
         .permissions()
         .mode();
-    assert_eq!(mode & 0o077, 0, "the password file is the owner's alone: {mode:o}");
+    assert_eq!(
+        mode & 0o077,
+        0,
+        "the password file is the owner's alone: {mode:o}"
+    );
     let full = d.ok(&["db", "url"]);
     assert!(full.contains(password), "db url gives psql what it needs");
     let port: String = shared
@@ -443,8 +447,13 @@ fn a_function_cannot_log_in_to_the_embedded_cluster() {
         .spawn()
         .expect("workdo up");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !out.path().join("socket.rc").exists() || !d.ok(&["show", "obj:intruder"]).contains("completed") {
-        assert!(std::time::Instant::now() < deadline, "the function never ran");
+    while !out.path().join("socket.rc").exists()
+        || !d.ok(&["show", "obj:intruder"]).contains("completed")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the function never ran"
+        );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     let _ = up.kill();
@@ -458,12 +467,18 @@ fn a_function_cannot_log_in_to_the_embedded_cluster() {
     // The same probe with the password gets in: what kept the function out was the password.
     for host in ["127.0.0.1".to_string(), socket.display().to_string()] {
         let with = Command::new(&psql)
-            .args(["-w", "-X", "-h", &host, "-p", &port, "-U", "postgres", "-d", "workdo"])
+            .args([
+                "-w", "-X", "-h", &host, "-p", &port, "-U", "postgres", "-d", "workdo",
+            ])
             .args(["-c", "select 1"])
             .env("PGPASSWORD", password)
             .output()
             .expect("psql");
-        assert!(with.status.success(), "{host}: {}", String::from_utf8_lossy(&with.stderr));
+        assert!(
+            with.status.success(),
+            "{host}: {}",
+            String::from_utf8_lossy(&with.stderr)
+        );
     }
 }
 
@@ -475,7 +490,11 @@ fn a_cluster_that_trusted_loopback_is_moved_to_a_password() {
     d.ok(&["db", "url"]);
     d.ok(&["db", "stop"]);
     let hba = d.path().join("pgdata/pg_hba.conf");
-    std::fs::write(&hba, "local all all trust\nhost all all 127.0.0.1/32 trust\n").expect("hba");
+    std::fs::write(
+        &hba,
+        "local all all trust\nhost all all 127.0.0.1/32 trust\n",
+    )
+    .expect("hba");
     std::fs::remove_file(d.path().join("password")).expect("rm password");
     let url = d.ok(&["db", "url"]);
     let password = std::fs::read_to_string(d.path().join("password")).expect("new password");
@@ -522,6 +541,9 @@ fn a_password_never_appears_in_an_error_or_log() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(!said.contains("s3cretpw"), "{url}: {said}");
-        assert!(said.contains("***"), "{url}: the message names what was masked: {said}");
+        assert!(
+            said.contains("***"),
+            "{url}: the message names what was masked: {said}"
+        );
     }
 }

@@ -230,7 +230,10 @@ async fn a_pipelined_warm_function_cannot_answer_a_call_it_was_not_sent() {
             Some(object.as_str()),
             "another's properties"
         );
-        assert!(*attempts > 1, "{object}: its forged first answer was not refused");
+        assert!(
+            *attempts > 1,
+            "{object}: its forged first answer was not refused"
+        );
     }
     let refused: i64 = sqlx::query_scalar(
         "select count(*) from workdo.events where kind like 'failed%' and detail->>'message' like '%which it was not sent%'",

@@ -483,6 +483,64 @@ async fn every_answer_matches_the_document() {
         404
     );
 
+    // Deployed functions: a new version (201), the same bytes again (200), list, show,
+    // rollback, and a delete refused while a workflow pins it is not needed here: deleted.
+    let script = |n: u8| Some(("application/octet-stream", format!("#!/bin/sh\n# {n}\n")));
+    let (s, body) = c
+        .call(
+            put.clone(),
+            "/api/functions/docfn?note=first",
+            &admin,
+            script(1),
+        )
+        .await;
+    assert_eq!((s, &body["version"]), (201, &json!(1)), "{body}");
+    assert_eq!(
+        c.call(put.clone(), "/api/functions/docfn", &admin, script(1))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        c.call(put.clone(), "/api/functions/docfn", &admin, script(2))
+            .await
+            .0,
+        201
+    );
+    let (s, body) = c.call(get.clone(), "/api/functions", &viewer, None).await;
+    assert_eq!((s, &body[0]["current"]), (200, &json!(2)), "{body}");
+    let (s, body) = c
+        .call(get.clone(), "/api/functions/docfn", &viewer, None)
+        .await;
+    assert_eq!(
+        (s, &body["versions"][1]["note"]),
+        (200, &json!("first")),
+        "{body}"
+    );
+    assert_eq!(
+        c.call(get.clone(), "/api/functions/nope", &viewer, None)
+            .await
+            .0,
+        404
+    );
+    assert_eq!(
+        c.call(
+            post.clone(),
+            "/api/functions/docfn/rollback",
+            &admin,
+            js(json!({"to": 1}))
+        )
+        .await
+        .0,
+        200
+    );
+    assert_eq!(
+        c.call(delete.clone(), "/api/functions/docfn", &admin, None)
+            .await
+            .0,
+        200
+    );
+
     // The workflow-service routes.
     support::openapi::workflow_service_routes(&mut c, (&admin, &robot, &viewer), (d1, d2, d3))
         .await;

@@ -361,7 +361,11 @@ async fn an_api_write_blocked_on_a_held_row_lock_answers_503() {
     holder.rollback().await.expect("release");
     assert_eq!(status().await.expect("status"), before, "nothing was done");
     let r = put().await.expect("put again");
-    assert!(r.status().is_success(), "{}", r.text().await.unwrap_or_default());
+    assert!(
+        r.status().is_success(),
+        "{}",
+        r.text().await.unwrap_or_default()
+    );
     assert_eq!(status().await.expect("status"), "completed");
     stop.cancel();
 }

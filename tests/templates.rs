@@ -233,7 +233,7 @@ fn yaml_errors_name_line_and_field() {
     );
     assert_eq!(
         func,
-        "f.yaml:4: function: needs exactly one of exec, warm, http or builtin"
+        "f.yaml:4: function: needs exactly one of exec, warm, http, builtin or deployed"
     );
     let pipe = one(
         "p.yaml",

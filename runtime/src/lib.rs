@@ -8,9 +8,11 @@
 //!   scheduler, alerts);
 //! - [`api`], [`bench`], [`demo`] and [`cli`]: the surfaces; [`output`] prints for them and
 //!   [`graph`] draws workflows for them;
-//! - [`pg`]: the private Postgres cluster; [`telemetry`]: traces, logs and metrics.
+//! - [`pg`]: the private Postgres cluster; [`telemetry`]: traces, logs and metrics;
+//!   [`artifact`]: a deployed function's bytes packed, checked and unpacked (a leaf).
 
 pub mod api;
+pub mod artifact;
 pub mod bench;
 pub mod cli;
 pub mod demo;

@@ -51,6 +51,7 @@ async fn run() -> std::process::ExitCode {
                                 | workdo::store::StoreError::UnknownObject(_)
                                 | workdo::store::StoreError::UnknownWorkflow { .. }
                                 | workdo::store::StoreError::UnknownQueue(_)
+                                | workdo::store::StoreError::UnknownFunction(_)
                         )
                     })
             });

@@ -72,6 +72,8 @@ pub struct PauseChanged {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Retried {
     pub steps: usize,
+    /// Workflows' function pins moved to the current version (`current_functions`).
+    pub pins_moved: u64,
 }
 
 /// The steps of the workflow that became ready.

@@ -6,6 +6,7 @@
 pub(crate) mod access;
 mod admin;
 mod bodies;
+mod functions;
 pub mod idempotency;
 mod input;
 mod json;
@@ -56,6 +57,7 @@ pub fn app(state: AppState) -> Router {
         .merge(admin::router())
         .route("/openapi.json", get(openapi::document))
         .merge(json::router())
+        .merge(functions::router())
         .merge(work::router())
         .merge(machines::router())
         .merge(workdo::router())
@@ -241,7 +243,12 @@ impl From<StoreError> for ApiError {
             | StoreError::UnknownObject(_)
             | StoreError::UnknownWorkflow { .. }
             | StoreError::UnknownStep { .. }
-            | StoreError::UnknownQueue(_) => StatusCode::NOT_FOUND,
+            | StoreError::UnknownQueue(_)
+            | StoreError::UnknownFunction(_) => StatusCode::NOT_FOUND,
+            StoreError::FunctionInUse { .. } | StoreError::FunctionConflict(_) => {
+                StatusCode::CONFLICT
+            }
+            StoreError::BadArtifact(_) => StatusCode::BAD_REQUEST,
             StoreError::StatusMismatch { .. }
             | StoreError::OldVersion { .. }
             | StoreError::SignalRefused(_)

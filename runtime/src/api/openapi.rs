@@ -12,7 +12,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{RefOr, Response};
 use utoipa::{Modify, OpenApi};
 
-use super::{json, machines, work, workdo};
+use super::{functions, json, machines, work, workdo};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -47,6 +47,11 @@ use super::{json, machines, work, workdo};
         work::facets,
         work::priority,
         work::retry,
+        functions::deploy,
+        functions::list,
+        functions::show,
+        functions::rollback,
+        functions::delete,
         machines::by_id,
         machines::by_object,
         machines::suspend,

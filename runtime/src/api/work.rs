@@ -364,6 +364,10 @@ pub(super) struct RetryBody {
     template: Option<String>,
     #[serde(default)]
     step: Option<String>,
+    /// Run the retried steps on the deployed functions' versions current now, not those their
+    /// workflows pinned (after deploying a fix).
+    #[serde(default)]
+    current_functions: bool,
 }
 
 /// Put steps in error back in the queue with fresh attempts.
@@ -387,11 +391,16 @@ pub(super) async fn retry(
         step: b.step,
         ..StepFilter::default()
     };
-    let n = s
-        .store
-        .steps_retry(&filter, &format!("api:{}", c.0.as_str()))
-        .await?;
-    Ok(Json(Retried { steps: n }))
+    let who = format!("api:{}", c.0.as_str());
+    let (n, moved) = if b.current_functions {
+        s.store.steps_retry_current(&filter, false, &who).await?
+    } else {
+        (s.store.steps_retry(&filter, &who).await?, 0)
+    };
+    Ok(Json(Retried {
+        steps: n,
+        pins_moved: moved,
+    }))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]

@@ -25,6 +25,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 mod calls;
+mod deployed;
 mod scenarios;
 
 use crate::store::Store;
@@ -66,6 +67,8 @@ pub enum Scenario {
     /// `workdo archive` over finished history (`WORKDO_BENCH_ARCHIVE` workflows, four events
     /// each).
     Archive,
+    /// Deployed functions: a deploy, a worker's first fetch, a cached call.
+    Deployed,
 }
 
 impl Options {
@@ -257,6 +260,10 @@ pub async fn run(
     }
     if opts.runs(Scenario::Machines) {
         machine_rows(&store, &sizes, runs, &mut rows).await?;
+    }
+    if opts.runs(Scenario::Deployed) {
+        let f = exec_fn.as_deref().unwrap_or(exe.as_path());
+        deployed::rows(&store, f, opts.quick, runs, &mut rows).await?;
     }
     if opts.runs(Scenario::Archive) {
         let mut rates = Vec::new();

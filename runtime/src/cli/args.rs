@@ -167,6 +167,10 @@ pub struct RuntimeArgs {
     /// never DATABASE_URL, PGPASSWORD or WORKDO_SMTP_URL unless named here.
     #[arg(long = "pass-env", value_name = "NAME")]
     pub pass_env: Vec<String>,
+    /// Where deployed functions are fetched to and run from (private to this user; default
+    /// $XDG_CACHE_HOME/workdo/functions, else ~/.cache/workdo/functions).
+    #[arg(long, env = "WORKDO_FUNCTION_CACHE", value_name = "DIR")]
+    pub function_cache: Option<PathBuf>,
     /// Hand the steps no workdo function runs to Sidekiq robots, as the workflow service does:
     /// each step that becomes ready is pushed once to this Redis (`redis://[:password@]host[:port][/db]`
     /// or `unix:///path[?db=N]`) as a job of class `Robots::{Dor|Sdr}Repo::{Workflow}::{Step}`

@@ -1,6 +1,6 @@
 //! Template files on disk: the one place that reads them (the model only parses text).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::model::template::{Format, Loaded, TemplateError, parse};
 
@@ -110,4 +110,17 @@ pub fn find_files(path: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
     }
     out.sort();
     Ok(out)
+}
+
+/// The per-user data directory: `$XDG_DATA_HOME/workdo`, else `$HOME/.local/share/workdo`,
+/// else `.workdo` (no home at all).
+pub fn default_data_dir() -> PathBuf {
+    let non_empty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(x) = non_empty("XDG_DATA_HOME") {
+        return PathBuf::from(x).join("workdo");
+    }
+    match non_empty("HOME") {
+        Some(h) => PathBuf::from(h).join(".local/share/workdo"),
+        None => PathBuf::from(".workdo"),
+    }
 }

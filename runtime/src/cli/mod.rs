@@ -10,6 +10,8 @@ use clap::{Parser, Subcommand};
 
 mod args;
 pub mod files;
+pub use files::default_data_dir;
+pub mod functions;
 mod graph;
 mod help;
 mod housekeeping;
@@ -86,6 +88,10 @@ pub enum Command {
     #[command(after_help = "Example: workdo templates load workflows/")]
     #[command(subcommand)]
     Templates(TemplatesCmd),
+    /// Deploy step functions to the database and roll them back; workers fetch what they run.
+    #[command(after_help = "Example: workdo functions deploy shelve functions/bin/shelve")]
+    #[command(subcommand)]
+    Functions(functions::FunctionsCmd),
     /// Register and inspect objects.
     #[command(
         after_help = "Example: workdo objects add druid:bb123cd4567 --property barcode=36105010362304"
@@ -219,6 +225,10 @@ pub enum Command {
         /// document changed (a filter is required).
         #[arg(long)]
         again: bool,
+        /// Run the retried steps on the deployed functions' versions current now, not those
+        /// their workflows pinned when they started (after deploying a fix).
+        #[arg(long)]
+        current_functions: bool,
     },
     /// Skip unfinished steps.
     #[command(
@@ -326,19 +336,6 @@ pub enum Command {
     },
 }
 
-/// The per-user data directory: `$XDG_DATA_HOME/workdo`, else `$HOME/.local/share/workdo`,
-/// else `.workdo` (no home at all).
-pub fn default_data_dir() -> PathBuf {
-    let non_empty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
-    if let Some(x) = non_empty("XDG_DATA_HOME") {
-        return PathBuf::from(x).join("workdo");
-    }
-    match non_empty("HOME") {
-        Some(h) => PathBuf::from(h).join(".local/share/workdo"),
-        None => PathBuf::from(".workdo"),
-    }
-}
-
 /// Run a parsed command, writing its output to `out`.
 ///
 /// # Errors
@@ -432,6 +429,7 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
     match cli.command {
         Command::Migrate => writeln!(out, "migrations applied")?,
         Command::Templates(cmd) => templates::run(&store, cmd, json, out).await?,
+        Command::Functions(cmd) => functions::run(&store, cmd, json, out).await?,
         Command::Objects(ObjectsCmd::Add {
             id,
             from,
@@ -552,7 +550,11 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
             filter,
             all,
         } => steps::prioritize(&store, priority, &filter, all, json, out).await?,
-        Command::Retry { filter, again } => steps::retry(&store, &filter, again, json, out).await?,
+        Command::Retry {
+            filter,
+            again,
+            current_functions,
+        } => steps::retry(&store, &filter, (again, current_functions), json, out).await?,
         Command::Skip(filter) => steps::skip(&store, &filter, json, out).await?,
         Command::Pause { step, reason } => {
             steps::pause(&store, step.as_deref(), reason.as_deref(), json, out).await?

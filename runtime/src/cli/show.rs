@@ -79,6 +79,18 @@ pub(super) async fn object(
                     ]
                 }),
             )?;
+            for f in &w.functions {
+                match (f.version, &f.sha256) {
+                    (Some(v), Some(sha)) => writeln!(
+                        o,
+                        "  {} runs {} version {v} (sha256 {})",
+                        f.step,
+                        f.name,
+                        sha.get(..12).unwrap_or_default()
+                    )?,
+                    _ => writeln!(o, "  {} runs {} (not deployed)", f.step, f.name)?,
+                }
+            }
         }
         for w in &view.workflows {
             dispatch_lines(o, &w.workflow.template, &w.workflow.dispatch)?;

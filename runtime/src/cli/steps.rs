@@ -216,22 +216,34 @@ pub(super) async fn prioritize(
 pub(super) async fn retry(
     store: &Store,
     filter: &FilterArgs,
-    again: bool,
+    (again, current_functions): (bool, bool),
     json: bool,
     out: &mut impl Write,
 ) -> Result<()> {
     let f = known_filter(store, filter).await?;
-    let n = if again {
-        if f.objects.is_empty() && f.template.is_none() && f.step.is_none() && f.property.is_none()
-        {
-            bail!("retry --again needs at least one of --object, --template, --step or --property");
-        }
-        store.steps_again(&f, &actor()).await?
-    } else {
-        store.steps_retry(&f, &actor()).await?
+    if again
+        && f.objects.is_empty()
+        && f.template.is_none()
+        && f.step.is_none()
+        && f.property.is_none()
+    {
+        bail!("retry --again needs at least one of --object, --template, --step or --property");
+    }
+    let (n, moved) = match (again, current_functions) {
+        (_, true) => store.steps_retry_current(&f, again, &actor()).await?,
+        (true, false) => (store.steps_again(&f, &actor()).await?, 0),
+        (false, false) => (store.steps_retry(&f, &actor()).await?, 0),
     };
-    Ok(emit(out, json, &serde_json::json!({"steps": n}), |o| {
-        writeln!(o, "{n} steps put back in the queue")
+    let said = serde_json::json!({"steps": n, "pins_moved": moved});
+    Ok(emit(out, json, &said, |o| {
+        writeln!(o, "{n} steps put back in the queue")?;
+        if current_functions {
+            writeln!(
+                o,
+                "{moved} workflow function pin(s) moved to the current version"
+            )?;
+        }
+        Ok(())
     })?)
 }
 

@@ -29,6 +29,7 @@ fn runtime_config(args: &RuntimeArgs, demo: bool) -> Result<runtime::Config> {
         completers: args.completers as usize,
         commit_batch: args.commit_batch as usize,
         commit_within: args.commit_within,
+        function_cache: args.function_cache.clone(),
         ..Default::default()
     };
     config.backoff.base = args.retry_base.unwrap_or(if demo {
@@ -221,11 +222,11 @@ pub(super) async fn up(
         .env
         .entry("WORKDO_WORKSPACE".into())
         .or_insert_with(|| workspace.display().to_string());
-    // The demo templates, loaded as `templates load` would.
+    // The demo templates, loaded as `templates load` would, their functions deployed first.
     let files = super::files::find_files(&args.templates)
         .with_context(|| format!("cannot read {}", args.templates.display()))?;
     for f in files {
-        let loaded = super::files::parse_file(&f)?;
+        let loaded = deployed_demo(store, super::files::parse_file(&f)?).await?;
         store.template_save(&loaded).await?;
     }
     let bindings = runtime::bindings(store, &[]).await?;
@@ -389,6 +390,81 @@ pub(super) async fn worker(
     config.only = Some(steps);
     config.queue = named;
     run_until_signal(store, config, bindings).await
+}
+
+/// A demo template whose steps run programs shipped next to the `workdo` executable (the demo's
+/// function binaries), with those programs deployed (`workdo functions deploy NAME PATH`) and
+/// the template naming them `deployed:` instead: the first run a newcomer sees runs deployed
+/// functions, fetched into the cache as any worker host would. Deploying the same binary again
+/// makes no new version.
+async fn deployed_demo(
+    store: &Store,
+    loaded: crate::model::template::Loaded,
+) -> Result<crate::model::template::Loaded> {
+    use crate::model::template::{Format, Runner};
+    let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(std::path::Path::to_path_buf))
+    else {
+        return Ok(loaded);
+    };
+    let mut names: Vec<String> = Vec::new();
+    for f in loaded.template.functions() {
+        if let Runner::Exec { argv } | Runner::Warm { argv, .. } = &f.runner
+            && argv.len() == 1
+            && !argv[0].contains('/')
+            && dir.join(&argv[0]).is_file()
+            && !names.contains(&argv[0])
+        {
+            names.push(argv[0].clone());
+        }
+    }
+    if names.is_empty() {
+        return Ok(loaded);
+    }
+    for name in &names {
+        let bytes = std::fs::read(dir.join(name))
+            .with_context(|| format!("reading the demo function {name}"))?;
+        let art = crate::store::functions::NewArtifact {
+            bytes: &bytes,
+            archive: false,
+            entry: None,
+            note: Some("the demo's function, deployed by up --demo"),
+            max: crate::artifact::DEFAULT_MAX_BYTES,
+        };
+        store.function_deploy(name, &art, "demo").await?;
+    }
+    let mut source = String::with_capacity(loaded.source.len());
+    for line in loaded.source.lines() {
+        let indent = &line[..line.len() - line.trim_start().len()];
+        let mut out = line.to_string();
+        for name in &names {
+            match loaded.format {
+                Format::Xml => {
+                    out = out
+                        .replace(&format!("exec=\"{name}\""), &format!("deployed=\"{name}\""))
+                        .replace(
+                            &format!("warm=\"{name}\""),
+                            &format!("deployed=\"{name}\" mode=\"warm\""),
+                        );
+                }
+                Format::Yaml => {
+                    if line.trim() == format!("exec: {name}") {
+                        out = format!("{indent}deployed: {name}");
+                    } else if line.trim() == format!("warm: {name}") {
+                        out = format!("{indent}deployed: {name}\n{indent}mode: warm");
+                    }
+                }
+            }
+        }
+        source.push_str(&out);
+        source.push('\n');
+    }
+    Ok(crate::model::template::parse(
+        &loaded.origin,
+        loaded.format,
+        &source,
+    )?)
 }
 
 #[cfg(test)]

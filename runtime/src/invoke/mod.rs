@@ -80,6 +80,9 @@ pub enum Invoker {
         client: reqwest::Client,
     },
     Builtin(fn(&Event) -> Outcome),
+    /// A function that cannot be had (a deployed function not fetched, a version not found):
+    /// every call fails saying why, and is retried under its step's attempts.
+    Fails(String),
 }
 
 impl Invoker {
@@ -117,6 +120,14 @@ impl Invoker {
             Runner::Builtin { name } => Invoker::Builtin(builtin(name).ok_or_else(|| {
                 InvokeError::new(format!("no builtin function {name:?}"), String::new())
             })?),
+            // Which version runs is the step's workflow's pin: the worker resolves it per call
+            // (runtime/functions.rs) into an exec or warm runner of the cached file.
+            Runner::Deployed { name, .. } => {
+                return Err(InvokeError::new(
+                    format!("deployed function {name} is resolved per call, not prepared once"),
+                    String::new(),
+                ));
+            }
         })
     }
 
@@ -127,6 +138,7 @@ impl Invoker {
             Invoker::Warm(pool) => pool.invoke(event, timeout).await,
             Invoker::Http { url, client } => http::call(client, url, event, timeout).await,
             Invoker::Builtin(f) => Ok(f(event)),
+            Invoker::Fails(why) => Err(InvokeError::new(why.clone(), String::new())),
         }
     }
 
@@ -137,6 +149,7 @@ impl Invoker {
             Invoker::Warm(_) => "warm",
             Invoker::Http { .. } => "http",
             Invoker::Builtin(_) => "builtin",
+            Invoker::Fails(_) => "unavailable",
         }
     }
 

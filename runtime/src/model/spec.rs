@@ -94,7 +94,7 @@ pub struct FunctionSpec {
     pub documents: Vec<String>,
 }
 
-/// The three ways to run a function.
+/// The ways to run a function.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Runner {
@@ -112,10 +112,77 @@ pub enum Runner {
     Http { url: String },
     /// A handler compiled into the runtime (benchmarks and tests).
     Builtin { name: String },
+    /// A function deployed with `workdo functions deploy`: stored in Postgres, fetched by each
+    /// worker into its cache, and run as an exec function or, with `warm`, as a warm pool.
+    Deployed {
+        name: String,
+        /// A fixed version (`deployed: shelve@3`); without one, the version that was current
+        /// when the step's workflow started (its pin).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        version: Option<u32>,
+        /// `mode: warm`: a pool of `pool` processes with up to `pipeline` calls each.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        warm: Option<WarmShape>,
+    },
+}
+
+/// A warm pool's size and each process's pipeline depth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarmShape {
+    pub pool: u32,
+    #[serde(default = "one")]
+    pub pipeline: u32,
 }
 
 fn one() -> u32 {
     1
+}
+
+/// `shelve` or `shelve@3`: a deployed function's name and, when fixed, its version.
+///
+/// # Errors
+/// A name that is not one (letters, digits, `.`, `_`, `-`; 100 at most, first a letter or
+/// digit) or a version that is not a whole number from 1.
+pub fn parse_deployed(text: &str) -> Result<(String, Option<u32>), String> {
+    let text = text.trim();
+    let (name, version) = match text.rsplit_once('@') {
+        Some((n, v)) => match v.parse::<u32>() {
+            Ok(v) if v >= 1 => (n, Some(v)),
+            _ => {
+                return Err(format!(
+                    "{text:?}: the version after @ must be a whole number from 1"
+                ));
+            }
+        },
+        None => (text, None),
+    };
+    check_function_name(name)?;
+    Ok((name.to_string(), version))
+}
+
+/// Whether `name` may name a deployed function: 1–100 of letters, digits, `.`, `_` and `-`,
+/// starting with a letter or digit (what `workdo.functions` checks too).
+///
+/// # Errors
+/// Saying what is wrong with it.
+pub fn check_function_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 100
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a function name: 1 to 100 letters, digits, '.', '_' or '-', \
+             starting with a letter or digit"
+        ))
+    }
 }
 
 impl Runner {
@@ -125,7 +192,11 @@ impl Runner {
     /// per process when that is deeper.
     pub fn default_concurrency(&self) -> u32 {
         match self {
-            Runner::Warm { pool, pipeline, .. } => pool.saturating_mul((*pipeline).max(4)).max(1),
+            Runner::Warm { pool, pipeline, .. }
+            | Runner::Deployed {
+                warm: Some(WarmShape { pool, pipeline }),
+                ..
+            } => pool.saturating_mul((*pipeline).max(4)).max(1),
             _ => 1,
         }
     }

@@ -11,6 +11,7 @@ use crate::model::outcome::InvokeError;
 use crate::model::outcome::{Event, Outcome, PROTOCOL};
 use crate::model::retry::{Decision, decide};
 use crate::model::status::Status;
+use crate::store::functions::FunctionPin;
 use crate::store::{Change, Claimed, Dispatch, Effects, StepInputs, StepResult, WorkflowToStart};
 
 /// Call the function for one claimed step and decide its result (nothing is written yet).
@@ -21,6 +22,7 @@ pub(crate) async fn execute(
     c: &Claimed,
     input: StepInputs,
     timeout: Duration,
+    deployed: Option<&FunctionPin>,
 ) -> StepResult {
     // An observer's document, as the step found it (its function may replace it).
     let observed_document = binding
@@ -43,7 +45,15 @@ pub(crate) async fn execute(
             workdo.attempt = c.attempts,
             workdo.lane = %c.lane,
             workdo.status = tracing::field::Empty,
+            workdo.function.name = tracing::field::Empty,
+            workdo.function.version = tracing::field::Empty,
+            workdo.function.sha256 = tracing::field::Empty,
         );
+        if let Some(p) = deployed {
+            step_span.record("workdo.function.name", p.name.as_str());
+            step_span.record("workdo.function.version", p.version);
+            step_span.record("workdo.function.sha256", p.sha256.as_str());
+        }
         if let Some(tp) = &event.traceparent {
             crate::telemetry::set_parent(&step_span, tp);
         }
@@ -143,6 +153,13 @@ pub(crate) async fn execute(
     }
     let answered = outcome.as_ref().ok().and_then(|o| o.signal.clone());
     let mut result = result_of(c, config, &decision, outcome);
+    // The deployed version that ran, in the step's completed/failed event.
+    if let (Some(p), Some(detail)) = (deployed, result.change.detail.as_object_mut()) {
+        detail.insert(
+            "function".into(),
+            serde_json::json!({"name": p.name, "version": p.version, "sha256": p.sha256}),
+        );
+    }
     // Each failure is worth a line at `info`: an operator reading the log sees what broke.
     let message = result.change.error_message.as_deref().unwrap_or_default();
     match &status {

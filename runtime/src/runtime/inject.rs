@@ -4,7 +4,10 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use super::execute::execute;
+use super::functions::StepFunctions;
 use super::{Binding, Config, WorkerError};
 use crate::invoke::Invoker;
 use crate::store::{Claimed, StepResult, Store};
@@ -21,8 +24,15 @@ pub async fn run_now(
     config: &Config,
     objects: &[String],
 ) -> Result<Vec<(Claimed, StepResult)>, WorkerError> {
-    let invoker = Invoker::new(&binding.function, &config.function_env())
-        .map_err(|e| WorkerError::Function(binding.key(), e))?;
+    // Each step runs its own workflow's version and pins, as under a worker.
+    let cache = Arc::new(super::open_function_cache(config)?);
+    let functions = StepFunctions::new(
+        store.clone(),
+        cache,
+        config.function_env(),
+        Arc::new(binding.clone()),
+    )
+    .map_err(|e| WorkerError::Function(binding.key(), e))?;
     let timeout = Duration::from_secs_f64(binding.function.timeout_secs);
     let mut claimed = store
         .step_claim_objects(
@@ -36,12 +46,43 @@ pub async fn run_now(
     let mut inputs = store
         .step_inputs(&mut claimed, &binding.function.documents)
         .await?;
+    let mut resolved = match functions.fixed() {
+        Some(_) => Default::default(),
+        None => functions.resolve(&claimed).await,
+    };
     let mut results = Vec::new();
     for c in &claimed {
         let input = inputs.remove(&c.id).unwrap_or_default();
-        results.push(execute(&invoker, binding, config, c, input, timeout).await);
+        let (invoker, timeout, deployed) = match (functions.fixed(), resolved.remove(&c.id)) {
+            (_, Some(Ok(r))) => (
+                r.invoker,
+                Duration::from_secs_f64(r.function.timeout_secs),
+                r.deployed,
+            ),
+            (Some(own), None) => (Arc::clone(own), timeout, None),
+            (_, Some(Err(why))) => (Arc::new(Invoker::Fails(why)), timeout, None),
+            (None, None) => (
+                Arc::new(Invoker::Fails(
+                    "no function was resolved for this step".into(),
+                )),
+                timeout,
+                None,
+            ),
+        };
+        results.push(
+            execute(
+                &invoker,
+                binding,
+                config,
+                c,
+                input,
+                timeout,
+                deployed.as_ref(),
+            )
+            .await,
+        );
     }
-    invoker.shutdown().await;
+    functions.shutdown().await;
     store
         .results_commit(&results, &format!("cli:run:{}", config.owner))
         .await?;

@@ -9,7 +9,12 @@ use tracing::{info, warn};
 use crate::store::Store;
 
 /// Promote due steps often, sweep expired leases less often.
-pub(super) async fn maintain(store: Store, every: Duration, stop: CancellationToken) {
+pub(super) async fn maintain(
+    store: Store,
+    every: Duration,
+    cache: std::sync::Arc<super::function_cache::FunctionCache>,
+    stop: CancellationToken,
+) {
     let mut tick: u64 = 0;
     loop {
         if let Err(e) = store.steps_promote_due(1000).await {
@@ -36,6 +41,21 @@ pub(super) async fn maintain(store: Store, every: Duration, stop: CancellationTo
                 Ok(0) => {}
                 Ok(n) => info!(steps = n, "expired leases returned to the queue"),
                 Err(e) => warn!(error = %e, "sweeping leases failed"),
+            }
+        }
+        // About once a minute: trim the deployed functions' cache of what nothing pins.
+        if tick.is_multiple_of(300) {
+            match store.functions_hashes_in_use().await {
+                Ok(keep) => {
+                    let cache = std::sync::Arc::clone(&cache);
+                    let gone = tokio::task::spawn_blocking(move || cache.trim(&keep))
+                        .await
+                        .unwrap_or(0);
+                    if gone > 0 {
+                        info!(functions = gone, "function cache trimmed");
+                    }
+                }
+                Err(e) => warn!(error = %e, "reading the functions in use failed"),
             }
         }
         // About once a minute: forget idempotency keys past their day.

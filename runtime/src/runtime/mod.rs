@@ -28,6 +28,8 @@ use tracing::{info, warn};
 pub mod alerts;
 mod completer;
 mod execute;
+pub mod function_cache;
+mod functions;
 pub mod handoff;
 pub mod inject;
 mod leases;
@@ -92,6 +94,11 @@ pub struct Config {
     pub only: Option<Vec<String>>,
     /// `workdo worker --queue NAME`: its step's worker claims only what the queue lists.
     pub queue: Option<crate::store::NamedQueue>,
+    /// Where deployed functions are fetched to (`--function-cache`); `None`:
+    /// [`function_cache::default_dir`].
+    pub function_cache: Option<std::path::PathBuf>,
+    /// The cache's size past which unpinned functions are removed.
+    pub function_cache_limit: u64,
 }
 
 impl Default for Config {
@@ -116,6 +123,8 @@ impl Default for Config {
             handoff: None,
             only: None,
             queue: None,
+            function_cache: None,
+            function_cache_limit: function_cache::DEFAULT_LIMIT_BYTES,
         }
     }
 }
@@ -172,6 +181,11 @@ pub fn with_queue(
 #[derive(Debug, Clone)]
 pub struct Binding {
     pub template: String,
+    /// The template version (its id) whose definition the worker was made from.
+    pub template_id: i64,
+    /// The template has unfinished workflows of other versions: each claimed step runs its
+    /// own version's definition (runtime/functions.rs).
+    pub other_versions: bool,
     pub step: String,
     pub function: FunctionSpec,
     pub batch_limit: Option<u32>,
@@ -217,85 +231,26 @@ pub enum WorkerError {
 pub async fn bindings(store: &Store, only: &[String]) -> Result<Vec<Binding>, WorkerError> {
     let mut out = Vec::new();
     for t in store.template_list().await? {
-        for s in &t.spec.steps {
-            if !s.is_run() {
-                continue;
+        let mut own = template_bindings(store, &t).await?;
+        // A workflow runs the template version it started with: while older versions have
+        // unfinished workflows, each claim looks up its steps' versions (runtime/functions.rs),
+        // and a step a newer version removed keeps a worker for them.
+        let older = store.template_versions_active(&t.name).await?;
+        if !older.is_empty() {
+            for b in &mut own {
+                b.other_versions = true;
             }
-            // An observer or generator with no function of its own is performed by the runtime
-            // alone: a no-op call, then its rules or its composition. An observer's function
-            // gets its document.
-            let mut function = s.function.clone().unwrap_or_else(|| FunctionSpec {
-                runner: crate::model::template::Runner::Builtin {
-                    name: "noop".into(),
-                },
-                // In process and quick: a short lease, so that a crashed runtime's observer
-                // or generator is taken up again soon.
-                timeout_secs: 5.0,
-                concurrency: 32,
-                env: BTreeMap::new(),
-                documents: Vec::new(),
-            });
-            if let Some(o) = &s.observe
-                && !function.documents.contains(&o.document)
-            {
-                function.documents.push(o.document.clone());
-            }
-            out.push(Binding {
-                template: t.name.clone(),
-                step: s.name.clone(),
-                function,
-                batch_limit: s.batch_limit,
-                declared: s.statuses.clone(),
-                observe: s.observe.clone(),
-                generates: s.generate.is_some(),
-                queue: None,
-                machine_call: false,
-                named: None,
-            });
-        }
-        // A machine's function actions, each claimed by its queue.
-        if let Some(m) = &t.spec.machine {
-            for (name, f) in &m.functions {
-                let step = format!("call/{name}");
-                out.push(Binding {
-                    template: t.name.clone(),
-                    queue: Some(format!("{}:{step}", t.name)),
-                    step,
-                    function: f.clone(),
-                    batch_limit: None,
-                    declared: Vec::new(),
-                    observe: None,
-                    generates: false,
-                    machine_call: true,
-                    named: None,
-                });
-            }
-        }
-        // The steps of the bricklets its generators may compose, each claimed by its queue.
-        if t.spec.steps.iter().any(|s| s.generate.is_some()) {
-            let bricklets = store.bricklets_of(&t.spec).await?;
-            for b in bricklets.by_name.values() {
-                for s in &b.steps {
-                    let Some(f) = &s.function else { continue };
-                    if s.skip_queue {
-                        continue;
+            for id in older {
+                let row = store.template_by_id(id).await?;
+                for mut b in template_bindings(store, &row).await? {
+                    if own.iter().all(|o| o.key() != b.key()) {
+                        b.other_versions = true;
+                        own.push(b);
                     }
-                    let step = format!("{}/{}", b.name, s.name);
-                    out.push(Binding {
-                        template: t.name.clone(),
-                        queue: Some(format!("{}:{step}", t.name)),
-                        step,
-                        function: f.clone(),
-                        batch_limit: s.batch_limit,
-                        declared: s.statuses.clone(),
-                        observe: None,
-                        generates: false,
-                        machine_call: false,
-                        named: None,
-                    });
                 }
             }
         }
+        out.extend(own);
     }
     if only.is_empty() {
         return Ok(out);
@@ -319,6 +274,116 @@ pub async fn bindings(store: &Store, only: &[String]) -> Result<Vec<Binding>, Wo
         }
     }
     Ok(chosen)
+}
+
+/// The deployed functions' cache this runtime uses: `--function-cache`, or the default folder.
+fn open_function_cache(config: &Config) -> Result<function_cache::FunctionCache, WorkerError> {
+    let dir = config
+        .function_cache
+        .clone()
+        .unwrap_or_else(function_cache::default_dir);
+    function_cache::FunctionCache::new(dir.clone(), config.function_cache_limit).map_err(|e| {
+        WorkerError::Function(
+            format!("the function cache {}", dir.display()),
+            InvokeError::new(e.to_string(), String::new()),
+        )
+    })
+}
+
+/// The bindings of one template version: its steps with a function (or that observe or
+/// generate), its machine's function actions and the steps of the bricklets its generators may
+/// compose.
+async fn template_bindings(
+    store: &Store,
+    t: &crate::store::TemplateRow,
+) -> Result<Vec<Binding>, WorkerError> {
+    let mut out = Vec::new();
+    for s in &t.spec.steps {
+        if !s.is_run() {
+            continue;
+        }
+        // An observer or generator with no function of its own is performed by the runtime
+        // alone: a no-op call, then its rules or its composition. An observer's function
+        // gets its document.
+        let mut function = s.function.clone().unwrap_or_else(|| FunctionSpec {
+            runner: crate::model::template::Runner::Builtin {
+                name: "noop".into(),
+            },
+            // In process and quick: a short lease, so that a crashed runtime's observer
+            // or generator is taken up again soon.
+            timeout_secs: 5.0,
+            concurrency: 32,
+            env: BTreeMap::new(),
+            documents: Vec::new(),
+        });
+        if let Some(o) = &s.observe
+            && !function.documents.contains(&o.document)
+        {
+            function.documents.push(o.document.clone());
+        }
+        out.push(Binding {
+            template: t.name.clone(),
+            template_id: t.id,
+            other_versions: false,
+            step: s.name.clone(),
+            function,
+            batch_limit: s.batch_limit,
+            declared: s.statuses.clone(),
+            observe: s.observe.clone(),
+            generates: s.generate.is_some(),
+            queue: None,
+            machine_call: false,
+            named: None,
+        });
+    }
+    // A machine's function actions, each claimed by its queue.
+    if let Some(m) = &t.spec.machine {
+        for (name, f) in &m.functions {
+            let step = format!("call/{name}");
+            out.push(Binding {
+                template: t.name.clone(),
+                template_id: t.id,
+                other_versions: false,
+                queue: Some(format!("{}:{step}", t.name)),
+                step,
+                function: f.clone(),
+                batch_limit: None,
+                declared: Vec::new(),
+                observe: None,
+                generates: false,
+                machine_call: true,
+                named: None,
+            });
+        }
+    }
+    // The steps of the bricklets its generators may compose, each claimed by its queue.
+    if t.spec.steps.iter().any(|s| s.generate.is_some()) {
+        let bricklets = store.bricklets_of(&t.spec).await?;
+        for b in bricklets.by_name.values() {
+            for s in &b.steps {
+                let Some(f) = &s.function else { continue };
+                if s.skip_queue {
+                    continue;
+                }
+                let step = format!("{}/{}", b.name, s.name);
+                out.push(Binding {
+                    template: t.name.clone(),
+                    template_id: t.id,
+                    other_versions: false,
+                    queue: Some(format!("{}:{step}", t.name)),
+                    step,
+                    function: f.clone(),
+                    batch_limit: s.batch_limit,
+                    declared: s.statuses.clone(),
+                    observe: None,
+                    generates: false,
+                    machine_call: false,
+                    named: None,
+                });
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Run workers for `bindings` until `shutdown` is cancelled; returns once every claimed step has
@@ -369,9 +434,11 @@ pub async fn run(
         config.poll_interval,
         background.clone(),
     ));
+    let cache = Arc::new(open_function_cache(&config)?);
     let maintenance = tokio::spawn(maintenance::maintain(
         store.clone(),
         config.maintenance_interval,
+        Arc::clone(&cache),
         background.clone(),
     ));
     let scheduler = config
@@ -412,6 +479,7 @@ pub async fn run(
         config,
         results,
         held,
+        cache,
     });
     // The workers follow the templates: started now for `bindings`, and again whenever a
     // template's current version changes (NOTIFY, or the poll when a notification is lost).

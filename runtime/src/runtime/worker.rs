@@ -17,8 +17,8 @@ use tracing::{debug, warn};
 
 use super::completer::Results;
 use super::execute::execute;
+use super::functions::{Resolved, StepFunctions};
 use super::{Binding, Config};
-use crate::invoke::Invoker;
 use crate::model::status::Status;
 use crate::store::{Change, Claimed, Effects, StepInputs, StepResult, Store, StoreError};
 
@@ -28,6 +28,8 @@ pub(super) struct Shared {
     pub(super) config: Config,
     pub(super) results: Results,
     pub(super) held: Arc<super::leases::Held>,
+    /// Deployed functions fetched for this host.
+    pub(super) cache: Arc<super::function_cache::FunctionCache>,
 }
 
 /// How one claim ended, handed back to the worker loop with the slots it took.
@@ -37,8 +39,12 @@ struct Claim {
 }
 
 enum Outcome {
-    /// Steps leased and their inputs read: call them.
-    Claimed(Vec<Claimed>, HashMap<i64, StepInputs>),
+    /// Steps leased, their inputs read and, where it varies, what each runs: call them.
+    Claimed(
+        Vec<Claimed>,
+        HashMap<i64, StepInputs>,
+        HashMap<i64, Result<Resolved, String>>,
+    ),
     /// The claim failed (and was reported); claim again after the poll interval.
     Failed,
 }
@@ -61,8 +67,8 @@ fn claims_at_once(batch: usize, concurrency: usize) -> usize {
 /// One worker loop for one template step.
 pub(super) async fn work(
     shared: Arc<Shared>,
-    binding: Binding,
-    invoker: Arc<Invoker>,
+    binding: Arc<Binding>,
+    functions: Arc<StepFunctions>,
     notify: Arc<Notify>,
     shutdown: CancellationToken,
 ) {
@@ -77,7 +83,6 @@ pub(super) async fn work(
     let inflight: Arc<Mutex<HashMap<i64, Claimed>>> = Arc::default();
     let mut calls = JoinSet::new();
     let mut claims: JoinSet<Claim> = JoinSet::new();
-    let binding = Arc::new(binding);
     // Not claiming until this instant; `true`: or until a NOTIFY says there is work.
     let mut paused: Option<(tokio::time::Instant, bool)> = None;
     // Claims in flight allowed now: one until a claim comes back full (an idle worker woken by
@@ -105,7 +110,7 @@ pub(super) async fn work(
                         allowed = 1;
                         paused = Some((tokio::time::Instant::now() + cfg.poll_interval, false));
                     }
-                    Outcome::Claimed(claimed, inputs) => {
+                    Outcome::Claimed(claimed, inputs, resolved) => {
                         // Fewer ready steps than free slots (none at all, often): the queue is
                         // empty now. Claim again once a commit makes steps of this step ready
                         // (its NOTIFY; one that arrived meanwhile is kept by `notify` and wakes
@@ -119,8 +124,8 @@ pub(super) async fn work(
                         } else {
                             allowed = at_once;
                         }
-                        let call = Call { shared: &shared, binding: &binding, invoker: &invoker, inflight: &inflight, timeout };
-                        call.spawn(&mut calls, claimed, inputs, permits);
+                        let call = Call { shared: &shared, binding: &binding, functions: &functions, inflight: &inflight, timeout };
+                        call.spawn(&mut calls, claimed, (inputs, resolved), permits);
                     }
                 }
             }
@@ -138,6 +143,7 @@ pub(super) async fn work(
                 claims.spawn(claim_and_read(
                     Arc::clone(&shared),
                     Arc::clone(&binding),
+                    Arc::clone(&functions),
                     permits,
                     (lease, shutdown.clone()),
                 ));
@@ -147,7 +153,7 @@ pub(super) async fn work(
     // Claims in flight at shutdown are let finish, and what they took goes back uncalled.
     while let Some(done) = claims.join_next().await {
         if let Ok(Claim {
-            outcome: Outcome::Claimed(claimed, _),
+            outcome: Outcome::Claimed(claimed, _, _),
             ..
         }) = done
         {
@@ -155,14 +161,14 @@ pub(super) async fn work(
         }
     }
     drain(&shared, calls, &inflight).await;
-    invoker.shutdown().await;
+    functions.shutdown().await;
 }
 
 /// What a claim's calls need of their worker.
 struct Call<'a> {
     shared: &'a Arc<Shared>,
     binding: &'a Arc<Binding>,
-    invoker: &'a Arc<Invoker>,
+    functions: &'a Arc<StepFunctions>,
     inflight: &'a Arc<Mutex<HashMap<i64, Claimed>>>,
     timeout: Duration,
 }
@@ -174,7 +180,10 @@ impl Call<'_> {
         &self,
         calls: &mut JoinSet<()>,
         claimed: Vec<Claimed>,
-        mut inputs: HashMap<i64, StepInputs>,
+        (mut inputs, mut resolved): (
+            HashMap<i64, StepInputs>,
+            HashMap<i64, Result<Resolved, String>>,
+        ),
         permits: Vec<OwnedSemaphorePermit>,
     ) {
         if let Ok(mut f) = self.inflight.lock() {
@@ -183,12 +192,42 @@ impl Call<'_> {
         for (c, permit) in claimed.into_iter().zip(permits) {
             let input = inputs.remove(&c.id).unwrap_or_default();
             let shared = Arc::clone(self.shared);
-            let invoker = Arc::clone(self.invoker);
             let binding = Arc::clone(self.binding);
             let inflight = Arc::clone(self.inflight);
-            let timeout = self.timeout;
+            // The worker's own function, or what this step's version and pin say it runs; a
+            // function that cannot be had fails the call, saying why.
+            let (invoker, timeout, deployed) =
+                match (self.functions.fixed(), resolved.remove(&c.id)) {
+                    (_, Some(Ok(r))) => (
+                        r.invoker,
+                        Duration::from_secs_f64(r.function.timeout_secs),
+                        r.deployed,
+                    ),
+                    (_, Some(Err(why))) => (
+                        Arc::new(crate::invoke::Invoker::Fails(why)),
+                        self.timeout,
+                        None,
+                    ),
+                    (Some(own), None) => (Arc::clone(own), self.timeout, None),
+                    (None, None) => (
+                        Arc::new(crate::invoke::Invoker::Fails(
+                            "no function was resolved for this step".into(),
+                        )),
+                        self.timeout,
+                        None,
+                    ),
+                };
             calls.spawn(async move {
-                let result = execute(&invoker, &binding, &shared.config, &c, input, timeout).await;
+                let result = execute(
+                    &invoker,
+                    &binding,
+                    &shared.config,
+                    &c,
+                    input,
+                    timeout,
+                    deployed.as_ref(),
+                )
+                .await;
                 shared.results.finish(result).await;
                 if let Ok(mut f) = inflight.lock()
                     && f.get(&c.id)
@@ -225,6 +264,7 @@ async fn sleep_until(until: Option<tokio::time::Instant>) {
 async fn claim_and_read(
     shared: Arc<Shared>,
     binding: Arc<Binding>,
+    functions: Arc<StepFunctions>,
     permits: Vec<OwnedSemaphorePermit>,
     (lease, shutdown): (Duration, CancellationToken),
 ) -> Claim {
@@ -233,7 +273,7 @@ async fn claim_and_read(
     if shutdown.is_cancelled() {
         return Claim {
             permits,
-            outcome: Outcome::Claimed(Vec::new(), HashMap::new()),
+            outcome: Outcome::Claimed(Vec::new(), HashMap::new(), HashMap::new()),
         };
     }
     let claim = claim(&shared, &binding, permits.len(), lease).await;
@@ -262,10 +302,17 @@ async fn claim_and_read(
         .step_inputs(&mut claimed, &binding.function.documents)
         .await
     {
-        Ok(inputs) => Claim {
-            permits,
-            outcome: Outcome::Claimed(claimed, inputs),
-        },
+        Ok(inputs) => {
+            let resolved = if functions.fixed().is_some() {
+                HashMap::new()
+            } else {
+                functions.resolve(&claimed).await
+            };
+            Claim {
+                permits,
+                outcome: Outcome::Claimed(claimed, inputs, resolved),
+            }
+        }
         Err(e) => {
             // Never call a function without what it asked for: give the steps back (their
             // attempts too) and try again after the poll interval.

@@ -13,9 +13,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
 use super::Binding;
+use super::functions::StepFunctions;
 use super::listener::Notifies;
 use super::worker::{self, Shared};
-use crate::invoke::Invoker;
 
 struct Running {
     /// What the worker was started from; a different one means a new worker.
@@ -80,8 +80,14 @@ impl WorkerSet {
             if self.running.contains_key(&key) {
                 continue;
             }
-            let invoker = match Invoker::new(&b.function, &env) {
-                Ok(i) => Arc::new(i),
+            let b = Arc::new(b);
+            let functions = match StepFunctions::new(
+                self.shared.store.clone(),
+                Arc::clone(&self.shared.cache),
+                env.clone(),
+                Arc::clone(&b),
+            ) {
+                Ok(f) => Arc::new(f),
                 Err(e) => {
                     error!(step = %key, error = %e,
                         "this step's function cannot run here; its steps wait in the queue");
@@ -105,7 +111,7 @@ impl WorkerSet {
             self.tasks.spawn(worker::work(
                 Arc::clone(&self.shared),
                 b,
-                invoker,
+                functions,
                 notify,
                 stop.clone(),
             ));

@@ -60,6 +60,32 @@ impl Store {
         self.bulk_of(filter, true, actor, retried).await
     }
 
+    /// [`Store::steps_retry`] (or with `again`, [`Store::steps_again`]) that also moves each
+    /// retried step's workflow to the versions of its deployed function current now (`retry
+    /// --current-functions`: fix the function, deploy it, retry), recording each move in the
+    /// workflow's history, in the same transaction. Returns the steps retried and the pins moved.
+    pub async fn steps_retry_current(
+        &self,
+        filter: &StepFilter,
+        again: bool,
+        actor: &str,
+    ) -> Result<(usize, u64)> {
+        let mut f = filter.clone();
+        if f.status.is_none() && !again {
+            f.status = Some("error".into());
+        }
+        let mut tx = self.pool.begin().await?;
+        let ids = matching_ids(&mut tx, &f, again).await?;
+        let moved = self.functions_repin_steps_in(&mut tx, &ids, actor).await?;
+        let changes: Vec<Change> = ids.into_iter().map(retried).collect();
+        let n = Self::steps_apply(&mut tx, &changes, actor)
+            .await?
+            .changed
+            .len();
+        tx.commit().await?;
+        Ok((n, moved))
+    }
+
     /// Skip every unfinished step matching `filter`. Returns how many.
     pub async fn steps_skip(&self, filter: &StepFilter, actor: &str) -> Result<usize> {
         self.bulk(filter, actor, |id| {

@@ -312,13 +312,13 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, DbError>
         Ping::AfterIdle,
         SESSION_SETTINGS.to_string(),
     )
-        .acquire_timeout(Duration::from_secs(30))
-        .connect_with(opts)
-        .await
-        .map_err(|source| DbError::Connect {
-            url: redact(url),
-            cause: source,
-        })?;
+    .acquire_timeout(Duration::from_secs(30))
+    .connect_with(opts)
+    .await
+    .map_err(|source| DbError::Connect {
+        url: redact(url),
+        cause: source,
+    })?;
     if hosts.followed() {
         tokio::spawn(hosts::follow(
             pool.clone(),

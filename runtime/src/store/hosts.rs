@@ -64,8 +64,11 @@ impl Hosts {
         // sqlx has no use for it and logs an unknown parameter with its value: refused here,
         // before the URL reaches sqlx, so the key's password is never written anywhere.
         if query.is_some_and(|q| {
-            q.split('&')
-                .any(|kv| kv.split('=').next().is_some_and(|k| k.eq_ignore_ascii_case("sslpassword")))
+            q.split('&').any(|kv| {
+                kv.split('=')
+                    .next()
+                    .is_some_and(|k| k.eq_ignore_ascii_case("sslpassword"))
+            })
         }) {
             return Err(invalid(
                 "sslpassword is not supported (an encrypted client key cannot be opened); give \

@@ -292,6 +292,7 @@ impl Store {
         .bind(id)
         .fetch_optional(&mut *tx)
         .await?;
+        Self::functions_unpin_in(&mut tx, &[id]).await?;
         let Some((object, template, version)) = row else {
             return Err(StoreError::Invalid {
                 field: "workflow",
@@ -475,6 +476,7 @@ impl Store {
             .execute(&mut *tx)
             .await?
             .rows_affected();
+        Self::functions_unpin_in(&mut tx, &ids).await?;
         tx.commit().await?;
         Ok(Archived {
             workflows,

@@ -18,6 +18,8 @@ pub mod db;
 mod demo;
 mod dispatch;
 mod events;
+mod function_pins;
+pub mod functions;
 mod handoff;
 pub mod hosts;
 mod housekeeping;
@@ -138,6 +140,22 @@ pub enum StoreError {
     TransitionRolledBack(String),
     #[error("{0}")]
     Schedule(String),
+    #[error("no deployed function {0} (workdo functions list)")]
+    UnknownFunction(String),
+    #[error(
+        "function {name} is pinned by {total} unfinished workflow(s) ({}); let them finish, \
+         retry them with --current-functions onto another function, or delete them first",
+        shown_ids(.workflows, *.total)
+    )]
+    FunctionInUse {
+        name: String,
+        workflows: Vec<i64>,
+        total: i64,
+    },
+    #[error("{0}")]
+    BadArtifact(String),
+    #[error("{0}")]
+    FunctionConflict(String),
     #[error("stored template {0} cannot be read: {1}")]
     CorruptTemplate(String, serde_json::Error),
     #[error(transparent)]
@@ -145,6 +163,17 @@ pub enum StoreError {
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Workflow ids for a message: the first few, and how many more.
+fn shown_ids(ids: &[i64], total: i64) -> String {
+    let list: Vec<String> = ids.iter().map(|i| format!("workflow {i}")).collect();
+    let more = total - ids.len() as i64;
+    if more > 0 {
+        format!("{} and {more} more", list.join(", "))
+    } else {
+        list.join(", ")
+    }
+}
 
 /// [`StoreError::UnknownStep`]'s words; an empty template means none was named.
 fn unknown_step(template: &str, step: &str) -> String {

@@ -63,6 +63,9 @@ pub struct WorkflowView {
     /// A machine job's state, variables, accepted signals, alarms, children and parent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub machine: Option<super::MachineView>,
+    /// The deployed function each step runs: its version and hash, as the workflow pinned them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub functions: Vec<super::functions::StepFunction>,
 }
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
@@ -143,12 +146,14 @@ impl Store {
         .await?;
         let mut views = Vec::with_capacity(workflows.len());
         for w in workflows {
+            let steps: Vec<StepRow> = steps
+                .iter()
+                .filter(|s| s.workflow_id == w.id)
+                .cloned()
+                .collect();
             views.push(WorkflowView {
-                steps: steps
-                    .iter()
-                    .filter(|s| s.workflow_id == w.id)
-                    .cloned()
-                    .collect(),
+                functions: self.workflow_step_functions(&w, &steps).await?,
+                steps,
                 machine: self.machine_view(w.id).await?,
                 workflow: w,
             });
@@ -431,15 +436,18 @@ impl Store {
             value: id.to_string(),
             reason: "no such workflow",
         })?;
-        let steps = sqlx::query_as("select * from workdo.steps where workflow_id = $1 order by id")
-            .bind(id)
-            .fetch_all(&self.pool)
-            .await?;
+        let steps: Vec<StepRow> =
+            sqlx::query_as("select * from workdo.steps where workflow_id = $1 order by id")
+                .bind(id)
+                .fetch_all(&self.pool)
+                .await?;
         let machine = self.machine_view(workflow.id).await?;
+        let functions = self.workflow_step_functions(&workflow, &steps).await?;
         Ok(WorkflowView {
             workflow,
             steps,
             machine,
+            functions,
         })
     }
 

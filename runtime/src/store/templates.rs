@@ -309,6 +309,41 @@ async fn schedules_in(
 }
 
 /// [`Store::template_save`]'s writes, in the caller's transaction.
+/// Refuse a template naming a deployed function (or a fixed version of one) that nobody
+/// deployed, with the line that names it: its steps would only ever fail.
+async fn undeployed(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, loaded: &Loaded) -> Result<()> {
+    for (name, version) in loaded.template.deployed_functions() {
+        let found: bool = sqlx::query_scalar(
+            "select case when $2::int is null
+                         then exists (select 1 from workdo.function_current where name = $1)
+                         else exists (select 1 from workdo.functions where name = $1 and version = $2)
+                    end",
+        )
+        .bind(&name)
+        .bind(version.map(|v| v as i32))
+        .fetch_one(&mut **tx)
+        .await?;
+        if found {
+            continue;
+        }
+        let named = match version {
+            Some(v) => format!("{name}@{v}"),
+            None => name.clone(),
+        };
+        let line = loaded
+            .source
+            .lines()
+            .position(|l| l.contains("deployed") && l.contains(name.as_str()))
+            .map(|i| format!("line {}: ", i + 1))
+            .unwrap_or_default();
+        return Err(StoreError::BadArtifact(format!(
+            "{line}deployed: no function {named:?} is deployed (workdo functions deploy {name} PATH, \
+             then load this again)"
+        )));
+    }
+    Ok(())
+}
+
 async fn save_in(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     loaded: &Loaded,
@@ -316,6 +351,7 @@ async fn save_in(
     let spec = serde_json::to_value(&loaded.template)
         .map_err(|e| StoreError::CorruptTemplate(loaded.template.name.clone(), e))?;
     lock_name(tx, &loaded.template.name).await?;
+    undeployed(tx, loaded).await?;
     // A name is a template or a bricklet, never both.
     let other: Option<String> = sqlx::query_scalar(
         "select kind from workdo.templates where name = $1 and is_current and kind <> $2",

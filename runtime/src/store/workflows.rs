@@ -226,6 +226,17 @@ impl Store {
             ready.add(&req.template, &started.ready);
             out.push(started);
         }
+        // Each new workflow runs the deployed functions current now, whatever comes later.
+        let deployed: Vec<String> = template
+            .spec
+            .deployed_functions()
+            .into_iter()
+            .filter_map(|(name, fixed)| fixed.is_none().then_some(name))
+            .collect();
+        if !deployed.is_empty() {
+            let ids: Vec<i64> = out.iter().map(|s| s.workflow_id).collect();
+            Self::functions_pin_in(tx, &ids, &deployed).await?;
+        }
         if template.spec.machine.is_some() {
             for s in &out {
                 self.machine_started(tx, &mut events, &mut ready, s.workflow_id, &template.spec)
@@ -315,6 +326,9 @@ async fn start_one(
     .bind(version)
     .fetch_optional(&mut **tx)
     .await?;
+    if let Some(old) = replaced {
+        Store::functions_unpin_in(tx, &[old]).await?;
+    }
 
     let mut started = insert_workflows(
         tx,
@@ -361,6 +375,7 @@ impl Store {
         // The milestones those workflows' steps reached go with them (the workflow service
         // computes a lifecycle from the step rows a delete removes); the events keep the story.
         let ids: Vec<i64> = deleted.iter().map(|(id, _, _)| *id).collect();
+        Self::functions_unpin_in(&mut tx, &ids).await?;
         sqlx::query("delete from workdo.milestones where workflow_id = any($1)")
             .bind(&ids)
             .execute(&mut *tx)

@@ -75,6 +75,15 @@ pub(super) async fn act(State(s): State<AppState>, headers: HeaderMap, body: Str
             )
         }
         Some("skip") => (s.store.steps_skip(&chosen, &who).await, "Skipped".into()),
+        // "on today's functions": the retried steps' workflows move to the deployed
+        // functions' current versions (retry --current-functions).
+        _ if field(&pairs, "current_functions").is_some() => (
+            s.store
+                .steps_retry_current(&chosen, false, &who)
+                .await
+                .map(|(n, _)| n),
+            "Retried on today's functions".into(),
+        ),
         _ => (s.store.steps_retry(&chosen, &who).await, "Retried".into()),
     };
     let changed = match done {

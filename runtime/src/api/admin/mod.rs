@@ -22,6 +22,7 @@ mod actions;
 mod archive;
 mod documents;
 mod draw;
+mod functions;
 mod history;
 mod layout;
 mod machine;
@@ -54,6 +55,8 @@ pub fn router() -> Router<AppState> {
         .route("/ui/timings", get(reports::timings))
         .route("/ui/schedules", get(reports::schedules_alerts))
         .route("/ui/schedules/act", post(reports::schedule_act))
+        .route("/ui/functions", get(functions::functions))
+        .route("/ui/functions/rollback", post(functions::rollback))
         .route("/ui/app.css", get(stylesheet))
         .route("/ui/app.js", get(script))
         .layer(axum::middleware::from_fn(guard))
@@ -246,6 +249,7 @@ pub(super) fn page(title: &str, v: Option<&Viewer>, body: Markup) -> Html<String
                             a href="/ui/errors" { "errors" } " "
                             a href="/ui/templates" { "templates" } " "
                             a href="/ui/timings" { "timings" } " "
+                            a href="/ui/functions" { "functions" } " "
                             a href="/ui/schedules" { "schedules and alerts" }
                         }
                         (search::form(""))

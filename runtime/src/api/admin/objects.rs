@@ -152,7 +152,11 @@ pub(super) async fn object(
                 }
                 @if !w.steps.is_empty() {
                     table {
-                        (head(&["step", "status", "#attempts", "note / error"]))
+                        @if w.functions.is_empty() {
+                            (head(&["step", "status", "#attempts", "note / error"]))
+                        } @else {
+                            (head(&["step", "status", "#attempts", "note / error", "function"]))
+                        }
                         tbody {
                             @for st in &w.steps {
                                 tr {
@@ -160,6 +164,16 @@ pub(super) async fn object(
                                     td class=(st.status) { (st.status) }
                                     td.n { (st.attempts) "/" (st.max_attempts) }
                                     td { (crate::output::step_remark(&st.status, st.error_message.as_deref(), st.note.as_deref(), st.run_at, now)) }
+                                    @if !w.functions.is_empty() {
+                                        td.function {
+                                            @if let Some(f) = w.functions.iter().find(|f| f.step == st.name) {
+                                                a href="/ui/functions" { (f.name) }
+                                                @if let (Some(ver), Some(sha)) = (f.version, &f.sha256) {
+                                                    " version " (ver) " " code title=(sha) { (sha.get(..12).unwrap_or_default()) }
+                                                } @else { " (not deployed)" }
+                                            }
+                                        }
+                                    }
                                 }
                             }
                         }

@@ -18,6 +18,13 @@ pub(super) struct Done {
     done: Option<String>,
 }
 
+impl Done {
+    /// What to say, when anything.
+    pub(super) fn said(self) -> Option<String> {
+        self.done.filter(|d| !d.is_empty())
+    }
+}
+
 /// Steps in error by template step and message: the text of one, first and last failure, and a
 /// retry of the whole group (robot and admin).
 pub(super) async fn errors(
@@ -69,6 +76,7 @@ pub(super) async fn errors(
                                     input type="hidden" name="action" value="retry";
                                     @for id in &g.ids { input type="hidden" name="id" value=(id); }
                                     button.retry-group { "Retry all" }
+                                    " " label { input name="current_functions" type="checkbox"; " on today's functions" }
                                 }
                             }
                         }

@@ -108,6 +108,7 @@ pub(super) async fn steps(
                 p {
                     label { input #all type="checkbox"; " all on this page" }
                     " " button #retry name="action" value="retry" data-verb="Retry" { "Retry chosen" }
+                    " " label title="Retried steps run the deployed functions' current versions, not those their workflows pinned" { input #current-functions name="current_functions" type="checkbox"; " on today's functions" }
                     " " button #skip name="action" value="skip" data-verb="Skip" { "Skip chosen" }
                     " " label { "priority " input #priority .narrow name="priority" type="number" value="100"; }
                     " " button #prioritize name="action" value="prioritize" data-verb="Prioritize" { "Prioritize chosen" }
@@ -199,6 +200,10 @@ fn act_on_all(csrf: &str, back: &str, q: &FacetQuery, f: &Filters, total: i64) -
                     input type="hidden" name="action" value=(action);
                     @if action == "prioritize" {
                         input.narrow name="priority" type="number" value="100" aria-label="priority";
+                        " "
+                    }
+                    @if action == "retry" {
+                        label { input name="current_functions" type="checkbox"; " on today's functions" }
                         " "
                     }
                     button { (verb) " all " (n) " matching" }

@@ -13,7 +13,7 @@ use crate::model::spec::Bricklet;
 pub(crate) use crate::model::spec::valid_name;
 pub use crate::model::spec::{
     DEFAULT_ERROR_LIMIT, DEFAULT_TIMEOUT_SECS, FunctionSpec, MAX_DURATION_SECS, Problem, Runner,
-    StepSpec, TemplateError, parse_duration_secs,
+    StepSpec, TemplateError, WarmShape, parse_duration_secs,
 };
 
 use std::path::Path;
@@ -165,6 +165,53 @@ pub(crate) trait Locate {
 impl Template {
     pub fn step(&self, name: &str) -> Option<&StepSpec> {
         self.steps.iter().find(|s| s.name == name)
+    }
+
+    /// Every function definition in it: its steps', its own bricklets' steps' and its
+    /// machine's function actions'.
+    pub fn functions(&self) -> impl Iterator<Item = &FunctionSpec> {
+        self.steps
+            .iter()
+            .chain(self.bricklets.iter().flat_map(|b| b.steps.iter()))
+            .filter_map(|s| s.function.as_ref())
+            .chain(self.machine.iter().flat_map(|m| m.functions.values()))
+    }
+
+    /// The function a step of a workflow of this template runs, by the step's name in the
+    /// workflow: a step's own, a machine call's (`call/NAME#N`), or a generated step's
+    /// (`GENERATOR/BRICKLET#N/STEP`) when the bricklet is defined in this template.
+    pub fn function_of_step(&self, step: &str) -> Option<&FunctionSpec> {
+        let base = |p: &str| p.split('#').next().unwrap_or(p).to_string();
+        match step.split('/').collect::<Vec<_>>().as_slice() {
+            [one] => self.step(one)?.function.as_ref(),
+            ["call", f] => self.machine.as_ref()?.functions.get(&base(f)),
+            [_, b, s] | [b, s] => {
+                let (b, s) = (base(b), base(s));
+                self.bricklets
+                    .iter()
+                    .find(|x| x.name == b)?
+                    .steps
+                    .iter()
+                    .find(|x| x.name == s)?
+                    .function
+                    .as_ref()
+            }
+            _ => None,
+        }
+    }
+
+    /// The deployed functions it names (`deployed: NAME` or `NAME@N`), each once, in order.
+    pub fn deployed_functions(&self) -> Vec<(String, Option<u32>)> {
+        let mut out: Vec<(String, Option<u32>)> = Vec::new();
+        for f in self.functions() {
+            if let Runner::Deployed { name, version, .. } = &f.runner {
+                let named = (name.clone(), *version);
+                if !out.contains(&named) {
+                    out.push(named);
+                }
+            }
+        }
+        out
     }
 
     /// The steps that name `step` among their prerequisites.

@@ -422,6 +422,10 @@ fn check_function(f: &FunctionSpec, problem: &mut dyn FnMut(&str, String)) {
         }
         Runner::Warm { pool: 0, .. } => problem("pool", "must be at least 1".into()),
         Runner::Warm { pipeline: 0, .. } => problem("pipeline", "must be at least 1".into()),
+        Runner::Deployed { warm: Some(w), .. } if w.pool == 0 || w.pipeline == 0 => problem(
+            if w.pool == 0 { "pool" } else { "pipeline" },
+            "must be at least 1".into(),
+        ),
         Runner::Http { url } if !(url.starts_with("http://") || url.starts_with("https://")) => {
             problem("http", format!("{url:?} is not an http(s) URL"))
         }

@@ -283,6 +283,8 @@ const FUNCTION_ATTRS: &[&str] = &[
     "warm",
     "http",
     "builtin",
+    "deployed",
+    "mode",
     "pool",
     "pipeline",
     "timeout",
@@ -349,22 +351,56 @@ fn parse_function(
             default
         }),
     };
+    if node.attribute("mode").is_some() && node.attribute("deployed").is_none() {
+        problem(
+            "mode",
+            "mode is for a deployed function (deployed=\"NAME\"); use warm=\"…\" for a warm command"
+                .into(),
+        );
+        return None;
+    }
     let runner = match (
         node.attribute("exec"),
         node.attribute("warm"),
         node.attribute("http"),
         node.attribute("builtin"),
+        node.attribute("deployed"),
     ) {
-        (Some(e), None, None, None) => Runner::Exec { argv: argv(e) },
-        (None, Some(w), None, None) => Runner::Warm {
+        (Some(e), None, None, None, None) => Runner::Exec { argv: argv(e) },
+        (None, Some(w), None, None, None) => Runner::Warm {
             argv: argv(w),
             pool: number("pool", 1, problem),
             pipeline: number("pipeline", 1, problem),
         },
-        (None, None, Some(u), None) => Runner::Http {
+        (None, None, Some(u), None, None) => Runner::Http {
             url: u.trim().to_string(),
         },
-        (None, None, None, Some(b)) => {
+        (None, None, None, None, Some(d)) => {
+            let (name, version) = match crate::model::spec::parse_deployed(d) {
+                Ok(nv) => nv,
+                Err(e) => {
+                    problem("deployed", e);
+                    return None;
+                }
+            };
+            let warm = match node.attribute("mode").map(str::trim) {
+                None | Some("exec") => None,
+                Some("warm") => Some(crate::model::spec::WarmShape {
+                    pool: number("pool", 1, problem),
+                    pipeline: number("pipeline", 1, problem),
+                }),
+                Some(other) => {
+                    problem("mode", format!("{other:?} is not exec or warm"));
+                    return None;
+                }
+            };
+            Runner::Deployed {
+                name,
+                version,
+                warm,
+            }
+        }
+        (None, None, None, Some(b), None) => {
             if let Some(why) = super::unknown_builtin(b.trim()) {
                 problem("builtin", why);
                 return None;
@@ -376,7 +412,7 @@ fn parse_function(
         _ => {
             problem(
                 "function",
-                "<function> needs exactly one of exec, warm, http or builtin".into(),
+                "<function> needs exactly one of exec, warm, http, builtin or deployed".into(),
             );
             return None;
         }

@@ -94,6 +94,12 @@ pub(crate) struct RawFunction {
     http: Option<String>,
     #[serde(default)]
     builtin: Option<String>,
+    /// `deployed: shelve` or `deployed: shelve@3`.
+    #[serde(default)]
+    deployed: Option<String>,
+    /// `exec` (the default) or `warm`, for a deployed function.
+    #[serde(default)]
+    mode: Option<String>,
     #[serde(default)]
     pool: Option<u32>,
     #[serde(default)]
@@ -433,24 +439,54 @@ fn convert_step(
 }
 
 pub(crate) fn convert_function(f: RawFunction) -> Result<FunctionSpec, (&'static str, String)> {
-    let runner = match (f.exec, f.warm, f.http, f.builtin) {
-        (Some(c), None, None, None) => Runner::Exec { argv: c.argv() },
-        (None, Some(c), None, None) => Runner::Warm {
+    if f.mode.is_some() && f.deployed.is_none() {
+        return Err((
+            "mode",
+            "is for a deployed function (`deployed: NAME`); use warm: for a warm command".into(),
+        ));
+    }
+    let runner = match (f.exec, f.warm, f.http, f.builtin, f.deployed) {
+        (Some(c), None, None, None, None) => Runner::Exec { argv: c.argv() },
+        (None, Some(c), None, None, None) => Runner::Warm {
             argv: c.argv(),
             pool: f.pool.unwrap_or(1),
             pipeline: f.pipeline.unwrap_or(1),
         },
-        (None, None, Some(url), None) => Runner::Http { url },
-        (None, None, None, Some(name)) => {
+        (None, None, Some(url), None, None) => Runner::Http { url },
+        (None, None, None, Some(name), None) => {
             if let Some(why) = super::unknown_builtin(&name) {
                 return Err(("builtin", why));
             }
             Runner::Builtin { name }
         }
+        (None, None, None, None, Some(d)) => {
+            let (name, version) =
+                crate::model::spec::parse_deployed(&d).map_err(|e| ("deployed", e))?;
+            let warm = match f.mode.as_deref().map(str::trim) {
+                None | Some("exec") => {
+                    if f.pool.is_some() || f.pipeline.is_some() {
+                        return Err(("pool", "pool and pipeline need mode: warm".into()));
+                    }
+                    None
+                }
+                Some("warm") => Some(crate::model::spec::WarmShape {
+                    pool: f.pool.unwrap_or(1),
+                    pipeline: f.pipeline.unwrap_or(1),
+                }),
+                Some(other) => {
+                    return Err(("mode", format!("{other:?} is not exec or warm")));
+                }
+            };
+            Runner::Deployed {
+                name,
+                version,
+                warm,
+            }
+        }
         _ => {
             return Err((
                 "function",
-                "needs exactly one of exec, warm, http or builtin".into(),
+                "needs exactly one of exec, warm, http, builtin or deployed".into(),
             ));
         }
     };
@@ -542,7 +578,7 @@ impl Locate for Lines<'_> {
     fn line(&self, step: Option<usize>, field: &str) -> Option<usize> {
         let keys: &[&str] = match field {
             "prereq" => &["prereqs", "prereq"],
-            "http" | "pool" | "pipeline" => &[field, "function"],
+            "http" | "pool" | "pipeline" | "deployed" | "mode" => &[field, "function"],
             other => &[other],
         };
         let found = match step {
