@@ -243,3 +243,45 @@ async fn a_pipelined_warm_function_cannot_answer_a_call_it_was_not_sent() {
     .expect("events");
     assert!(refused > 0, "no forged answer was refused as not sent");
 }
+
+/// An exec function's event is written whole before it starts (issue 47 item 22): its stdin is
+/// a file already holding all of it, not a pipe its runtime writes into after the start — a
+/// runtime killed between the two left functions reading an empty event.
+#[tokio::test]
+async fn an_exec_function_starts_with_its_whole_event_already_written() {
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exec = script(
+        dir.path(),
+        "stdin.sh",
+        "#!/bin/sh\nif [ -f /dev/stdin ]; then kind=file; else kind=pipe; fi\nbytes=$(wc -c)\necho \"{\\\"status\\\":\\\"completed\\\",\\\"note\\\":\\\"$kind $bytes\\\"}\"\n",
+    );
+    load(
+        &t.store,
+        "stdin.yaml",
+        &format!("name: stdinWF\nsteps:\n  - name: a\n    function: {{ exec: {exec} }}\n"),
+    )
+    .await;
+    t.store
+        .workflow_start(&StartRequest::new("stdinWF", &["obj:stdin"]))
+        .await
+        .expect("start");
+    let rt = start(&t.store, config()).await;
+    wait_until(
+        t.pool(),
+        "select count(*) = 1 from workdo.steps where status = 'completed'",
+        60,
+    )
+    .await;
+    rt.stop().await;
+    let note: String = sqlx::query_scalar("select note from workdo.steps")
+        .fetch_one(t.pool())
+        .await
+        .expect("note");
+    let (kind, bytes) = note.split_once(' ').expect("kind and size");
+    assert_eq!(kind, "file", "{note}");
+    assert!(
+        bytes.trim().parse::<usize>().expect("a size") > 100,
+        "{note}"
+    );
+}

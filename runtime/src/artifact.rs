@@ -178,9 +178,9 @@ pub fn check_archive(bytes: &[u8], entry: &str) -> Result<(), ArtifactError> {
     check_relative(entry)
         .map_err(|why| ArtifactError::Refused(format!("entry {entry:?} {why}")))?;
     let mut found = false;
-    let wanted = Path::new(entry).components().collect::<PathBuf>();
+    let wanted = normal_path(entry);
     for_each_entry(bytes, |path, kind, _| {
-        if kind == Kind::File && path == wanted {
+        if matches!(kind, Kind::File { .. }) && path == wanted {
             found = true;
         }
         Ok(())
@@ -196,7 +196,10 @@ pub fn check_archive(bytes: &[u8], entry: &str) -> Result<(), ArtifactError> {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Kind {
-    File,
+    /// A regular file; executable when its mode says so.
+    File {
+        executable: bool,
+    },
     Dir,
     Link(PathBuf),
 }
@@ -207,6 +210,10 @@ fn for_each_entry(
     mut f: impl FnMut(&Path, Kind, Vec<u8>) -> Result<(), ArtifactError>,
 ) -> Result<(), ArtifactError> {
     let bad = |why: String| ArtifactError::Refused(format!("the archive is refused: {why}"));
+    // Every path once, and none below a link: a link checked against its own place (`a` → `.`)
+    // could otherwise carry later entries (`a/a/l` → `../..`, then `l/x`) out of the folder.
+    let mut seen: std::collections::HashSet<PathBuf> = std::collections::HashSet::new();
+    let mut links: Vec<PathBuf> = Vec::new();
     let mut archive = tar::Archive::new(bytes);
     let entries = archive
         .entries()
@@ -223,8 +230,15 @@ fn for_each_entry(
             .components()
             .filter(|c| matches!(c, Component::Normal(_)))
             .collect();
+        if let Some(link) = links.iter().find(|l| path.starts_with(l) && path != **l) {
+            return Err(bad(format!(
+                "{shown:?} lies below the link {:?}: nothing may be written through a link",
+                link.display().to_string()
+            )));
+        }
+        let executable = e.header().mode().is_ok_and(|m| m & 0o111 != 0);
         let kind = match e.header().entry_type() {
-            tar::EntryType::Regular | tar::EntryType::Continuous => Kind::File,
+            tar::EntryType::Regular | tar::EntryType::Continuous => Kind::File { executable },
             tar::EntryType::Directory => Kind::Dir,
             tar::EntryType::Symlink => {
                 let target = e
@@ -244,20 +258,26 @@ fn for_each_entry(
             }
         };
         let mut data = Vec::new();
-        if kind == Kind::File {
+        if let Kind::File { .. } = kind {
             e.read_to_end(&mut data)
                 .map_err(|err| bad(format!("{shown:?} cannot be read ({err})")))?;
         }
         if path.as_os_str().is_empty() {
             continue;
         }
+        if !seen.insert(path.clone()) {
+            return Err(bad(format!("{shown:?} is in it twice")));
+        }
+        if let Kind::Link(_) = kind {
+            links.push(path.clone());
+        }
         f(&path, kind, data)?;
     }
     Ok(())
 }
 
-/// Unpack the checked archive `bytes` into `into` (which must not exist yet), making `entry`
-/// executable.
+/// Unpack the checked archive `bytes` into `into` (which must not exist yet): files read-only,
+/// executable as their mode says (and the entry always), folders read-only once filled.
 ///
 /// # Errors
 /// What [`check_archive`] refuses, or a file that cannot be written.
@@ -265,23 +285,72 @@ pub fn unpack(bytes: &[u8], entry: &str, into: &Path) -> Result<(), ArtifactErro
     use std::os::unix::fs::PermissionsExt;
     check_archive(bytes, entry)?;
     std::fs::create_dir_all(into).map_err(io(into))?;
-    let entry_path: PathBuf = Path::new(entry).components().collect();
+    let entry_path = normal_path(entry);
+    let mut dirs = vec![into.to_path_buf()];
     for_each_entry(bytes, |path, kind, data| {
         let target = into.join(path);
         if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent).map_err(io(parent))?;
         }
         match kind {
-            Kind::Dir => std::fs::create_dir_all(&target).map_err(io(&target)),
+            Kind::Dir => {
+                dirs.push(target.clone());
+                std::fs::create_dir_all(&target).map_err(io(&target))
+            }
             Kind::Link(to) => std::os::unix::fs::symlink(&to, &target).map_err(io(&target)),
-            Kind::File => {
+            Kind::File { executable } => {
                 std::fs::write(&target, &data).map_err(io(&target))?;
-                let mode = if path == entry_path { 0o555 } else { 0o444 };
+                let mode = if executable || path == entry_path {
+                    0o555
+                } else {
+                    0o444
+                };
                 std::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode))
                     .map_err(io(&target))
             }
         }
-    })
+    })?;
+    // Folders made for a file's parents count too: every folder under `into`, read-only.
+    let mut stack = vec![into.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).map_err(io(&d))?.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(e.path());
+            }
+        }
+        dirs.push(d);
+    }
+    for d in dirs {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o555)).map_err(io(&d))?;
+    }
+    Ok(())
+}
+
+/// `path` without `.` components: `./main.py` is `main.py`.
+pub fn normal_path(path: &str) -> PathBuf {
+    Path::new(path)
+        .components()
+        .filter(|c| matches!(c, Component::Normal(_)))
+        .collect()
+}
+
+/// Every file, folder and link an archive holds, by path: what an unpacked copy must hold,
+/// no more and no less.
+///
+/// # Errors
+/// As [`check_archive`].
+pub fn paths(bytes: &[u8]) -> Result<std::collections::BTreeSet<PathBuf>, ArtifactError> {
+    let mut out = std::collections::BTreeSet::new();
+    for_each_entry(bytes, |path, _, _| {
+        let mut p = path.to_path_buf();
+        out.insert(p.clone());
+        // The folders a file is in, even when the archive names no entry for them.
+        while p.pop() && !p.as_os_str().is_empty() {
+            out.insert(p.clone());
+        }
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 /// The SHA-256 of each file unpacked from `bytes`, by path: what a cached copy must still hold.
@@ -291,7 +360,7 @@ pub fn unpack(bytes: &[u8], entry: &str, into: &Path) -> Result<(), ArtifactErro
 pub fn manifest(bytes: &[u8]) -> Result<Vec<(PathBuf, String)>, ArtifactError> {
     let mut out = Vec::new();
     for_each_entry(bytes, |path, kind, data| {
-        if kind == Kind::File {
+        if let Kind::File { .. } = kind {
             out.push((path.to_path_buf(), sha256_hex(&data)));
         }
         Ok(())
@@ -361,6 +430,37 @@ mod tests {
             assert!(unpack(&bytes, "main.py", &dir.path().join("u")).is_err());
             assert!(!dir.path().join("x").exists() && !dir.path().join("u/dev").exists());
         }
+        // A link through a link: each checked alone stays inside; together they leave.
+        let mut b = tar::Builder::new(Vec::new());
+        for (path, target) in [("a", "."), ("a/a/a/l", "../../..")] {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(tar::EntryType::Symlink);
+            h.set_size(0);
+            b.append_link(&mut h, path, target).expect("link");
+        }
+        let mut h = tar::Header::new_gnu();
+        h.set_size(1);
+        h.set_entry_type(tar::EntryType::Regular);
+        b.append_data(&mut h, "main.py", &b"x"[..]).expect("file");
+        let chained = b.into_inner().expect("tar");
+        let err = check_archive(&chained, "main.py")
+            .expect_err("chained links")
+            .to_string();
+        assert!(err.contains("below the link"), "{err}");
+        let twice = {
+            let mut b = tar::Builder::new(Vec::new());
+            for _ in 0..2 {
+                let mut h = tar::Header::new_gnu();
+                h.set_size(1);
+                h.set_entry_type(tar::EntryType::Regular);
+                b.append_data(&mut h, "main.py", &b"x"[..]).expect("file");
+            }
+            b.into_inner().expect("tar")
+        };
+        let err = check_archive(&twice, "main.py")
+            .expect_err("twice")
+            .to_string();
+        assert!(err.contains("twice"), "{err}");
         let fine = tar_with("d/l", tar::EntryType::Symlink, Some("../main.py"));
         check_archive(&fine, "main.py").expect("a link inside is fine");
         let err = check_archive(&fine, "other.py")

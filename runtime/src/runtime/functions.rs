@@ -24,6 +24,8 @@ use crate::store::{Claimed, Store};
 
 /// What one claimed step runs.
 pub(super) struct Resolved {
+    /// The step as its workflow's template version defines it, when that is not the worker's.
+    pub binding: Option<Arc<Binding>>,
     pub invoker: Arc<Invoker>,
     /// Its definition, as run (a deployed function's made concrete: its cached file).
     pub function: FunctionSpec,
@@ -41,8 +43,10 @@ pub(super) struct StepFunctions {
     own: Option<Arc<Invoker>>,
     /// Invokers made for other definitions, by what they run.
     others: Mutex<HashMap<String, Arc<Invoker>>>,
-    /// The step's definition in each other template version met (a version never changes).
-    versions: Mutex<HashMap<i64, Option<FunctionSpec>>>,
+    /// The step as each other template version met defines it (a version never changes).
+    versions: Mutex<HashMap<i64, Option<Arc<Binding>>>>,
+    /// Fixed versions (`name@N`) met: a version never changes either.
+    fixed_pins: Mutex<HashMap<(String, u32), FunctionPin>>,
 }
 
 impl StepFunctions {
@@ -66,6 +70,7 @@ impl StepFunctions {
             own,
             others: Mutex::new(HashMap::new()),
             versions: Mutex::new(HashMap::new()),
+            fixed_pins: Mutex::new(HashMap::new()),
         })
     }
 
@@ -88,13 +93,13 @@ impl StepFunctions {
         if claimed.is_empty() {
             return out;
         }
-        // The definition each step's version has.
-        let mut spec_of: HashMap<i64, FunctionSpec> = HashMap::new();
+        // The step as each claimed step's template version defines it.
+        let mut version_of: HashMap<i64, Arc<Binding>> = HashMap::new();
         if self.binding.other_versions {
             let wids: Vec<i64> = claimed.iter().map(|c| c.workflow_id).collect();
             match self.store.workflow_template_ids(&wids).await {
                 Ok(versions) => {
-                    let mut specs = self.versions.lock().await;
+                    let mut known = self.versions.lock().await;
                     for c in claimed {
                         let Some(tid) = versions.get(&c.workflow_id) else {
                             continue;
@@ -102,9 +107,9 @@ impl StepFunctions {
                         if *tid == self.binding.template_id {
                             continue;
                         }
-                        if !specs.contains_key(tid) {
-                            let f = match self.store.template_by_id(*tid).await {
-                                Ok(row) => function_in(&row.spec, &self.binding),
+                        if !known.contains_key(tid) {
+                            let b = match self.store.template_by_id(*tid).await {
+                                Ok(row) => binding_in(&row.spec, *tid, &self.binding).map(Arc::new),
                                 Err(e) => {
                                     out.insert(
                                         c.id,
@@ -113,10 +118,10 @@ impl StepFunctions {
                                     continue;
                                 }
                             };
-                            specs.insert(*tid, f);
+                            known.insert(*tid, b);
                         }
-                        if let Some(Some(f)) = specs.get(tid) {
-                            spec_of.insert(c.id, f.clone());
+                        if let Some(Some(b)) = known.get(tid) {
+                            version_of.insert(c.id, Arc::clone(b));
                         }
                     }
                 }
@@ -132,7 +137,9 @@ impl StepFunctions {
         let mut pins: HashMap<(String, i64), Result<FunctionPin, String>> = HashMap::new();
         let mut by_name: BTreeMap<String, Vec<i64>> = BTreeMap::new();
         for c in claimed {
-            let f = spec_of.get(&c.id).unwrap_or(&self.binding.function);
+            let f = version_of
+                .get(&c.id)
+                .map_or(&self.binding.function, |b| &b.function);
             if let Runner::Deployed {
                 name,
                 version: None,
@@ -168,10 +175,14 @@ impl StepFunctions {
             if out.contains_key(&c.id) {
                 continue;
             }
-            let f = spec_of
-                .remove(&c.id)
-                .unwrap_or_else(|| self.binding.function.clone());
-            let r = self.concrete(c, f, &mut pins).await;
+            let own = version_of.remove(&c.id);
+            let f = own
+                .as_ref()
+                .map_or_else(|| self.binding.function.clone(), |b| b.function.clone());
+            let r = self.concrete(c, f, &mut pins).await.map(|mut r| {
+                r.binding = own;
+                r
+            });
             out.insert(c.id, r);
         }
         out
@@ -191,17 +202,29 @@ impl StepFunctions {
         else {
             let invoker = self.invoker(&f).await?;
             return Ok(Resolved {
+                binding: None,
                 invoker,
                 function: f,
                 deployed: None,
             });
         };
         let pin = match version {
-            Some(v) => self
-                .store
-                .function_fixed(name, *v as i32)
-                .await
-                .map_err(|e| e.to_string())?,
+            Some(v) => {
+                let key = (name.clone(), *v);
+                let known = self.fixed_pins.lock().await.get(&key).cloned();
+                match known {
+                    Some(p) => p,
+                    None => {
+                        let p = self
+                            .store
+                            .function_fixed(name, *v as i32)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        self.fixed_pins.lock().await.insert(key, p.clone());
+                        p
+                    }
+                }
+            }
             None => pins
                 .get(&(name.clone(), c.workflow_id))
                 .cloned()
@@ -220,6 +243,7 @@ impl StepFunctions {
         let function = FunctionSpec { runner, ..f };
         let invoker = self.invoker(&function).await?;
         Ok(Resolved {
+            binding: None,
             invoker,
             function,
             deployed: Some(pin),
@@ -254,29 +278,41 @@ impl StepFunctions {
     }
 }
 
-/// The definition `binding`'s step has in template version `spec`: a step's own, a machine's
+/// `binding`'s step as template version `spec` (its id `template_id`) defines it: its
+/// function, declared statuses, observer rules and generation — a step's own, a machine's
 /// function action's, or a bricklet step's defined in the template. None when that version has
-/// no such step with a function (the worker's own then runs).
-pub(super) fn function_in(spec: &Template, binding: &Binding) -> Option<FunctionSpec> {
+/// no such step (the worker's own definition then runs).
+pub(super) fn binding_in(spec: &Template, template_id: i64, binding: &Binding) -> Option<Binding> {
+    let mut b = binding.clone();
+    b.template_id = template_id;
     if binding.machine_call {
         let name = binding.step.strip_prefix("call/")?;
-        return spec.machine.as_ref()?.functions.get(name).cloned();
+        b.function = spec.machine.as_ref()?.functions.get(name)?.clone();
+        return Some(b);
     }
-    if let Some((bricklet, step)) = binding.step.split_once('/') {
-        return spec
+    let step = match binding.step.split_once('/') {
+        Some((bricklet, step)) => spec
             .bricklets
             .iter()
-            .find(|b| b.name == bricklet)?
+            .find(|x| x.name == bricklet)?
             .steps
             .iter()
-            .find(|s| s.name == step)?
-            .function
-            .clone();
-    }
-    let step = spec.step(&binding.step)?;
-    match &step.function {
-        Some(f) => Some(f.clone()),
+            .find(|x| x.name == step)?,
+        None => spec.step(&binding.step)?,
+    };
+    b.function = match &step.function {
+        Some(f) => f.clone(),
         // An observer or generator without a function of its own: the runtime's no-op.
-        None => Some(binding.function.clone()),
+        None => super::noop_function(),
+    };
+    if let Some(o) = &step.observe
+        && !b.function.documents.contains(&o.document)
+    {
+        b.function.documents.push(o.document.clone());
     }
+    b.declared = step.statuses.clone();
+    b.observe = step.observe.clone();
+    b.generates = step.generate.is_some();
+    b.batch_limit = step.batch_limit;
+    Some(b)
 }

@@ -17,6 +17,11 @@ impl Store {
         workflows: &[i64],
         name: &str,
     ) -> Result<HashMap<i64, FunctionPin>> {
+        // Several generated steps of one workflow in one claim name it once.
+        let mut unique = workflows.to_vec();
+        unique.sort_unstable();
+        unique.dedup();
+        let workflows = &unique[..];
         let read = || {
             sqlx::query_as::<_, (i64, String, i32, String, bool, Option<String>)>(
                 "select p.workflow_id, f.name, f.version, f.sha256, a.archive, f.entry
@@ -160,7 +165,30 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.into_iter().collect())
+        let mut keep: HashSet<String> = rows.into_iter().collect();
+        // Versions fixed in a template (`name@N`) have no pins: those that a version with
+        // unfinished workflows names are kept too.
+        let specs: Vec<serde_json::Value> = sqlx::query_scalar(
+            "select spec from workdo.templates t
+              where exists (select 1 from workdo.workflows w
+                             where w.template_id = t.id and w.status = 'active')
+                and jsonb_path_exists(spec, '$.** ? (@.kind == \"deployed\" && exists(@.version))')",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        for spec in specs {
+            let Ok(t) = serde_json::from_value::<crate::model::template::Template>(spec) else {
+                continue;
+            };
+            for (name, fixed) in t.deployed_functions() {
+                if let Some(v) = fixed
+                    && let Ok(pin) = self.function_fixed(&name, v as i32).await
+                {
+                    keep.insert(pin.sha256);
+                }
+            }
+        }
+        Ok(keep)
     }
 
     /// The pins of `workflows`, for `show` and the object's page.
@@ -249,15 +277,20 @@ impl Store {
         let spec = self
             .spec_by_id(&self.pool, w.template_id, &w.template_sha256)
             .await?;
-        if spec.deployed_functions().is_empty() {
+        let pins: Vec<WorkflowPin> = self.workflow_pins(&[w.id]).await?;
+        if spec.deployed_functions().is_empty() && pins.is_empty() {
             return Ok(Vec::new());
         }
-        let pins: Vec<WorkflowPin> = self.workflow_pins(&[w.id]).await?;
         let mut out = Vec::new();
         for s in steps {
-            let Some(Runner::Deployed { name, version, .. }) =
-                spec.function_of_step(&s.name).map(|f| &f.runner)
-            else {
+            let f = match spec.function_of_step(&s.name) {
+                Some(f) => Some(f.clone()),
+                None if s.name.contains('/') => {
+                    Self::bricklet_step_function(&self.pool, &s.name).await?
+                }
+                None => None,
+            };
+            let Some(Runner::Deployed { name, version, .. }) = f.as_ref().map(|f| &f.runner) else {
                 continue;
             };
             let (version, sha256) = match version {
@@ -278,5 +311,59 @@ impl Store {
             });
         }
         Ok(out)
+    }
+
+    /// The deployed functions (not fixed to a version) that the current bricklet files name,
+    /// read through the caller's transaction.
+    pub(crate) async fn bricklets_deployed_in(
+        tx: &mut Transaction<'_, Postgres>,
+    ) -> Result<Vec<String>> {
+        let specs: Vec<serde_json::Value> = sqlx::query_scalar(
+            "select spec from workdo.templates
+              where is_current and kind = 'bricklet'
+                and jsonb_path_exists(spec, '$.** ? (@.kind == \"deployed\")')",
+        )
+        .fetch_all(&mut **tx)
+        .await?;
+        let mut out = Vec::new();
+        for spec in specs {
+            let Ok(t) = serde_json::from_value::<crate::model::template::Template>(spec) else {
+                continue;
+            };
+            for (name, fixed) in t.deployed_functions() {
+                if fixed.is_none() && !out.contains(&name) {
+                    out.push(name);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The function a generated step (`GENERATOR/BRICKLET#N/STEP`) runs when its bricklet is a
+    /// file of its own (the current version of it).
+    pub(crate) async fn bricklet_step_function<'e>(
+        db: impl sqlx::PgExecutor<'e>,
+        step: &str,
+    ) -> Result<Option<crate::model::template::FunctionSpec>> {
+        let parts: Vec<&str> = step.split('/').collect();
+        let (bricklet, name) = match parts.as_slice() {
+            [_, b, s] | [b, s] => (
+                b.split('#').next().unwrap_or(b),
+                s.split('#').next().unwrap_or(s),
+            ),
+            _ => return Ok(None),
+        };
+        let spec: Option<serde_json::Value> = sqlx::query_scalar(
+            "select spec from workdo.templates where name = $1 and is_current and kind = 'bricklet'",
+        )
+        .bind(bricklet)
+        .fetch_optional(db)
+        .await?;
+        let Some(t) =
+            spec.and_then(|s| serde_json::from_value::<crate::model::template::Template>(s).ok())
+        else {
+            return Ok(None);
+        };
+        Ok(t.step(name).and_then(|s| s.function.clone()))
     }
 }

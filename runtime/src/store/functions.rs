@@ -138,6 +138,9 @@ fn bad(message: String) -> StoreError {
 
 /// Refuse what cannot be stored or run, naming it.
 fn check_new(name: &str, art: &NewArtifact<'_>) -> Result<()> {
+    if art.entry.is_some_and(|e| e.contains('\0')) {
+        return Err(bad("the entry holds a NUL character".into()));
+    }
     crate::model::spec::check_function_name(name).map_err(bad)?;
     let size = art.bytes.len() as u64;
     if size > art.max {
@@ -185,8 +188,30 @@ impl Store {
     ) -> Result<Deployment> {
         check_new(name, art)?;
         let sha = artifact::sha256_hex(art.bytes);
+        // `./main.py` and `main.py` are one entry.
+        let entry: Option<String> = art
+            .entry
+            .map(|e| artifact::normal_path(e).display().to_string());
         let mut tx = self.pool.begin().await?;
         lock_name(&mut tx, name).await?;
+        // The artifact's own lock: a delete of another name sharing these bytes removes them
+        // only under it, so this insert and that delete never cross.
+        lock_name(&mut tx, &format!("artifact:{sha}")).await?;
+        let stored: Option<bool> =
+            sqlx::query_scalar("select archive from workdo.function_artifacts where sha256 = $1")
+                .bind(&sha)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if stored.is_some_and(|a| a != art.archive) {
+            return Err(bad(format!(
+                "these bytes are deployed already as {}: deploy them the same way",
+                if art.archive {
+                    "one file"
+                } else {
+                    "a folder's archive"
+                }
+            )));
+        }
         sqlx::query(
             "insert into workdo.function_artifacts (sha256, archive, size, bytes)
              values ($1, $2, $3, $4) on conflict (sha256) do nothing",
@@ -209,7 +234,7 @@ impl Store {
         )
         .bind(name)
         .bind(&sha)
-        .bind(art.entry)
+        .bind(entry.as_deref())
         .fetch_optional(&mut *tx)
         .await?;
         let (version, new) = match same {
@@ -223,7 +248,7 @@ impl Store {
                 )
                 .bind(name)
                 .bind(&sha)
-                .bind(art.entry)
+                .bind(entry.as_deref())
                 .bind(art.note)
                 .bind(actor)
                 .fetch_one(&mut *tx)
@@ -373,9 +398,12 @@ impl Store {
                 workflows: pinned.iter().map(|p| p.0).collect(),
             });
         }
+        // A current template, or any version that still has unfinished workflows (a step fixed
+        // to `name@N` has no pin, and would fail for ever).
         let templates: Vec<String> = sqlx::query_scalar(
-            "select name from workdo.templates
-              where is_current
+            "select distinct name from workdo.templates t
+              where (is_current or exists (select 1 from workdo.workflows w
+                                            where w.template_id = t.id and w.status = 'active'))
                 and jsonb_path_exists(spec, '$.** ? (@.kind == \"deployed\" && @.name == $n)',
                                       jsonb_build_object('n', $1::text))
               order by name",
@@ -385,8 +413,8 @@ impl Store {
         .await?;
         if !templates.is_empty() {
             return Err(StoreError::FunctionConflict(format!(
-                "function {name} is named by the current version of {}: load a version that \
-                 does not name it first",
+                "function {name} is named by {} (its current version, or one with unfinished \
+                 workflows): load a version that does not name it, and let those finish, first",
                 templates.join(", ")
             )));
         }
@@ -408,6 +436,9 @@ impl Store {
             return Err(StoreError::UnknownFunction(name.to_string()));
         }
         let hashes: Vec<&str> = gone.iter().map(|g| g.1.as_str()).collect();
+        for h in &hashes {
+            lock_name(&mut tx, &format!("artifact:{h}")).await?;
+        }
         sqlx::query(
             "delete from workdo.function_artifacts a where a.sha256 = any($1)
                 and not exists (select 1 from workdo.functions f where f.sha256 = a.sha256)",

@@ -9,12 +9,20 @@ pub fn redact(url: &str) -> String {
         return redact_key_values(url);
     };
     let start = scheme + 3;
+    let rest = &url[start..];
+    // The user information ends at the last `@` before the query: a password may hold an
+    // unencoded `@`, and a query may too (`?user=svc@tenant`). A password holding an unencoded
+    // `?` puts its `@` after it, before any `=`: that `@` ends it too.
+    let query_at = rest.find('?').unwrap_or(rest.len());
+    let at = rest[..query_at].rfind('@').or_else(|| {
+        let eq = rest.find('=').unwrap_or(rest.len());
+        rest[..eq].rfind('@')
+    });
     let mut out = String::with_capacity(url.len());
-    // The user information ends at the last `@`: a password may hold an unencoded `@`.
-    let rest = match url[start..].rfind('@').map(|i| start + i) {
+    out.push_str(&url[..start]);
+    let after = match at {
         Some(at) => {
-            let creds = &url[start..at];
-            out.push_str(&url[..start]);
+            let creds = &rest[..at];
             match creds.split_once(':') {
                 Some((user, _)) => {
                     out.push_str(user);
@@ -22,14 +30,11 @@ pub fn redact(url: &str) -> String {
                 }
                 None => out.push_str(creds),
             }
-            &url[at..]
+            &rest[at..]
         }
-        None => {
-            out.push_str(&url[..start]);
-            &url[start..]
-        }
+        None => rest,
     };
-    match rest.split_once('?') {
+    match after.split_once('?') {
         Some((before, query)) => {
             out.push_str(before);
             out.push('?');
@@ -42,7 +47,7 @@ pub fn redact(url: &str) -> String {
                 .collect();
             out.push_str(&params.join("&"));
         }
-        None => out.push_str(rest),
+        None => out.push_str(after),
     }
     out
 }
@@ -133,6 +138,21 @@ mod tests {
                 "host=h password = *** dbname=db",
             ),
             ("password=s3cret", "password=***"),
+            // An `@` in the query, with and without user information before it.
+            (
+                "postgres://u@h/db?password=s3@cret",
+                "postgres://u@h/db?password=***",
+            ),
+            (
+                "postgres://h/db?user=svc@tenant&password=s3cret",
+                "postgres://h/db?user=svc@tenant&password=***",
+            ),
+            (
+                "postgres://u:s3pw@h/db?application_name=a@b&password=s3x",
+                "postgres://u:***@h/db?application_name=a@b&password=***",
+            ),
+            // A password holding an unencoded `?`.
+            ("postgres://u:s3?cret@h/db", "postgres://u:***@h/db"),
         ];
         for (given, masked) in cases {
             let got = super::redact(given);

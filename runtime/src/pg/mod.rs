@@ -17,6 +17,9 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod password;
+use password::{make_password, mark_applied, read_password, trusts_anyone, write_private};
+
 /// What can go wrong while finding, creating or starting the private cluster.
 #[derive(Debug, thiserror::Error)]
 pub enum PgError {
@@ -37,6 +40,11 @@ pub enum PgError {
     Unreachable(PathBuf),
     #[error("{what} failed: {detail}")]
     Command { what: String, detail: String },
+    #[error(
+        "the private cluster asks for a password, and {0} is gone: restore that file (its one \
+         line is the postgres role's password), or set DATABASE_URL"
+    )]
+    PasswordGone(PathBuf),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -75,6 +83,9 @@ pub struct Cluster {
 
 /// The file beside `pgdata/` holding the generated password of the cluster's `postgres` role.
 pub const PASSWORD_FILE: &str = "password";
+
+/// Written once the password is applied (see [`Cluster::ensure`]).
+const APPLIED_FILE: &str = "password.applied";
 
 /// `pg_hba.conf` of a workdo cluster: no connection without the password, socket or TCP.
 const HBA: &str = "# Written by workdo: every connection authenticates with SCRAM; the password of the\n\
@@ -136,9 +147,22 @@ impl Cluster {
         if let Some(account) = &cluster.run_as {
             chown(&cluster.dir, account)?;
         }
-        let password = read_or_make_password(&dir)?;
-        if !cluster.pgdata().join("PG_VERSION").exists() {
+        let fresh = !cluster.pgdata().join("PG_VERSION").exists();
+        let password = match read_password(&dir)? {
+            Some(pw) => pw,
+            // A new cluster, or one an older workdo made trusting loopback: a password of its
+            // own from now on (applied below, before the mark says so). One that asks for a
+            // password whose file is gone cannot be opened by us, and is said so: a new
+            // password would lock it for good.
+            None if fresh || cluster.trusts_anyone()? => {
+                let _ = fs::remove_file(dir.join(APPLIED_FILE));
+                make_password(&dir)?
+            }
+            None => return Err(PgError::PasswordGone(dir.join(PASSWORD_FILE))),
+        };
+        if fresh {
             cluster.initdb(&password)?;
+            mark_applied(&dir)?;
         }
         if let Some(port) = cluster.running_port() {
             cluster.port = port;
@@ -146,21 +170,30 @@ impl Cluster {
             cluster.port = cluster.pick_port()?;
             cluster.start(opts.ephemeral)?;
         }
-        cluster.require_password(&password)?;
+        if !dir.join(APPLIED_FILE).exists() {
+            cluster.require_password(&password)?;
+            mark_applied(&dir)?;
+        }
         cluster.password = Some(password);
         drop(lock);
         Ok(cluster)
     }
 
-    /// Make a cluster that still trusts connections (made by an older workdo) ask for `password`:
-    /// the role gets it first (through the still-trusting socket), then `pg_hba.conf` is
-    /// replaced and the server reloads it. Each step is safe to repeat after a crash.
-    fn require_password(&self, password: &str) -> Result<(), PgError> {
+    fn trusts_anyone(&self) -> Result<bool, PgError> {
         let hba = self.pgdata().join("pg_hba.conf");
-        let current = fs::read_to_string(&hba).map_err(io_err(&hba))?;
-        if !trusts_anyone(&current) {
-            return Ok(());
+        match fs::read_to_string(&hba) {
+            Ok(text) => Ok(trusts_anyone(&text)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(io_err(&hba)(e)),
         }
+    }
+
+    /// Make a cluster an older workdo made, which trusted loopback, ask for `password`: the
+    /// role gets it (psql over the socket, with the password in its environment, so this works
+    /// whether the server still trusts or already asks), `pg_hba.conf` is replaced whole (a new
+    /// file renamed over it) and the server reloads it. Only then is it marked done
+    /// ([`APPLIED_FILE`]): a crash anywhere before runs it all again.
+    fn require_password(&self, password: &str) -> Result<(), PgError> {
         let beside = self.bin_dir.join("psql");
         let psql = if beside.is_file() {
             beside
@@ -169,12 +202,14 @@ impl Cluster {
         };
         let socket = self.pgdata();
         let port = self.port.to_string();
-        // The password travels on stdin, never on a command line others can read in `ps`.
+        // The password travels on stdin and in psql's environment, never on a command line
+        // others can read in `ps`.
         let out = self.run_with_input(
             &psql,
             &[
                 "-X".as_ref(),
                 "-q".as_ref(),
+                "-w".as_ref(),
                 "-v".as_ref(),
                 "ON_ERROR_STOP=1".as_ref(),
                 "-h".as_ref(),
@@ -190,16 +225,29 @@ impl Cluster {
                 "set password_encryption = 'scram-sha-256';\nalter role postgres password '{password}';\n"
             )
             .as_bytes(),
+            password,
         )?;
         check("setting the cluster's password (psql)", &out)?;
-        // Rewritten in place: the file keeps its owner (the server's account) and mode.
-        fs::write(&hba, HBA).map_err(io_err(&hba))?;
+        self.write_hba()?;
         let pgdata = self.pgdata();
         let out = self.run(
             "pg_ctl",
             &["reload".as_ref(), "-D".as_ref(), pgdata.as_os_str()],
         )?;
         check("pg_ctl reload", &out)
+    }
+
+    /// [`HBA`] as the data directory's `pg_hba.conf`: written whole under another name, given
+    /// to the server's account, then renamed over the old one (never a torn file).
+    fn write_hba(&self) -> Result<(), PgError> {
+        let hba = self.pgdata().join("pg_hba.conf");
+        let tmp = self.pgdata().join("pg_hba.conf.workdo-new");
+        write_private(&tmp, HBA.as_bytes())?;
+        if let Some(account) = &self.run_as {
+            std::os::unix::fs::chown(&tmp, Some(account.uid), Some(account.gid))
+                .map_err(io_err(&tmp))?;
+        }
+        fs::rename(&tmp, &hba).map_err(io_err(&hba))
     }
 
     /// The cluster in `dir`, started or not, without creating or starting anything.
@@ -293,8 +341,7 @@ impl Cluster {
         );
         let _ = fs::remove_file(&pwfile);
         check("initdb", &out?)?;
-        let hba = pgdata.join("pg_hba.conf");
-        fs::write(&hba, HBA).map_err(io_err(&hba))
+        self.write_hba()
     }
 
     fn start(&self, ephemeral: bool) -> Result<(), PgError> {
@@ -404,6 +451,7 @@ impl Cluster {
         exe: &Path,
         args: &[&std::ffi::OsStr],
         input: &[u8],
+        password: &str,
     ) -> Result<Output, PgError> {
         use std::io::Write;
         use std::process::Stdio;
@@ -411,8 +459,10 @@ impl Cluster {
             what: exe.display().to_string(),
             detail: e.to_string(),
         };
-        let mut child = self
-            .command(exe, args)
+        let mut cmd = self.command(exe, args);
+        // runuser keeps the environment it is given: the password reaches psql, not `ps`.
+        cmd.env("PGPASSWORD", password);
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -423,45 +473,6 @@ impl Cluster {
         }
         child.wait_with_output().map_err(failed)
     }
-}
-
-/// Whether an `pg_hba.conf` lets any connection in without a password.
-fn trusts_anyone(hba: &str) -> bool {
-    hba.lines()
-        .map(|l| l.split('#').next().unwrap_or(""))
-        .any(|l| l.split_whitespace().any(|w| w == "trust"))
-}
-
-/// The cluster's password from `dir`'s [`PASSWORD_FILE`], made (256 random bits, hex) and
-/// written owner-only when there is none yet.
-fn read_or_make_password(dir: &Path) -> Result<String, PgError> {
-    let path = dir.join(PASSWORD_FILE);
-    match fs::read_to_string(&path) {
-        Ok(pw) if !pw.trim().is_empty() => return Ok(pw.trim().to_string()),
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_err(&path)(e)),
-    }
-    let pw = hex::encode(rand::random::<[u8; 32]>());
-    // Written whole under another name, then renamed: a crash leaves no half a password.
-    let tmp = dir.join(format!("{PASSWORD_FILE}.new"));
-    write_private(&tmp, pw.as_bytes())?;
-    fs::rename(&tmp, &path).map_err(io_err(&path))?;
-    Ok(pw)
-}
-
-/// Write `bytes` to a new file at `path` that only its owner may read (mode 0600 from birth).
-fn write_private(path: &Path, bytes: &[u8]) -> Result<(), PgError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let _ = fs::remove_file(path);
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(io_err(path))?;
-    f.write_all(bytes).map_err(io_err(path))
 }
 
 fn check(what: &str, out: &Output) -> Result<(), PgError> {
