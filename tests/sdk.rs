@@ -43,13 +43,17 @@ impl Lang {
         match self {
             Lang::Python => vec![
                 "python3".into(),
-                root.join("functions/python/examples/sdk_kinds.py").display().to_string(),
+                root.join("functions/python/examples/sdk_kinds.py")
+                    .display()
+                    .to_string(),
             ],
             Lang::Ruby => vec![
                 "ruby".into(),
                 "-I".into(),
                 root.join("functions/ruby/lib").display().to_string(),
-                root.join("functions/ruby/examples/sdk_kinds.rb").display().to_string(),
+                root.join("functions/ruby/examples/sdk_kinds.rb")
+                    .display()
+                    .to_string(),
             ],
         }
     }
@@ -87,14 +91,14 @@ async fn start_all(t: &support::TestDb, lang: Lang, mode: &str) -> String {
     let argv = serde_json::to_string(&lang.argv()).expect("argv as a YAML flow list");
     let function = match mode {
         "exec" => format!("{{ exec: {argv}, timeout: 30s, concurrency: 4 }}"),
-        _ => format!(
-            "{{ warm: {argv}, pool: 2, pipeline: 4, concurrency: 8, timeout: 30s }}"
-        ),
+        _ => format!("{{ warm: {argv}, pool: 2, pipeline: 4, concurrency: 8, timeout: 30s }}"),
     };
     load(
         &t.store,
         "sdk.yaml",
-        &format!("name: {name}\nsteps:\n  - name: run\n    error-limit: 2\n    function: {function}\n"),
+        &format!(
+            "name: {name}\nsteps:\n  - name: run\n    error-limit: 2\n    function: {function}\n"
+        ),
     )
     .await;
     let mut ids = Vec::new();
@@ -208,10 +212,17 @@ async fn every_kind_of_result(lang: Lang) {
         assert_eq!((s.status.as_str(), s.attempts), ("error", 2), "{ctx}");
         let m = s.error_message.clone().unwrap_or_default();
         assert!(
-            m.starts_with(&format!("{}: asked to raise for {}", lang.raised(), id("raise"))),
+            m.starts_with(&format!(
+                "{}: asked to raise for {}",
+                lang.raised(),
+                id("raise")
+            )),
             "{ctx}: {m}"
         );
-        assert!(m.contains("boom"), "{ctx}: the traceback names the function: {m}");
+        assert!(
+            m.contains("boom"),
+            "{ctx}: the traceback names the function: {m}"
+        );
         assert!(
             s.error_text.as_deref().is_some_and(|t| t.contains("boom")),
             "{ctx}: {:?}",
@@ -282,8 +293,11 @@ async fn a_deferred_sdk_step_runs_again_when_due() {
     )
     .await;
     let id = "obj:sdk-defer-again";
-    let props: BTreeMap<String, Value> =
-        [("want".into(), json!("defer")), ("defer_seconds".into(), json!(0.5))].into();
+    let props: BTreeMap<String, Value> = [
+        ("want".into(), json!("defer")),
+        ("defer_seconds".into(), json!(0.5)),
+    ]
+    .into();
     t.store
         .object_put(id, &props, &BTreeMap::new(), "test")
         .await
@@ -313,7 +327,10 @@ async fn a_deferred_sdk_step_runs_again_when_due() {
     rt.stop().await;
     let s = step(t.pool(), id, "run").await;
     assert_eq!(s.attempts, 1, "the defer gave its attempt back");
-    assert_eq!(answered_for(&t, id).await, (Some(json!(id)), Some(json!(1))));
+    assert_eq!(
+        answered_for(&t, id).await,
+        (Some(json!(id)), Some(json!(1)))
+    );
 }
 
 /// The SDKs' own suites, through cargo: the Python package's tests (real exec and warm
@@ -323,9 +340,9 @@ async fn a_deferred_sdk_step_runs_again_when_due() {
 fn the_sdks_own_tests_pass_and_the_gem_builds() {
     let root = repo();
     let run = |what: &str, cmd: &mut std::process::Command| {
-        let out = cmd
-            .output()
-            .unwrap_or_else(|e| panic!("{what}: cannot run ({e}); .ci/run installs python3 and ruby"));
+        let out = cmd.output().unwrap_or_else(|e| {
+            panic!("{what}: cannot run ({e}); .ci/run installs python3 and ruby")
+        });
         assert!(
             out.status.success(),
             "{what} failed:\n{}\n{}",
@@ -344,7 +361,11 @@ fn the_sdks_own_tests_pass_and_the_gem_builds() {
     run(
         "the Ruby SDK's tests",
         std::process::Command::new("ruby")
-            .args(["-I", "functions/ruby/lib", "functions/ruby/test/test_function.rb"])
+            .args([
+                "-I",
+                "functions/ruby/lib",
+                "functions/ruby/test/test_function.rb",
+            ])
             .current_dir(&root),
     );
     let out = tempfile::tempdir().expect("tempdir");

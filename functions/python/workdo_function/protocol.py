@@ -10,8 +10,16 @@ import math
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from collections.abc import Mapping
 
+# Type names are for checkers only: importing `typing` costs a process per call several ms.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+
+    JSON = Any
+    StartSpec = Union[str, Mapping[str, JSON]]
+    
 PROTOCOL = "workdo/1"
 
 #: The limits the runtime enforces on a result (``runtime/src/invoke/mod.rs``), in UTF-8 bytes.
@@ -22,7 +30,6 @@ MAX_TEXT_BYTES = 64 * 1024
 #: The furthest a function may defer its step: 10 years.
 MAX_DEFER_SECONDS = 10.0 * 365.0 * 86400.0
 
-JSON = Any
 
 
 class Event:
@@ -233,8 +240,6 @@ class Outcome:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Outcome) and self.to_dict() == other.to_dict()
 
-
-StartSpec = Union[str, Mapping[str, JSON]]
 
 
 def _starts(start: Optional[Sequence[StartSpec]]) -> List[Dict[str, JSON]]:

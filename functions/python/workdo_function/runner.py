@@ -7,9 +7,12 @@ import json
 import os
 import sys
 import threading
-import traceback
-from concurrent.futures import ThreadPoolExecutor
-from typing import IO, Any, Callable, Dict, Mapping, NoReturn, Optional, Tuple, TypeVar, Union
+from collections.abc import Mapping
+
+# Type names are for checkers only: importing `typing` costs a process per call several ms.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import IO, Any, Callable, Dict, NoReturn, Optional, Tuple, TypeVar, Union
 
 from .protocol import (
     MAX_MESSAGE_BYTES,
@@ -23,9 +26,10 @@ from .protocol import (
     completed,
 )
 
-Result = Union[Outcome, Mapping[str, Any], None]
-Handler = Callable[[Event], Result]
-F = TypeVar("F", bound=Handler)
+if TYPE_CHECKING:
+    Result = Union[Outcome, Mapping[str, Any], None]
+    Handler = Callable[[Event], Result]
+    F = TypeVar("F", bound=Handler)
 
 #: Pipelined calls run at once by a thread-safe function that does not say how many.
 DEFAULT_WORKERS = 4
@@ -157,6 +161,8 @@ def exception_outcome(e: BaseException) -> Outcome:
     if isinstance(e, SystemExit):
         said = f"the function called sys.exit({e.code!r})"
     head = _short(f"{name}: {said}" if said else name, MAX_MESSAGE_BYTES // 2)
+    import traceback  # only when something failed
+
     tb = e.__traceback__
     # The frames of the SDK's own call of the function are left out; the function's are kept.
     while tb is not None and _in_sdk(tb.tb_frame.f_code.co_filename):
@@ -322,7 +328,13 @@ def _serve_warm(fn: Handler, inp: IO[bytes], out: IO[bytes], workers: int) -> in
     with status 2; the runtime replaces it and retries the calls it had sent.
     """
     writer = _Writer(out)
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="workdo") if workers > 1 else None
+    pool = None
+    if workers > 1:
+        # Imported here: a function that runs one call at a time (and every exec call) does not
+        # pay for it at start, which is most of a step's time for a process per call.
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="workdo")
     status = 0
     try:
         for line in iter(inp.readline, b""):

@@ -25,6 +25,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 mod calls;
+mod chain;
 mod deployed;
 mod scenarios;
 
@@ -69,6 +70,8 @@ pub enum Scenario {
     Archive,
     /// Deployed functions: a deploy, a worker's first fetch, a cached call.
     Deployed,
+    /// Step-to-step latency: a workflow of 40 sequential trivial steps, per kind of function.
+    Chain,
 }
 
 impl Options {
@@ -260,6 +263,9 @@ pub async fn run(
     }
     if opts.runs(Scenario::Machines) {
         machine_rows(&store, &sizes, runs, &mut rows).await?;
+    }
+    if opts.runs(Scenario::Chain) {
+        chain::rows(&store, exec_fn.as_deref(), runs, &mut rows).await?;
     }
     if opts.runs(Scenario::Deployed) {
         let f = exec_fn.as_deref().unwrap_or(exe.as_path());
