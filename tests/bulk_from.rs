@@ -107,3 +107,38 @@ async fn objects_and_starts_come_from_files() {
         "{stderr}"
     );
 }
+
+/// A CSV as spreadsheets write it: a byte-order mark, quoted cells holding commas, doubled
+/// quotes and a line break; the id column quoted too. Each cell is one property.
+#[tokio::test]
+async fn a_csv_is_read_with_its_quoting_and_bom() {
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let csv = dir.path().join("people.csv");
+    std::fs::write(
+        &csv,
+        "\u{feff}\"id\",author,title\nbb444bb4444,\"Smith, John\",\"The \"\"Real\"\" Map\nof Iowa\"\n",
+    )
+    .expect("csv");
+    let out = Command::new(env!("CARGO_BIN_EXE_workdo"))
+        .args(["objects", "add", "--from"])
+        .arg(&csv)
+        .env("DATABASE_URL", &t.url)
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("workdo");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let props: Value =
+        sqlx::query_scalar("select properties from workdo.objects where id = 'druid:bb444bb4444'")
+            .fetch_one(t.pool())
+            .await
+            .expect("object");
+    assert_eq!(
+        props,
+        json!({"author": "Smith, John", "title": "The \"Real\" Map\nof Iowa"})
+    );
+}

@@ -496,6 +496,7 @@ fn a_cluster_that_trusted_loopback_is_moved_to_a_password() {
     )
     .expect("hba");
     std::fs::remove_file(d.path().join("password")).expect("rm password");
+    std::fs::remove_file(d.path().join("password.applied")).expect("rm mark");
     let url = d.ok(&["db", "url"]);
     let password = std::fs::read_to_string(d.path().join("password")).expect("new password");
     assert!(url.contains(password.trim()), "{url}");
@@ -546,4 +547,25 @@ fn a_password_never_appears_in_an_error_or_log() {
             "{url}: the message names what was masked: {said}"
         );
     }
+}
+
+/// A cluster that asks for a password whose file is gone is said so, not given a new password
+/// that would lock it for good.
+#[test]
+fn a_cluster_whose_password_file_is_gone_says_so() {
+    let d = DataDir::new();
+    d.ok(&["db", "url"]);
+    let kept = std::fs::read_to_string(d.path().join("password")).expect("password");
+    std::fs::remove_file(d.path().join("password")).expect("rm password");
+    let out = d.run(&["status"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is gone") && err.contains("password"), "{err}");
+    assert!(
+        !d.path().join("password").exists(),
+        "no new password was made"
+    );
+    // Restored, it works again (and the cluster is stopped by DataDir's drop).
+    std::fs::write(d.path().join("password"), kept).expect("restore");
+    d.ok(&["status"]);
 }

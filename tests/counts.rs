@@ -383,3 +383,52 @@ async fn inserts_count_themselves_and_others_are_recounted() {
     assert!(by_hand(&counted), "{counted:?}");
     assert_eq!(counted, scanned(t.pool()).await);
 }
+
+/// A reader does not fold a backlog of deltas for everyone (issue 47 item 18): past 10,000
+/// delta rows (a bulk change with no runtime folding) `status` reads the deltas with the counts
+/// and leaves the folding to the maintenance loop; the counts it shows are the same.
+#[tokio::test]
+async fn a_reader_leaves_a_large_backlog_of_deltas_to_maintenance() {
+    let t = support::db().await;
+    support::load(
+        &t.store,
+        "one.yaml",
+        "name: oneWF\nsteps:\n  - { name: a }\n",
+    )
+    .await;
+    sqlx::query(
+        "insert into workdo.step_count_deltas (template, name, status, n, first_id)
+         select 'oneWF', 'a', 'waiting', 1, g
+           from generate_series(1, 12001) g",
+    )
+    .execute(t.pool())
+    .await
+    .expect("a backlog");
+    let facets = t.store.facets(Some("oneWF")).await.expect("facets");
+    let waiting: i64 = facets
+        .iter()
+        .filter(|f| f.step == "a" && f.status == "waiting")
+        .map(|f| f.count)
+        .sum();
+    assert_eq!(
+        waiting, 12_001,
+        "the deltas are read with the counts: {facets:?}"
+    );
+    let left: i64 = sqlx::query_scalar("select count(*) from workdo.step_count_deltas")
+        .fetch_one(t.pool())
+        .await
+        .expect("deltas");
+    assert!(
+        left > 10_000,
+        "the reader folded the backlog itself ({left} left)"
+    );
+    t.store
+        .step_counts_rollup()
+        .await
+        .expect("maintenance folds");
+    let left: i64 = sqlx::query_scalar("select count(*) from workdo.step_count_deltas")
+        .fetch_one(t.pool())
+        .await
+        .expect("deltas");
+    assert_eq!(left, 0);
+}

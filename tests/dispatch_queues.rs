@@ -151,3 +151,49 @@ async fn generated_steps_have_queues() {
         "{text}"
     );
 }
+
+/// A human step of a bricklet (no function: no worker claims it) is listed by its
+/// `BRICKLET/STEP` name like the others (issue 47 item 10: "has no step").
+#[tokio::test]
+async fn a_human_step_of_a_bricklet_has_a_queue() {
+    let t = db().await;
+    let druid = "druid:bb123cd4567";
+    let source = std::fs::read_to_string(support::workflows_dir().join("lectureWF.yaml"))
+        .expect("lectureWF");
+    let human = source.replace(
+        "        label: 6. Feature extraction of the slides\n        function: { builtin: noop }\n",
+        "        label: 6. Feature extraction of the slides, by a person\n",
+    );
+    assert_ne!(human, source, "b6's step made human");
+    support::load(&t.store, "lectureWF.yaml", &human).await;
+    support::put_document(
+        &t,
+        druid,
+        "lecture",
+        include_str!("fixtures/documents/lecture.xml"),
+    )
+    .await;
+    t.store
+        .workflow_start(&workdo::store::StartRequest::new("lectureWF", &[druid]))
+        .await
+        .expect("start");
+    let bindings = workdo::runtime::bindings(&t.store, &[])
+        .await
+        .expect("bindings");
+    for step in ["get-docs", "feature-extraction"] {
+        let b = bindings.iter().find(|b| b.step == step).expect("a binding");
+        workdo::runtime::inject::run_now(&t.store, b, &support::config(), &[druid.to_string()])
+            .await
+            .expect("run");
+    }
+    t.store
+        .step_known("lectureWF", "b6/image-features")
+        .await
+        .expect("a human bricklet step is a queue");
+    let listed = t
+        .store
+        .queue_waiting("lectureWF", "b6/image-features", &[], None, 100)
+        .await
+        .expect("queue");
+    assert_eq!(listed.len(), 2, "{listed:?}");
+}

@@ -73,6 +73,7 @@ async fn google_dag_fans_out_and_in_and_completes() {
     assert_eq!(
         names,
         vec![
+            "registered",
             "inprocess",
             "released",
             "published",
@@ -321,7 +322,7 @@ async fn declared_intermediate_status_and_lifecycle_on_update() {
         .into_iter()
         .map(|m| m.name)
         .collect();
-    assert_eq!(names, vec!["described"]);
+    assert_eq!(names, vec!["registered", "described"]);
 }
 
 #[tokio::test]

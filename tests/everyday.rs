@@ -315,6 +315,18 @@ async fn operators_list_page_delete_and_archive() {
     .await
     .expect("archive");
     assert_eq!(kept, 2);
+    // The archive's retention: what was archived before the cut goes (issue 47 item 19).
+    sqlx::query("update workdo.archive set archived_at = now() - interval '400 days' where object_id = 'obj:item0'")
+        .execute(&pool)
+        .await
+        .expect("age one");
+    let purged = c.json(&["archive", "--purge-archived-before", "365d"]);
+    assert_eq!(purged["purged_from_archive"], 1, "{purged}");
+    let left: i64 = sqlx::query_scalar("select count(*) from workdo.archive")
+        .fetch_one(&pool)
+        .await
+        .expect("archive");
+    assert_eq!(left, 1);
     assert_eq!(
         c.json(&["workflows", "list", "--status", "completed"])
             .as_array()
@@ -328,7 +340,7 @@ async fn operators_list_page_delete_and_archive() {
     c.ok(&["workflows", "delete", &id.to_string()]);
     assert!(
         c.fails(&["workflows", "delete", &id.to_string()])
-            .contains("no such workflow")
+            .contains("there is no workflow")
     );
     c.ok(&["objects", "delete", "obj:item3"]);
     assert!(

@@ -155,3 +155,79 @@ async fn the_cli_applies_a_start_and_a_signal_once_per_key() {
     .expect("counts");
     assert_eq!((workflows, knocks), (1, 1));
 }
+
+/// The key's request is what it means (issue 47 item 23): the same JSON with other whitespace is
+/// the same request; the same bytes as another Content-Type are another; a 404 is not kept, so
+/// the repeat after the object exists is answered as things are then. And malformed requests
+/// are 400s, not conflicts: a `current-status` that is no status, a signal over its size.
+#[tokio::test]
+async fn keys_match_requests_by_meaning_and_keep_only_lasting_answers() {
+    let t = db().await;
+    load(&t.store, "door.yaml", DOOR).await;
+    let base = serve(t.store.clone(), Access::Tokens).await;
+    let robot = t
+        .store
+        .token_create(Role::Robot, "r", None)
+        .await
+        .expect("token")
+        .1;
+    let http = reqwest::Client::new();
+    let send = |key: &str, kind: &str, body: &str| {
+        http.post(format!("{base}/api/workflows"))
+            .bearer_auth(&robot)
+            .header("Idempotency-Key", key)
+            .header("content-type", kind)
+            .body(body.to_string())
+            .send()
+    };
+    let json_type = "application/json";
+    let one = r#"{"template":"doorWF","objects":["obj:ws"]}"#;
+    let spaced = "{ \"template\" : \"doorWF\",\n  \"objects\" : [ \"obj:ws\" ] }";
+    assert_eq!(
+        send("k1", json_type, one).await.expect("first").status(),
+        StatusCode::CREATED
+    );
+    let again = send("k1", json_type, spaced).await.expect("again");
+    assert_eq!(
+        again.status(),
+        StatusCode::CREATED,
+        "whitespace made it another request"
+    );
+    assert!(again.headers().get("idempotency-replayed").is_some());
+    let other_type = send("k1", "text/plain", one).await.expect("other type");
+    assert_eq!(other_type.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    // A signal to a job that does not exist yet: 404, not kept; once the job exists, the same
+    // key and request are sent for real.
+    let signal = |key: &str| {
+        http.post(format!(
+            "{base}/api/objects/obj:later/workflows/doorWF/signals"
+        ))
+        .bearer_auth(&robot)
+        .header("Idempotency-Key", key)
+        .json(&json!({"signal": "open"}))
+        .send()
+    };
+    assert_eq!(
+        signal("k2").await.expect("signal").status(),
+        StatusCode::NOT_FOUND
+    );
+    t.store
+        .workflow_start(&workdo::store::StartRequest::new("doorWF", &["obj:later"]))
+        .await
+        .expect("start");
+    let now = signal("k2").await.expect("signal again");
+    assert_eq!(now.status(), StatusCode::OK);
+    assert!(now.headers().get("idempotency-replayed").is_none());
+    // Over the size a signal's data may have: a malformed request.
+    let big = "x".repeat(70 * 1024);
+    let r = http
+        .post(format!(
+            "{base}/api/objects/obj:later/workflows/doorWF/signals"
+        ))
+        .bearer_auth(&robot)
+        .json(&json!({"signal": "close", "data": {"big": big}}))
+        .send()
+        .await
+        .expect("big signal");
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+}

@@ -489,6 +489,22 @@ fn machine_descriptions_are_checked_when_loading() {
             .all(|p| p.file == "bad.yaml" && p.line.is_some()),
         "{all}"
     );
+    // Issue 47 item 12: what loading missed — an expression nested in a `set` value, an
+    // `alarm at:` that is no time, an alarm's signal that is no name, a mail to no address.
+    let worse = "name: worseWF\nkind: machine\ninitial: A\nstates:\n  A:\n    enter:\n      - set: { x: { y: [ \"${1 +}\" ] } }\n      - alarm: { signal: s, at: tomorrow }\n      - alarm: { signal: \"no good\", in: 5m }\n      - mail: { to: not-an-address, subject: hi }\n";
+    let err = parse("worse.yaml", Format::Yaml, worse).expect_err("refused");
+    let all = err.to_string();
+    for expected in [
+        "set: ",
+        "at: \"tomorrow\" is not an RFC 3339 time",
+        "alarm: invalid signal name \"no good\"",
+        "mail: to: \"not-an-address\" is not an address",
+    ] {
+        assert!(all.contains(expected), "missing {expected:?} in:\n{all}");
+    }
+    // One address, not a list, is taken.
+    let one = "name: oneWF\nkind: machine\ninitial: A\nstates:\n  A:\n    enter:\n      - mail: { to: ops@library.example.org, subject: hi }\n";
+    parse("one.yaml", Format::Yaml, one).expect("a single address");
 }
 
 #[tokio::test]
@@ -507,7 +523,12 @@ async fn a_machine_that_forks_itself_or_signals_itself_for_ever_is_bounded() {
         .workflow_start(&StartRequest::new("foreverWF", &["obj:forever"]))
         .await
         .expect_err("bounded");
-    assert!(err.to_string().contains("nest more than 16 deep"), "{err}");
+    let said = err.to_string();
+    assert!(said.contains("nest more than 16 deep"), "{said}");
+    // Said once, as the chain of templates (issue 47 item 24: 5.8 KB of nested rollbacks).
+    assert_eq!(said.matches("rolled back").count(), 1, "{said}");
+    assert!(said.contains("foreverWF → foreverWF"), "{said}");
+    assert!(said.len() < 1_000, "{} bytes: {said}", said.len());
     let left: i64 = sqlx::query_scalar("select count(*) from workdo.workflows")
         .fetch_one(t.pool())
         .await

@@ -479,3 +479,43 @@ async fn bare_druids_are_found_and_a_schedule_that_cannot_fire_stops_no_other() 
             .is_empty()
     );
 }
+
+/// `schedules fire NAME` that fails takes no tick away (issue 47 item 7): the failure is
+/// recorded and said, and the schedule's next regular tick is where it was.
+#[tokio::test]
+async fn a_fire_by_hand_that_fails_keeps_the_next_tick() {
+    let t = db().await;
+    load(&t.store, "t.yaml", "name: handWF\nsteps:\n  - name: a\n").await;
+    let specs = workdo::model::schedule::parse_file(
+        "s.yaml",
+        "schedules:\n  - name: nightly\n    cron: \"0 0 3 * * *\"\n    start: handWF\n    objects: { ids: [druid:cc111cc1111] }\n",
+    )
+    .expect("schedules");
+    t.store.schedules_put(&specs, "s.yaml").await.expect("put");
+    // An id no start accepts, as an older version may have stored; and a tick due an hour ago
+    // (no runtime ran): a failed fire by hand must not move it past now.
+    sqlx::raw_sql(
+        "update workdo.schedules set objects = '{\"ids\": [\"bad id\"]}',
+                next_fire_at = date_trunc('second', now()) - interval '1 hour'",
+    )
+    .execute(t.pool())
+    .await
+    .expect("poison");
+    let before = t.store.schedules_list().await.expect("list")[0].next_fire_at;
+    let err = t
+        .store
+        .schedule_fire_now("nightly")
+        .await
+        .expect_err("cannot fire");
+    assert!(err.to_string().contains("bad id"), "{err}");
+    let after = t.store.schedules_list().await.expect("list")[0].next_fire_at;
+    assert_eq!(after, before, "the failed fire moved the next tick");
+    assert_eq!(
+        count(
+            t.pool(),
+            "select count(*) from workdo.events where kind = 'schedule_failed'"
+        )
+        .await,
+        1
+    );
+}

@@ -311,3 +311,79 @@ async fn pushes_wait_while_redis_is_down_and_none_is_lost() {
     );
     assert_eq!(job["jid"].as_str().map(str::len), Some(24));
 }
+
+/// A runtime killed while it hands off pushes again at most the one job it was pushing (issue
+/// 47 item 21: a pass committed once for 200 rows, and a crash pushed all of them again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_killed_while_it_hands_off_pushes_at_most_one_again() {
+    assert!(
+        installed("redis-server") && installed("redis-cli"),
+        "redis-server is not installed: apt-get install -y redis-server (.ci/run does)"
+    );
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("redis.sock");
+    let _redis = redis_on(&socket);
+    load_accession(&t.store).await;
+    let total: i64 = 300;
+    let druids: Vec<String> = (0..total)
+        .map(|i| format!("druid:bd{:03}fg{:04}", i % 1000, i))
+        .collect();
+    let refs: Vec<&str> = druids.iter().map(String::as_str).collect();
+    t.store
+        .workflow_start(&StartRequest::new("accessionWF", &refs))
+        .await
+        .expect("start");
+    let llen = || {
+        let out = Command::new("redis-cli")
+            .arg("-s")
+            .arg(&socket)
+            .args(["llen", "queue:accessionWF_default"])
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse::<i64>()
+            .unwrap_or(0)
+    };
+    while !socket.exists() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let redis_url = format!("unix://{}", socket.display());
+    let up = || support::spawn_up(&t.url, &["--sidekiq-redis", &redis_url]);
+    let mut kills = 0;
+    for _ in 0..3 {
+        let mut runtime = up();
+        let before = llen();
+        // Killed in the middle of handing off: once it has pushed some, and not all.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while llen() < before + 10 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let _ = runtime.kill();
+        let _ = runtime.wait();
+        kills += 1;
+        if llen() >= total {
+            break;
+        }
+    }
+    let mut last = up();
+    let done = reached(
+        t.pool(),
+        "select count(*) = 300 from workdo.handoff_outbox where pushed_at is not null",
+        120,
+    )
+    .await;
+    let _ = last.kill();
+    let _ = last.wait();
+    assert!(
+        done,
+        "not every row was pushed: {}",
+        outbox_state(t.pool()).await
+    );
+    let pushed = llen();
+    assert!(
+        pushed >= total && pushed <= total + kills as i64,
+        "{pushed} jobs for {total} readinesses after {kills} kills"
+    );
+}

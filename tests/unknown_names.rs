@@ -98,3 +98,108 @@ async fn misspelt_names_are_errors_that_name_them() {
         StatusCode::NO_CONTENT
     );
 }
+
+/// Issue 47 item 15: the commands that broke the rule — a workflow id, a queue, a template's
+/// status and version that name nothing exit 2 — and the inputs refused by name instead of
+/// being taken: an empty lane, a poll interval of 0 s, a token name with a newline.
+#[tokio::test]
+async fn every_command_naming_nothing_exits_2_and_bad_settings_are_refused() {
+    let t = support::db().await;
+    support::load(&t.store, "g.xml", support::GOOGLE_XML).await;
+    let workdo = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_workdo"))
+            .args(args)
+            .env("DATABASE_URL", &t.url)
+            .env("RUST_LOG", "error")
+            .output()
+            .expect("workdo");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for (args, named) in [
+        (&["workflows", "delete", "0"][..], "there is no workflow 0"),
+        (&["resume", "nopeWF:x"][..], "nopeWF"),
+        (&["resume", &format!("{WF}:typo")][..], "typo"),
+        (&["status", "--template", "nopeWF"][..], "nopeWF"),
+        (&["templates", "use", "nopeWF", "abc123"][..], "nopeWF"),
+    ] {
+        let (code, stderr) = workdo(args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(named), "{args:?}: {stderr}");
+    }
+    for (args, said) in [
+        (
+            &[
+                "queues",
+                "define",
+                "q1",
+                "--waiting",
+                &format!("{WF}:shelve"),
+                "--lane",
+                "",
+            ][..],
+            "lane",
+        ),
+        (
+            &["up", "--no-api", "--poll-interval", "0s"][..],
+            "at least 1ms",
+        ),
+        (
+            &["tokens", "create", "--role", "viewer", "--name", "a\nb"][..],
+            "control character",
+        ),
+    ] {
+        let (code, stderr) = workdo(args);
+        assert!(
+            code.is_some_and(|c| c != 0),
+            "{args:?} was accepted: {stderr}"
+        );
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+    }
+    let tokens: i64 = sqlx::query_scalar("select count(*) from workdo.tokens")
+        .fetch_one(t.pool())
+        .await
+        .expect("tokens");
+    assert_eq!(tokens, 0, "no token was made");
+}
+
+/// A `current-status` precondition that is no status at all is a malformed request (400),
+/// not a mismatch (409): nothing changes either way.
+#[tokio::test]
+async fn a_malformed_current_status_is_a_bad_request() {
+    let a = api().await;
+    with_google(&a).await;
+    a.t.store
+        .workflow_start(&workdo::store::StartRequest::new(WF, &[DRUID]))
+        .await
+        .expect("start");
+    let url = |cs: &str| {
+        format!(
+            "{}/objects/{DRUID}/workflows/{WF}/descriptive-metadata?current-status={cs}",
+            a.base
+        )
+    };
+    let put = |cs: &str| {
+        a.http
+            .put(url(cs))
+            .bearer_auth(&a.robot)
+            .body(r#"<process name="descriptive-metadata" status="completed"/>"#)
+            .send()
+    };
+    assert_eq!(
+        put("%25%25bad").await.expect("put").status(),
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        put("completed").await.expect("put").status(),
+        StatusCode::CONFLICT
+    );
+    let status: String =
+        sqlx::query_scalar("select status from workdo.steps where name = 'descriptive-metadata'")
+            .fetch_one(a.t.pool())
+            .await
+            .expect("status");
+    assert_ne!(status, "completed", "nothing changed");
+}

@@ -89,3 +89,43 @@ async fn an_xml_template_declares_intermediate_statuses() {
     .to_string();
     assert!(e.contains("bad.xml") && e.contains("empty <status>"), "{e}");
 }
+
+/// Creating an object records its `registered` milestone (issue 47 item 8), as seed 000 and
+/// the README say, in workdo's own views; the workflow service's lifecycle, which records
+/// `registered` only through the step that declares it, does not show it.
+#[tokio::test]
+async fn a_new_object_is_registered() {
+    let a = api().await;
+    with_google(&a).await;
+    a.t.store
+        .object_put(
+            "druid:bc111bc1111",
+            &Default::default(),
+            &Default::default(),
+            "test",
+        )
+        .await
+        .expect("object");
+    a.t.store
+        .workflow_start(&workdo::store::StartRequest::new(WF, &[DRUID]))
+        .await
+        .expect("a start registers its new object");
+    for id in ["druid:bc111bc1111", DRUID] {
+        let names: Vec<String> =
+            a.t.store
+                .milestones(id)
+                .await
+                .expect("milestones")
+                .into_iter()
+                .map(|m| m.name)
+                .collect();
+        assert_eq!(
+            names.iter().filter(|n| *n == "registered").count(),
+            1,
+            "{id}: {names:?}"
+        );
+    }
+    let (s, xml) = a.get(&format!("/objects/{DRUID}/lifecycle")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(!xml.contains(">registered<"), "{xml}");
+}

@@ -1,5 +1,5 @@
 -- Object ids: the SQL twin of runtime/src/model/object_id.rs (a property test keeps them equal).
--- `scheme:value`, 1-200 characters without whitespace or control characters; the `druid`
+-- `scheme:value`, 1-200 bytes without whitespace or control characters; the `druid`
 -- scheme's value is a druid, and a bare druid means `druid:` + it. Returns the one spelling of
 -- `p_id`, or raises 22023 (invalid_parameter_value) saying what is wrong. The objects table's
 -- check (migrations/0011) holds every new id to it, whatever the interface.
@@ -14,7 +14,7 @@ begin
     end if;
     if length(p_id) < 1 or octet_length(p_id) > 200 then
         raise exception using errcode = '22023',
-            message = format('invalid object id %s: 1-200 characters', to_json(left(p_id, 80))::text);
+            message = format('invalid object id %s: 1-200 bytes (UTF-8; a character outside ASCII takes 2 to 4)', to_json(left(p_id, 80))::text);
     end if;
     if p_id ~ '[[:space:][:cntrl:]]' then
         raise exception using errcode = '22023',

@@ -52,6 +52,7 @@ async fn run() -> std::process::ExitCode {
                                 | workdo::store::StoreError::UnknownWorkflow { .. }
                                 | workdo::store::StoreError::UnknownQueue(_)
                                 | workdo::store::StoreError::UnknownFunction(_)
+                                | workdo::store::StoreError::UnknownWorkflowId(_)
                         )
                     })
             });

@@ -86,7 +86,31 @@ pub async fn idempotent(State(s): State<AppState>, req: Request, next: Next) -> 
         .path_and_query()
         .map(|p| p.as_str())
         .unwrap_or_default();
-    let fingerprint = hex_sha256(&[parts.method.as_str().as_bytes(), target.as_bytes(), &body]);
+    // What the request means, not how it is spelled: a JSON body in its canonical form (the
+    // same JSON with other whitespace or key order is the same request), and the Content-Type
+    // it was sent as (the same bytes as another type are another request).
+    let content_type = parts
+        .headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .unwrap_or_default();
+    let canonical = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .filter(|_| content_type.is_empty() || content_type.ends_with("json"))
+        .and_then(|v| serde_json::to_vec(&v).ok());
+    let fingerprint = hex_sha256(&[
+        parts.method.as_str().as_bytes(),
+        target.as_bytes(),
+        content_type.as_bytes(),
+        canonical.as_deref().unwrap_or(&body),
+    ]);
     match s.store.idempotency_claim(&scope, &key, &fingerprint).await {
         Err(e) => return ApiError::from(e).into_response(),
         Ok(Claim::OtherRequest) => {
@@ -129,8 +153,16 @@ async fn keep(store: &crate::store::Store, scope: &str, key: &str, res: Response
     // Refused (no credentials, not allowed, no database connection) or failed inside (every
     // changing route applies in one transaction, rolled back on the error): nothing was
     // applied, the key is given back so that a repeat may run.
-    if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN)
-        || status.is_server_error()
+    // Only answers that changed something, or refused the request for good (a malformed
+    // body, 400 or 422), are kept: a 404 or 409 depends on what exists now (an object created
+    // since, a step that moved on), and a repeat must be answered as things are then.
+    if matches!(
+        status,
+        StatusCode::UNAUTHORIZED
+            | StatusCode::FORBIDDEN
+            | StatusCode::NOT_FOUND
+            | StatusCode::CONFLICT
+    ) || status.is_server_error()
     {
         if let Err(e) = store.idempotency_release(scope, key).await {
             tracing::warn!(error = %e, "could not give an idempotency key back");

@@ -244,15 +244,17 @@ impl From<StoreError> for ApiError {
             | StoreError::UnknownWorkflow { .. }
             | StoreError::UnknownStep { .. }
             | StoreError::UnknownQueue(_)
-            | StoreError::UnknownFunction(_) => StatusCode::NOT_FOUND,
+            | StoreError::UnknownFunction(_)
+            | StoreError::UnknownWorkflowId(_) => StatusCode::NOT_FOUND,
             StoreError::FunctionInUse { .. } | StoreError::FunctionConflict(_) => {
                 StatusCode::CONFLICT
             }
-            StoreError::BadArtifact(_) => StatusCode::BAD_REQUEST,
+            StoreError::BadArtifact(_) | StoreError::BadInput(_) => StatusCode::BAD_REQUEST,
             StoreError::StatusMismatch { .. }
             | StoreError::OldVersion { .. }
             | StoreError::SignalRefused(_)
             | StoreError::MigrationRefused(_)
+            | StoreError::Queued
             | StoreError::TransitionRolledBack(_) => StatusCode::CONFLICT,
             StoreError::InvalidStatus { .. }
             | StoreError::Invalid { .. }

@@ -134,8 +134,8 @@ pub struct UpArgs {
 
 #[derive(Debug, Args, Clone)]
 pub struct RuntimeArgs {
-    /// Longest a worker waits without a notification before looking for work.
-    #[arg(long, default_value = "1s", value_parser = duration)]
+    /// Longest a worker waits without a notification before looking for work (at least 1ms).
+    #[arg(long, default_value = "1s", value_parser = positive_duration)]
     pub poll_interval: std::time::Duration,
     /// A lease lasts the function's timeout plus this (or --lease, when shorter).
     #[arg(long, default_value = "30s", value_parser = duration)]
@@ -220,6 +220,32 @@ pub(super) fn duration(text: &str) -> Result<std::time::Duration, String> {
         .ok_or_else(|| {
             format!("{text:?} is not a duration such as 500ms, 30s, 5m or 90d (at most 36500d)")
         })
+}
+
+#[derive(Debug, Args)]
+pub struct ArchiveArgs {
+    /// Workflows completed longer ago than this (e.g. 90d, 12h).
+    #[arg(long, value_parser = duration, required_unless_present = "purge_archived_before")]
+    pub finished_before: Option<std::time::Duration>,
+    /// Workflows per transaction.
+    #[arg(long, default_value_t = 1000)]
+    pub batch: i64,
+    /// Delete instead of archiving into workdo.archive.
+    #[arg(long)]
+    pub purge: bool,
+    /// Also delete from workdo.archive what was archived longer ago than this (e.g. 365d): the
+    /// archive's retention, so it does not grow for ever.
+    #[arg(long, value_parser = duration, value_name = "DURATION")]
+    pub purge_archived_before: Option<std::time::Duration>,
+}
+
+/// [`duration`], more than zero: a poll every 0 s is a busy loop, not a setting.
+pub(super) fn positive_duration(text: &str) -> Result<std::time::Duration, String> {
+    let d = duration(text)?;
+    if d < std::time::Duration::from_millis(1) {
+        return Err(format!("{text:?} is too short: give at least 1ms"));
+    }
+    Ok(d)
 }
 
 #[derive(Debug, Subcommand)]

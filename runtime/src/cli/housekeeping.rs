@@ -107,12 +107,62 @@ pub(super) async fn workflows_list(
 
 pub(super) async fn archive(
     store: &Store,
-    finished_before: std::time::Duration,
-    batch: i64,
-    purge: bool,
+    a: &super::args::ArchiveArgs,
     json: bool,
     out: &mut impl Write,
 ) -> Result<()> {
+    let mut said = serde_json::Map::new();
+    if let Some(finished_before) = a.finished_before {
+        let done = archive_finished(store, finished_before, a.batch, a.purge).await?;
+        if let serde_json::Value::Object(fields) = serde_json::to_value(&done.0)? {
+            said.extend(fields);
+        }
+        if !json {
+            writeln!(
+                out,
+                "{} {} workflows finished before {} ({} steps, {} events, {} batches)",
+                if a.purge { "purged" } else { "archived" },
+                done.0.workflows,
+                done.1.format("%Y-%m-%d %H:%M:%S UTC"),
+                done.0.steps,
+                done.0.events,
+                done.0.batches
+            )?;
+        }
+    }
+    if let Some(older) = a.purge_archived_before {
+        let before = Utc::now()
+            - chrono::Duration::from_std(older).context("--purge-archived-before is too long")?;
+        let mut gone = 0u64;
+        loop {
+            let n = store.archive_purge_before(before, a.batch).await?;
+            if n == 0 {
+                break;
+            }
+            gone += n;
+        }
+        said.insert("purged_from_archive".into(), gone.into());
+        if !json {
+            writeln!(
+                out,
+                "deleted {gone} workflows archived before {} from workdo.archive",
+                before.format("%Y-%m-%d %H:%M:%S UTC")
+            )?;
+        }
+    }
+    if json {
+        writeln!(out, "{}", serde_json::Value::Object(said))?;
+    }
+    Ok(())
+}
+
+/// Archive (or purge) the workflows finished before `finished_before`, a batch at a time.
+async fn archive_finished(
+    store: &Store,
+    finished_before: std::time::Duration,
+    batch: i64,
+    purge: bool,
+) -> Result<(crate::store::Archived, chrono::DateTime<Utc>)> {
     let before = Utc::now()
         - chrono::Duration::from_std(finished_before).context("--finished-before is too long")?;
     // A batch at a time, with a progress bar on a terminal (none when stderr is not one).
@@ -143,19 +193,7 @@ pub(super) async fn archive(
         bar.inc(b.workflows);
     }
     bar.finish_and_clear();
-    emit(out, json, &done, |o| {
-        writeln!(
-            o,
-            "{} {} workflows finished before {} ({} steps, {} events, {} batches)",
-            if purge { "purged" } else { "archived" },
-            done.workflows,
-            before.format("%Y-%m-%d %H:%M:%S UTC"),
-            done.steps,
-            done.events,
-            done.batches
-        )
-    })?;
-    Ok(())
+    Ok((done, before))
 }
 
 pub(super) async fn workflow_delete(store: &Store, id: i64, out: &mut impl Write) -> Result<()> {

@@ -153,17 +153,7 @@ pub enum Command {
     /// Move finished workflows (steps and events with them) out of the live tables, in batches
     /// that never hold up the runtime; with --purge, delete them.
     #[command(after_help = "Example: workdo archive --finished-before 90d")]
-    Archive {
-        /// Workflows completed longer ago than this (e.g. 90d, 12h).
-        #[arg(long, value_parser = args::duration)]
-        finished_before: std::time::Duration,
-        /// Workflows per transaction.
-        #[arg(long, default_value_t = 1000)]
-        batch: i64,
-        /// Delete instead of archiving into workdo.archive.
-        #[arg(long)]
-        purge: bool,
-    },
+    Archive(args::ArchiveArgs),
     /// Print shell completions (bash, zsh, fish, elvish, powershell).
     #[command(after_help = "Example: workdo completions bash > /etc/bash_completion.d/workdo")]
     Completions {
@@ -487,11 +477,7 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
         Command::Workflows(WorkflowsCmd::Delete { id }) => {
             housekeeping::workflow_delete(&store, id, out).await?
         }
-        Command::Archive {
-            finished_before,
-            batch,
-            purge,
-        } => housekeeping::archive(&store, finished_before, batch, purge, json, out).await?,
+        Command::Archive(a) => housekeeping::archive(&store, &a, json, out).await?,
         Command::Completions { .. } => {}
         Command::Signal {
             object,
@@ -534,6 +520,9 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
         Command::Queue(args) => steps::queue(&store, &args, json, out).await?,
         Command::Queues(cmd) => steps::queues(&store, cmd, json, out).await?,
         Command::Status { template } => {
+            if let Some(t) = &template {
+                store.template_current(t).await?; // a typo is said (exit 2), not "(none)"
+            }
             let facets = store.facets(template.as_deref()).await?;
             let paused = store.paused_list().await?;
             crate::output::emit(out, json, &facets, |o| {
@@ -568,7 +557,10 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
         Command::Db(_) | Command::Bench { .. } => {}
         Command::Up(args) => {
             let private = target.cluster.is_some();
-            up::up(&store, args, &cli.data_dir, &database, private, out).await?
+            let followed =
+                crate::store::hosts::Hosts::parse(&target.url).is_ok_and(|h| h.followed());
+            let at = (database.as_str(), private, followed);
+            up::up(&store, args, &cli.data_dir, at, out).await?
         }
         Command::Serve(args) => up::serve(store, &args).await?,
         Command::Tokens(cmd) => tokens::run(&store, cmd, json, out).await?,

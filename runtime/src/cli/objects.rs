@@ -50,6 +50,8 @@ struct Row {
 /// string properties; an empty cell sets nothing). Every problem names the file and line.
 fn rows_of(path: &Path) -> Result<Vec<Row>> {
     let text = super::files::read_text(path)?;
+    // A byte-order mark (spreadsheets write one) is not part of the first cell.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     let at = |line: usize| format!("{}:{}", path.display(), line + 1);
     let lines: Vec<(usize, &str)> = text
         .lines()
@@ -108,31 +110,50 @@ fn rows_of(path: &Path) -> Result<Vec<Row>> {
         }
         return Ok(rows);
     }
-    let header: Vec<&str> = first.split(',').map(str::trim).collect();
-    let Some(id_col) = header.iter().position(|h| *h == "id") else {
+    // A CSV read by a CSV reader: quoted cells ("Smith, John"), doubled quotes and line breaks
+    // inside quotes, as spreadsheets write them; `#` lines and blank lines skipped.
+    // `first` is a slice of `text`: the CSV starts where it does.
+    let body = &text[(first.as_ptr() as usize).saturating_sub(text.as_ptr() as usize)..];
+    let mut reader = csv::ReaderBuilder::new()
+        .comment(Some(b'#'))
+        .trim(csv::Trim::All)
+        .flexible(true)
+        .from_reader(body.as_bytes());
+    let line_of = |pos: Option<&csv::Position>| first_at + pos.map_or(1, |p| p.line() as usize) - 1;
+    let header: Vec<String> = reader
+        .headers()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", at(first_at)))?
+        .iter()
+        .map(str::to_string)
+        .collect();
+    let Some(id_col) = header.iter().position(|h| h == "id") else {
         anyhow::bail!(
             "{}: a CSV's header must have an \"id\" column (or give JSON lines)",
             at(first_at)
         );
     };
-    for &(n, line) in &lines[1..] {
-        let cells: Vec<&str> = line.split(',').map(str::trim).collect();
-        if cells.len() != header.len() {
+    for record in reader.records() {
+        let record = record.map_err(|e| anyhow::anyhow!("{}: {e}", at(line_of(e.position()))))?;
+        let n = line_of(record.position());
+        if record.iter().all(str::is_empty) {
+            continue;
+        }
+        if record.len() != header.len() {
             anyhow::bail!(
                 "{}: {} cells, the header has {}",
                 at(n),
-                cells.len(),
+                record.len(),
                 header.len()
             );
         }
-        let id = crate::model::object_id::normalize(cells[id_col])
+        let id = crate::model::object_id::normalize(&record[id_col])
             .map_err(|e| anyhow::anyhow!("{}: {e}", at(n)))?;
         let properties = header
             .iter()
-            .zip(&cells)
+            .zip(record.iter())
             .enumerate()
             .filter(|(i, (_, c))| *i != id_col && !c.is_empty())
-            .map(|(_, (h, c))| (h.to_string(), Value::String(c.to_string())))
+            .map(|(_, (h, c))| (h.clone(), Value::String(c.to_string())))
             .collect();
         rows.push(Row {
             id,
@@ -184,11 +205,14 @@ pub(super) async fn add_from(
 /// The object ids of a `start --from` file.
 fn ids_of(path: &Path) -> Result<Vec<String>> {
     let text = super::files::read_text(path)?;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     let first = text
         .lines()
         .find(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
         .unwrap_or_default();
-    if first.trim_start().starts_with('{') || first.split(',').any(|h| h.trim() == "id") {
+    if first.trim_start().starts_with('{')
+        || first.split(',').any(|h| h.trim().trim_matches('"') == "id")
+    {
         return Ok(rows_of(path)?.into_iter().map(|r| r.id).collect());
     }
     text.lines()

@@ -27,7 +27,10 @@ pub(super) async fn object(
         for w in &view.workflows {
             // A superseded workflow's status is what it was when a newer object version
             // took its place; say that, not "active".
-            let state = if w.workflow.active {
+            let cancelled = w.machine.as_ref().is_some_and(|m| m.cancelled);
+            let state = if cancelled {
+                "cancelled with its parent".to_string()
+            } else if w.workflow.active {
                 w.workflow.status.clone()
             } else {
                 format!(

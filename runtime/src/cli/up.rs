@@ -147,10 +147,11 @@ pub fn worker_connections(steps: usize, completers: u32) -> u32 {
 }
 
 /// The connections one `workdo up` may hold: its pool (`--max-connections`), the API's own pool
-/// (half that, at least two) when it serves the API, and the listener's one connection.
-pub fn connection_budget(max_connections: u32, api: bool) -> u32 {
+/// (half that, at least two) when it serves the API, the listener's one connection, and with a
+/// URL of several hosts the watcher's that follows the writable one (`followed`).
+pub fn connection_budget(max_connections: u32, api: bool, followed: bool) -> u32 {
     let api_pool = if api { (max_connections / 2).max(2) } else { 0 };
-    max_connections + api_pool + 1
+    max_connections + api_pool + 1 + u32::from(followed)
 }
 
 /// A warning when the server cannot hold `budget` more connections: `max_connections` less the
@@ -169,8 +170,7 @@ pub(super) async fn up(
     store: &Store,
     args: UpArgs,
     data_dir: &std::path::Path,
-    database: &str,
-    private: bool,
+    (database, private, followed): (&str, bool, bool),
     out: &mut impl Write,
 ) -> Result<()> {
     let Some(n) = args.demo else {
@@ -181,7 +181,11 @@ pub(super) async fn up(
         let templates = store.template_list().await?.len();
         if let Ok((max, reserved, open)) = store.connection_room().await
             && let Some(w) = budget_warning(
-                connection_budget(args.runtime.max_connections.unwrap_or(16), server.is_some()),
+                connection_budget(
+                    args.runtime.max_connections.unwrap_or(16),
+                    server.is_some(),
+                    followed,
+                ),
                 max,
                 reserved,
                 open,
@@ -484,9 +488,14 @@ mod tests {
 
     #[test]
     fn the_connection_budget_and_its_warning() {
-        assert_eq!(connection_budget(16, true), 16 + 8 + 1);
-        assert_eq!(connection_budget(2, true), 2 + 2 + 1);
-        assert_eq!(connection_budget(16, false), 17);
+        assert_eq!(connection_budget(16, true, false), 16 + 8 + 1);
+        assert_eq!(connection_budget(2, true, false), 2 + 2 + 1);
+        assert_eq!(connection_budget(16, false, false), 17);
+        assert_eq!(
+            connection_budget(16, true, true),
+            16 + 8 + 1 + 1,
+            "the failover watcher"
+        );
         assert_eq!(budget_warning(25, 100, 3, 50), None);
         let w = budget_warning(25, 100, 3, 80).expect("no room");
         assert!(

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::{
     Event, Group, InvokeError, MAX_RESULT_BYTES, Outcome, STDERR_KEEP, describe_exit, parse_result,
@@ -68,6 +68,27 @@ async fn read_head_tail(mut r: impl AsyncRead + Unpin, keep: usize) -> String {
     text
 }
 
+/// `bytes` in a file of their own, already unlinked (nothing is left behind, whatever happens
+/// next), open for reading from its start.
+fn event_file(bytes: &[u8]) -> std::io::Result<std::fs::File> {
+    use std::io::{Seek, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = std::env::temp_dir().join(format!(
+        ".workdo-event-{}",
+        hex::encode(rand::random::<[u8; 12]>())
+    ));
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)?;
+    std::fs::remove_file(&path)?;
+    f.write_all(bytes)?;
+    f.rewind()?;
+    Ok(f)
+}
+
 pub(super) async fn call(
     argv: &[String],
     env: &BTreeMap<String, String>,
@@ -79,12 +100,21 @@ pub(super) async fn call(
     if let Some(tp) = &event.traceparent {
         cmd.env("TRACEPARENT", tp);
     }
+    // The event is written whole before the function starts, into an unlinked file that is its
+    // stdin: a runtime killed between the start and the write left a function reading an
+    // empty event from a pipe its writer had gone from.
+    let input = serde_json::to_vec(event).unwrap_or_default();
+    let written = event_file(&input).map_err(|e| {
+        InvokeError::new(
+            format!("cannot write {program}'s event: {e}"),
+            String::new(),
+        )
+    })?;
+    cmd.stdin(std::process::Stdio::from(written));
     let mut child = super::spawn(&mut cmd)
         .await
         .map_err(|e| InvokeError::new(format!("cannot start {program}: {e}"), String::new()))?;
     let _group = Group::of(&child);
-    let input = serde_json::to_vec(event).unwrap_or_default();
-    let stdin = child.stdin.take();
     // Drained on tasks of their own, so that waiting for the exit does not wait for the pipes
     // to close, and a function that prints a lot before reading cannot deadlock.
     let mut out = child
@@ -95,13 +125,7 @@ pub(super) async fn call(
         .stderr
         .take()
         .map(|s| tokio::spawn(read_head_tail(s, STDERR_KEEP / 2)));
-    let run = async {
-        if let Some(mut s) = stdin {
-            let _ = s.write_all(&input).await;
-            let _ = s.shutdown().await;
-        }
-        child.wait().await
-    };
+    let run = child.wait();
     let exited = tokio::time::timeout(timeout, run).await;
     // After the exit (or the timeout), the pipes get a short grace, then the group is killed,
     // which closes them.

@@ -2,8 +2,8 @@
 //! (`workdo.object_id`, migrations/engine/05_object_ids.sql, kept equal by a property test).
 //!
 //! An id is `scheme:value`: a scheme of a lowercase letter then up to 31 lowercase letters,
-//! digits or `+.-`, a colon, and a value; 1–200 characters, none of them whitespace or control
-//! characters. The `druid` scheme's value must be a druid (`bb123cd4567`: two letters, three
+//! digits or `+.-`, a colon, and a value; 1–200 bytes of UTF-8, none of them whitespace or
+//! control characters. The `druid` scheme's value must be a druid (`bb123cd4567`: two letters, three
 //! digits, two letters, four digits), and a bare druid means `druid:` + it, so
 //! `bc123df4567` and `druid:bc123df4567` are one object.
 
@@ -39,9 +39,10 @@ pub fn normalize(id: &str) -> Result<String, String> {
     if is_druid(id) {
         return Ok(format!("druid:{id}"));
     }
+    // Counted in bytes (UTF-8), as SQL's twin counts them: a character outside ASCII takes 2-4.
     if id.is_empty() || id.len() > MAX_LEN {
         return Err(format!(
-            "invalid object id {shown:?}: 1-{MAX_LEN} characters"
+            "invalid object id {shown:?}: 1-{MAX_LEN} bytes (UTF-8; a character outside ASCII takes 2 to 4)"
         ));
     }
     if id.chars().any(|c| c.is_whitespace() || c.is_control()) {

@@ -115,6 +115,14 @@ impl ScheduleSpec {
     /// # Errors
     /// A message naming the schedule and what is wrong with it.
     pub fn validate(&mut self, default_template: Option<&str>) -> Result<(), String> {
+        // Postgres stores no NUL: said by field here, not as its escape error at save.
+        let whole = serde_json::to_value(&*self).unwrap_or_default();
+        if let Some(at) = crate::model::nul_at(&whole) {
+            return Err(format!(
+                "schedule {:?}: {at} holds a NUL character (\\u0000), which Postgres cannot store",
+                self.name.replace('\0', "\\0")
+            ));
+        }
         if self.name.trim().is_empty() || self.name.len() > 200 {
             return Err(format!(
                 "schedule name {:?} must be 1-200 characters",
@@ -250,7 +258,21 @@ pub fn parse_file(origin: &str, source: &str) -> Result<Vec<ScheduleSpec>, Sched
     for s in &mut out {
         s.validate(None).map_err(invalid)?;
     }
+    if let Some(name) = duplicate_name(&out) {
+        return Err(invalid(format!(
+            "schedule {name:?} is named twice: one would silently replace the other"
+        )));
+    }
     Ok(out)
+}
+
+/// A name two of `specs` share, if any.
+pub fn duplicate_name(specs: &[ScheduleSpec]) -> Option<&str> {
+    let mut seen = std::collections::HashSet::new();
+    specs
+        .iter()
+        .map(|s| s.name.as_str())
+        .find(|n| !seen.insert(*n))
 }
 
 /// RFC 3339, or a plain date (midnight UTC).

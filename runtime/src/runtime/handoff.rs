@@ -214,16 +214,24 @@ pub(super) async fn run(
 
 const BATCH: usize = 200;
 
+/// Push up to [`BATCH`] due rows, each in a transaction of its own: its row locked, pushed,
+/// marked and committed before the next is taken, so a runtime killed during a pass pushes again
+/// at most the one row it was pushing (a pass in one transaction pushed all 200 of its rows
+/// again after a crash). Returns how many rows were taken.
 async fn pass(
     store: &Store,
     rules: &Rules,
     addr: &RedisAddr,
     conn: &mut Option<Redis>,
 ) -> Result<usize, crate::store::StoreError> {
-    let mut tx = store.handoff_begin().await?;
-    let rows = tx.due(BATCH as i64).await?;
-    let n = rows.len();
-    for row in rows {
+    let mut n = 0;
+    while n < BATCH {
+        let mut tx = store.handoff_begin().await?;
+        let Some(row) = tx.due(1).await?.into_iter().next() else {
+            tx.commit().await?;
+            break;
+        };
+        n += 1;
         let class = rules.class_name(&row.template, &row.step);
         let queue = rules.queue_name(&class, &row.template, &row.lane);
         let jid = hex::encode(rand::random::<[u8; 12]>());
@@ -251,10 +259,12 @@ async fn pass(
                 let delay = (0.5 * 2f64.powi(row.attempts.clamp(0, 6))).min(30.0);
                 tx.failed(row.id, &e.to_string(), delay).await?;
                 warn!(error = %e, object = %row.object_id, "Sidekiq push failed; will retry");
+                tx.commit().await?;
+                break;
             }
         }
+        tx.commit().await?;
     }
-    tx.commit().await?;
     Ok(n)
 }
 

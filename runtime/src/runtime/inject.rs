@@ -25,7 +25,7 @@ pub async fn run_now(
     objects: &[String],
 ) -> Result<Vec<(Claimed, StepResult)>, WorkerError> {
     // Each step runs its own workflow's version and pins, as under a worker.
-    let cache = Arc::new(super::open_function_cache(config)?);
+    let cache = Arc::new(super::open_function_cache(config));
     let functions = StepFunctions::new(
         store.clone(),
         cache,

@@ -276,18 +276,28 @@ pub async fn bindings(store: &Store, only: &[String]) -> Result<Vec<Binding>, Wo
     Ok(chosen)
 }
 
-/// The deployed functions' cache this runtime uses: `--function-cache`, or the default folder.
-fn open_function_cache(config: &Config) -> Result<function_cache::FunctionCache, WorkerError> {
+/// The deployed functions' cache this runtime uses: `--function-cache`, or the default folder
+/// (made on first use).
+fn open_function_cache(config: &Config) -> function_cache::FunctionCache {
     let dir = config
         .function_cache
         .clone()
         .unwrap_or_else(function_cache::default_dir);
-    function_cache::FunctionCache::new(dir.clone(), config.function_cache_limit).map_err(|e| {
-        WorkerError::Function(
-            format!("the function cache {}", dir.display()),
-            InvokeError::new(e.to_string(), String::new()),
-        )
-    })
+    function_cache::FunctionCache::new(dir, config.function_cache_limit)
+}
+
+/// What an observer or generator with no function of its own runs: in process and quick (a
+/// short lease, so that a crashed runtime's observer or generator is taken up again soon).
+pub(super) fn noop_function() -> FunctionSpec {
+    FunctionSpec {
+        runner: crate::model::template::Runner::Builtin {
+            name: "noop".into(),
+        },
+        timeout_secs: 5.0,
+        concurrency: 32,
+        env: BTreeMap::new(),
+        documents: Vec::new(),
+    }
 }
 
 /// The bindings of one template version: its steps with a function (or that observe or
@@ -305,17 +315,7 @@ async fn template_bindings(
         // An observer or generator with no function of its own is performed by the runtime
         // alone: a no-op call, then its rules or its composition. An observer's function
         // gets its document.
-        let mut function = s.function.clone().unwrap_or_else(|| FunctionSpec {
-            runner: crate::model::template::Runner::Builtin {
-                name: "noop".into(),
-            },
-            // In process and quick: a short lease, so that a crashed runtime's observer
-            // or generator is taken up again soon.
-            timeout_secs: 5.0,
-            concurrency: 32,
-            env: BTreeMap::new(),
-            documents: Vec::new(),
-        });
+        let mut function = s.function.clone().unwrap_or_else(noop_function);
         if let Some(o) = &s.observe
             && !function.documents.contains(&o.document)
         {
@@ -434,7 +434,7 @@ pub async fn run(
         config.poll_interval,
         background.clone(),
     ));
-    let cache = Arc::new(open_function_cache(&config)?);
+    let cache = Arc::new(open_function_cache(&config));
     let maintenance = tokio::spawn(maintenance::maintain(
         store.clone(),
         config.maintenance_interval,

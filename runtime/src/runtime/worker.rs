@@ -192,17 +192,22 @@ impl Call<'_> {
         for (c, permit) in claimed.into_iter().zip(permits) {
             let input = inputs.remove(&c.id).unwrap_or_default();
             let shared = Arc::clone(self.shared);
-            let binding = Arc::clone(self.binding);
+            let mut binding = Arc::clone(self.binding);
             let inflight = Arc::clone(self.inflight);
             // The worker's own function, or what this step's version and pin say it runs; a
             // function that cannot be had fails the call, saying why.
             let (invoker, timeout, deployed) =
                 match (self.functions.fixed(), resolved.remove(&c.id)) {
-                    (_, Some(Ok(r))) => (
-                        r.invoker,
-                        Duration::from_secs_f64(r.function.timeout_secs),
-                        r.deployed,
-                    ),
+                    (_, Some(Ok(r))) => {
+                        if let Some(own) = r.binding {
+                            binding = own;
+                        }
+                        (
+                            r.invoker,
+                            Duration::from_secs_f64(r.function.timeout_secs),
+                            r.deployed,
+                        )
+                    }
                     (_, Some(Err(why))) => (
                         Arc::new(crate::invoke::Invoker::Fails(why)),
                         self.timeout,
@@ -297,22 +302,26 @@ async fn claim_and_read(
         }
     };
     debug!(step = %binding.key(), n = claimed.len(), "claimed");
-    match shared
-        .store
-        .step_inputs(&mut claimed, &binding.function.documents)
-        .await
-    {
-        Ok(inputs) => {
-            let resolved = if functions.fixed().is_some() {
-                HashMap::new()
-            } else {
-                functions.resolve(&claimed).await
-            };
-            Claim {
-                permits,
-                outcome: Outcome::Claimed(claimed, inputs, resolved),
+    // What each step runs, where it varies (its workflow's template version, a deployed
+    // function's pin), then the documents any of them asks for.
+    let resolved = if functions.fixed().is_some() {
+        HashMap::new()
+    } else {
+        functions.resolve(&claimed).await
+    };
+    let mut documents = binding.function.documents.clone();
+    for r in resolved.values().flatten() {
+        for d in &r.function.documents {
+            if !documents.contains(d) {
+                documents.push(d.clone());
             }
         }
+    }
+    match shared.store.step_inputs(&mut claimed, &documents).await {
+        Ok(inputs) => Claim {
+            permits,
+            outcome: Outcome::Claimed(claimed, inputs, resolved),
+        },
         Err(e) => {
             // Never call a function without what it asked for: give the steps back (their
             // attempts too) and try again after the poll interval.

@@ -39,3 +39,20 @@ impl Store {
         )
     }
 }
+
+impl Store {
+    /// Delete up to `batch` workflows archived before `before` from `workdo.archive` (the
+    /// archive's retention, `archive --purge-archived-before`). Returns how many went.
+    pub async fn archive_purge_before(&self, before: DateTime<Utc>, batch: i64) -> Result<u64> {
+        Ok(sqlx::query(
+            "delete from workdo.archive where workflow_id in (
+                select workflow_id from workdo.archive where archived_at < $1
+                 order by archived_at limit $2 for update skip locked)",
+        )
+        .bind(before)
+        .bind(batch)
+        .execute(&self.pool)
+        .await?
+        .rows_affected())
+    }
+}

@@ -90,6 +90,9 @@ impl FacetFilter {
     }
 }
 
+/// The most count deltas a reader folds before it reads ([`Store::facets`]).
+const READER_FOLDS_AT_MOST: i64 = 10_000;
+
 impl Store {
     /// Facets within `filter`: from the counts when only a template narrows them, else by
     /// counting the steps that match (a lane, a milestone or a property narrows the scan).
@@ -153,7 +156,21 @@ impl Store {
     /// Fold what is cheap to fold before reading, so that the deltas a reader adds stay few
     /// when no runtime folds them: never a recount, which scans `steps` — that is the
     /// maintenance loop's ([`Store::step_counts_rollup`]), not a request's.
+    ///
+    /// Bounded: past [`READER_FOLDS_AT_MOST`] delta rows (a bulk change — a million workflows
+    /// archived — with no runtime folding) the reader folds nothing and reads the deltas with
+    /// the counts, as it always can; the first `workdo status` after such a change took 10 s
+    /// folding them for everyone. The maintenance loop (or `serve`'s) folds them.
     async fn fold_for_a_reader(&self) -> Result<()> {
+        let many: bool = sqlx::query_scalar(
+            "select count(*) > $1 from (select 1 from workdo.step_count_deltas limit $1 + 1) d",
+        )
+        .bind(READER_FOLDS_AT_MOST)
+        .fetch_one(&self.pool)
+        .await?;
+        if many {
+            return Ok(());
+        }
         sqlx::query("select workdo.step_counts_rollup(p_recount => false)")
             .execute(&self.pool)
             .await?;

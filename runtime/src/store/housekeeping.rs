@@ -286,6 +286,7 @@ impl Store {
     pub async fn workflow_delete_by_id(&self, id: i64, actor: &str) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         super::steps::lock_steps_of_workflow(&mut tx, id).await?;
+        self.cancel_children_of(&mut tx, &[id], actor).await?;
         let row: Option<(String, String, i32)> = sqlx::query_as(
             "delete from workdo.workflows where id = $1 returning object_id, template, version",
         )
@@ -294,11 +295,7 @@ impl Store {
         .await?;
         Self::functions_unpin_in(&mut tx, &[id]).await?;
         let Some((object, template, version)) = row else {
-            return Err(StoreError::Invalid {
-                field: "workflow",
-                value: id.to_string(),
-                reason: "there is no such workflow",
-            });
+            return Err(StoreError::UnknownWorkflowId(id));
         };
         let mut events = EventBuf::default();
         events.push(
@@ -547,6 +544,16 @@ impl Store {
         let id = match ids.as_slice() {
             [one] => *one,
             [] => {
+                // A name that names nothing is said as such (exit 2), not as a bad hash.
+                let known: bool = sqlx::query_scalar(
+                    "select exists (select 1 from workdo.templates where name = $1)",
+                )
+                .bind(name)
+                .fetch_one(&mut *tx)
+                .await?;
+                if !known {
+                    return Err(StoreError::UnknownTemplate(name.to_string()));
+                }
                 return Err(StoreError::Invalid {
                     field: "sha256",
                     value: sha.to_string(),

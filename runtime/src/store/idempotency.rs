@@ -8,6 +8,9 @@ use super::{Result, Store};
 /// How long a key's answer is kept.
 pub const IDEMPOTENCY_HOURS: i32 = 24;
 
+/// The most keys kept per caller (a token): the newest.
+pub const KEYS_PER_CALLER: i64 = 10_000;
+
 /// What a claim of a key found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
@@ -55,6 +58,20 @@ impl Store {
         .fetch_optional(&self.pool)
         .await?;
         if claimed.is_some() {
+            // At most KEYS_PER_CALLER answers are kept per caller: a client that makes a key
+            // per request keeps the newest, not a day of them. Trimmed one in a hundred claims,
+            // past the bound by a hundred at most.
+            if rand::random::<u8>() < 3 {
+                sqlx::query(
+                    "delete from workdo.idempotency where scope = $1 and key in (
+                        select key from workdo.idempotency where scope = $1
+                         order by created_at desc offset $2)",
+                )
+                .bind(scope)
+                .bind(KEYS_PER_CALLER)
+                .execute(&self.pool)
+                .await?;
+            }
             return Ok(Claim::New);
         }
         let row: Option<KeyRow> = sqlx::query_as(

@@ -54,7 +54,9 @@ pub use handoff::{Handoff, HandoffEntry, HandoffRow};
 pub use housekeeping::{Archived, ErrorGroup, ObjectRow, OutboxEntry, Timing, WorkflowListRow};
 pub use idempotency::{Claim, IDEMPOTENCY_HOURS};
 pub(crate) use machine::call_end_data;
-pub use machine::{MAX_SIGNAL_DATA_BYTES, MachineView, SIGNAL_CHANNEL, Signalled, Suspension};
+pub use machine::{
+    MAX_SELF_RUN, MAX_SIGNAL_DATA_BYTES, MachineView, SIGNAL_CHANNEL, Signalled, Suspension,
+};
 pub use queries::{
     EventRow, Facet, Milestone, ObjectView, QueueEntry, Why, WorkflowRow, WorkflowView,
 };
@@ -79,6 +81,8 @@ pub enum StoreError {
     UnknownObject(String),
     #[error("object {object:?} has no active {template} workflow")]
     UnknownWorkflow { object: String, template: String },
+    #[error("there is no workflow {0} (workdo workflows list)")]
+    UnknownWorkflowId(i64),
     #[error("there is no queue {0:?} (workdo queues list)")]
     UnknownQueue(String),
     #[error("{}", unknown_step(.template, .step))]
@@ -138,6 +142,10 @@ pub enum StoreError {
     MigrationRefused(String),
     #[error("transition rolled back: {0}")]
     TransitionRolledBack(String),
+    /// A signal queued behind older ones in its job's inbox (internal: `machine_signal` takes
+    /// the inbox and answers with this signal's outcome).
+    #[error("queued behind older signals")]
+    Queued,
     #[error("{0}")]
     Schedule(String),
     #[error("no deployed function {0} (workdo functions list)")]
@@ -154,6 +162,9 @@ pub enum StoreError {
     },
     #[error("{0}")]
     BadArtifact(String),
+    /// Input no state of things could take (a malformed request: 400), said in full.
+    #[error("{0}")]
+    BadInput(String),
     #[error("{0}")]
     FunctionConflict(String),
     #[error("stored template {0} cannot be read: {1}")]

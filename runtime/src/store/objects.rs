@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde_json::{Value, json};
 
 use super::events::{EventBuf, NewEvent};
-use super::{Result, Store, object_id};
+use super::{Result, Store, StoreError, object_id};
 
 /// An object to register or update: its id, properties to merge (a null removes one) and
 /// documents to replace.
@@ -61,6 +61,7 @@ impl Store {
         for o in objects {
             let id = &object_id(&o.id)?;
             let props = serde_json::to_value(&o.properties).unwrap_or(Value::Null);
+            check_storable(id, &props, &o.documents)?;
             let new: bool = sqlx::query_scalar(
                 "insert into workdo.objects (id, properties) values ($1, jsonb_strip_nulls($2))
                  on conflict (id) do update
@@ -100,6 +101,9 @@ impl Store {
                 )
                 .detail(detail),
             );
+            if new {
+                registered_in(&mut tx, std::slice::from_ref(id), &[1]).await?;
+            }
             created.push(new);
         }
         self.observers_watch(&mut tx, &replaced, None, actor)
@@ -280,6 +284,62 @@ pub(crate) async fn documents_put(
 }
 
 /// The event recording that an object (version) was registered.
+/// What Postgres cannot store or a reader could not name, said by name before it is sent: a
+/// NUL character in a property (key or value), in a document's name or content, and a
+/// document without a name (`--document =f.xml`).
+fn check_storable(
+    id: &str,
+    props: &Value,
+    documents: &std::collections::BTreeMap<String, String>,
+) -> Result<()> {
+    if let Some(at) = crate::model::nul_at(props) {
+        return Err(StoreError::Invalid {
+            field: "properties",
+            value: format!("{id}: {at}"),
+            reason: "holds a NUL character (\\u0000), which Postgres cannot store",
+        });
+    }
+    for (name, content) in documents {
+        if name.trim().is_empty() {
+            return Err(StoreError::Invalid {
+                field: "document",
+                value: format!("{id}: (no name)"),
+                reason: "a document needs a name (NAME=FILE)",
+            });
+        }
+        if name.contains('\0') || content.contains('\0') {
+            return Err(StoreError::Invalid {
+                field: "document",
+                value: format!("{id}: {}", name.replace('\0', "\\0")),
+                reason: "holds a NUL character (\\u0000), which Postgres cannot store",
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The `registered` milestone of objects just created (seed 000's first milestone), with no
+/// workflow: workdo's own views show it; the workflow service's lifecycle, which records
+/// `registered` only through the step that declares it, leaves it out.
+pub(super) async fn registered_in(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    ids: &[String],
+    versions: &[i32],
+) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "insert into workdo.milestones (object_id, version, name)
+         select * , 'registered' from unnest($1::text[], $2::int[])",
+    )
+    .bind(ids)
+    .bind(versions)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
 pub(super) fn object_registered(events: &mut EventBuf, id: &str, version: i32, actor: &str) {
     events.push(NewEvent::new(id, "object_registered", actor).version(version));
 }

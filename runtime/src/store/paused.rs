@@ -69,7 +69,8 @@ impl Store {
     }
 
     /// Resume `template:step`, waking its workers. Returns whether it was paused. (A queue
-    /// with no step left, its instances archived, can still be resumed: nothing is checked.)
+    /// with no step left, its instances archived, can still be resumed; a name that was not
+    /// paused must name a queue.)
     pub async fn step_resume(&self, template: &str, step: &str) -> Result<bool> {
         let step = &queue_key(step);
         let mut tx = self.pool.begin().await?;
@@ -86,6 +87,11 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
+        // Nothing was paused there: a name that names no queue is a typo to say (exit 2, 404),
+        // not "was not paused". (A paused queue whose steps are all archived resumes above.)
+        if gone == 0 {
+            self.queue_known(template, step).await?;
+        }
         Ok(gone == 1)
     }
 

@@ -180,15 +180,32 @@ impl Store {
         })
     }
 
-    /// Lifecycle milestones of an object, oldest first.
+    /// Lifecycle milestones of an object, oldest first: each (name, version) once, when it
+    /// was first reached (`registered` is recorded when the object is created, and again by a
+    /// step that declares it).
     pub async fn milestones(&self, id: &str) -> Result<Vec<Milestone>> {
         let rows = sqlx::query_as(
-            "select name, version, at from workdo.milestones where object_id = $1 order by at, id",
+            "select name, version, at from (
+                select distinct on (name, version) name, version, at, id
+                  from workdo.milestones where object_id = $1 order by name, version, at, id) m
+              order by at, id",
         )
         .bind(id)
         .fetch_all(&self.pool)
         .await?;
         Ok(rows)
+    }
+
+    /// The milestones the object's workflows' steps reached, oldest first: the workflow
+    /// service's lifecycle, which has no `registered` of its own for a new object.
+    pub async fn milestones_of_steps(&self, id: &str) -> Result<Vec<Milestone>> {
+        Ok(sqlx::query_as(
+            "select name, version, at from workdo.milestones
+              where object_id = $1 and workflow_id is not null order by at, id",
+        )
+        .bind(id)
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     /// The workflow service's "active" lifecycle of `object` at `version`: every step of that
@@ -254,7 +271,9 @@ impl Store {
         if step.contains('/') {
             let exists: bool = sqlx::query_scalar(
                 "select exists (select 1 from workdo.steps
-                                 where template = $1 and (name = $2 or queue = $1 || ':' || $2))",
+                                 where template = $1 and (name = $2 or queue = $1 || ':' || $2
+                                   or (queue is null and generated is not null
+                                       and workdo.ready_key(template, name) = $1 || ':' || $2)))",
             )
             .bind(template)
             .bind(step)

@@ -26,7 +26,11 @@ pub struct NamedQueue {
 /// of a bricklet's step (`BRICKLET/STEP`, or `call/FUNCTION`) by its claim key.
 fn step_predicate(step: &str) -> &'static str {
     if step.contains('/') {
-        "(s.name = $2 or s.queue = $1 || ':' || $2)"
+        // A human step of a bricklet has no claim key (no worker claims it): every instance of
+        // it is found by the name it is counted under (`BRICKLET/STEP`, issue 47).
+        "(s.name = $2 or s.queue = $1 || ':' || $2
+          or (s.queue is null and s.generated is not null
+              and workdo.ready_key(s.template, s.name) = $1 || ':' || $2))"
     } else {
         "s.name = $2"
     }
@@ -172,6 +176,10 @@ impl Store {
                 value: q.properties.to_string(),
                 reason: "properties must be a JSON object",
             });
+        }
+        // A lane is one a step could be in: `--lane ''` named none and listed nothing, ever.
+        if let Some(lane) = &q.lane {
+            super::check_lane(lane)?;
         }
         self.step_known(&q.template, &q.step).await?;
         for c in &q.completed {

@@ -79,26 +79,58 @@ impl Store {
     /// through the same path as a due tick, so it fires once however many runtimes run; its next
     /// regular tick stays where the cron puts it. A disabled schedule is not fired.
     pub async fn schedule_fire_now(&self, name: &str) -> Result<Vec<Fired>> {
-        // Checked and moved in one statement: a disabled schedule is left as it was.
-        let enabled: Option<bool> = sqlx::query_scalar(
-            "with s as (select name, enabled from workdo.schedules where name = $1 for update),
-                  moved as (update workdo.schedules t set next_fire_at = least(t.next_fire_at, now())
-                              from s where t.name = s.name and s.enabled returning t.name)
-             select enabled from s",
+        let mut tx = self.pool.begin().await?;
+        let row: Option<ScheduleRow> = sqlx::query_as(
+            "select name, cron, timezone, template, objects, restart, enabled, next_fire_at, last_fired_at,
+                    signal, state
+               from workdo.schedules where name = $1 for update",
         )
         .bind(name)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *tx)
         .await?;
-        match enabled {
-            None => return Err(StoreError::Schedule(format!("no schedule {name:?}"))),
-            Some(false) => {
-                return Err(StoreError::Schedule(format!(
-                    "schedule {name:?} is disabled: enable it first (workdo schedules enable {name})"
-                )));
-            }
-            Some(true) => {}
+        let Some(row) = row else {
+            return Err(StoreError::Schedule(format!("no schedule {name:?}")));
+        };
+        if !row.enabled {
+            return Err(StoreError::Schedule(format!(
+                "schedule {name:?} is disabled: enable it first (workdo schedules enable {name})"
+            )));
         }
-        self.fire_due(Some(name)).await
+        // Fired in a savepoint: a failure is recorded (`schedule_failed`) and leaves the
+        // schedule's next tick where it was — a fire by hand that failed takes no tick away.
+        let mut attempt = sqlx::Acquire::begin(&mut *tx).await?;
+        match self.fire_one(&mut attempt, &row).await {
+            Ok((started, signalled)) => {
+                attempt.commit().await?;
+                let done = serde_json::json!({"started": started, "signalled": signalled, "by_hand": true});
+                next_tick(&mut tx, &row, "schedule_fired", done).await?;
+                tx.commit().await?;
+                Ok(vec![Fired {
+                    schedule: row.name,
+                    tick: Some(row.next_fire_at),
+                    started,
+                    signalled,
+                }])
+            }
+            Err(e) => {
+                attempt.rollback().await?;
+                if e.is_refusal() && !e.is_conflict() {
+                    sqlx::query(
+                        "insert into workdo.events (kind, actor, detail) values ($1, $2, $3)",
+                    )
+                    .bind("schedule_failed")
+                    .bind(format!("schedule:{}", row.name))
+                    .bind(
+                        serde_json::json!({"schedule": row.name, "error": e.to_string(),
+                                                 "by_hand": true, "next": row.next_fire_at}),
+                    )
+                    .execute(&mut *tx)
+                    .await?;
+                    tx.commit().await?;
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Fire every due schedule once: start its workflows and move its next fire time past now,
@@ -107,7 +139,7 @@ impl Store {
         self.fire_due(None).await
     }
 
-    /// [`Store::schedules_fire_due`], or (`only`) that one schedule if it is due.
+    /// Every due schedule, once each.
     async fn fire_due(&self, only: Option<&str>) -> Result<Vec<Fired>> {
         let mut fired = Vec::new();
         loop {

@@ -294,6 +294,18 @@ impl Store {
             });
         };
         let current = Status::parse(&step.status).unwrap_or(Status::Custom(step.status.clone()));
+        // A precondition that is no status at all is a malformed request (400), not a mismatch.
+        if let Some(expected) = &req.current_status
+            && expected != "queued"
+            && Status::parse(expected).is_none()
+        {
+            return Err(StoreError::InvalidStatus {
+                step: format!("{}:{}", req.template, req.step),
+                status: expected.chars().take(80).collect(),
+                allowed: "a status name (waiting, queued, started, completed, error, …) as the precondition"
+                    .into(),
+            });
+        }
         if let Some(expected) = &req.current_status
             && !current.matches(expected)
         {

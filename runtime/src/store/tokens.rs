@@ -61,6 +61,15 @@ impl Store {
         name: &str,
         expires_at: Option<DateTime<Utc>>,
     ) -> Result<(i64, String)> {
+        // A name is printed in lists and logs, one line each: no control characters (a newline
+        // in it forged a second row of `tokens list`), and short.
+        if name.chars().any(char::is_control) || name.chars().count() > 200 {
+            return Err(StoreError::Invalid {
+                field: "name",
+                value: name.chars().take(40).collect(),
+                reason: "a token's name is at most 200 characters, none of them a control character such as a newline",
+            });
+        }
         let secret: [u8; 32] = rand::random();
         let token = format!(
             "wdo_{}",

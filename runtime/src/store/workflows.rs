@@ -214,25 +214,33 @@ impl Store {
         }
         for object in &slow {
             let started = start_one(
+                self,
                 tx,
                 &mut events,
                 req,
                 template.id,
                 &template.spec,
                 object,
-                self.trace_start,
             )
             .await?;
             ready.add(&req.template, &started.ready);
             out.push(started);
         }
-        // Each new workflow runs the deployed functions current now, whatever comes later.
-        let deployed: Vec<String> = template
+        // Each new workflow runs the deployed functions current now, whatever comes later: those
+        // its template names, and (with generators) those its loaded bricklets name.
+        let mut deployed: Vec<String> = template
             .spec
             .deployed_functions()
             .into_iter()
             .filter_map(|(name, fixed)| fixed.is_none().then_some(name))
             .collect();
+        if template.spec.steps.iter().any(|s| s.generate.is_some()) {
+            for name in Self::bricklets_deployed_in(tx).await? {
+                if !deployed.contains(&name) {
+                    deployed.push(name);
+                }
+            }
+        }
         if !deployed.is_empty() {
             let ids: Vec<i64> = out.iter().map(|s| s.workflow_id).collect();
             Self::functions_pin_in(tx, &ids, &deployed).await?;
@@ -250,14 +258,15 @@ impl Store {
 }
 
 async fn start_one(
+    store: &Store,
     tx: &mut Transaction<'_, Postgres>,
     events: &mut EventBuf,
     req: &StartRequest,
     template_id: i64,
     spec: &Template,
     object: &str,
-    trace_start: Option<TraceStart>,
 ) -> Result<Started> {
+    let trace_start = store.trace_start;
     // Register on first sight (the workflow service keeps no separate registry).
     let existing: Option<ObjectRow> =
         sqlx::query_as("select version from workdo.objects where id = $1 for update")
@@ -277,6 +286,7 @@ async fn start_one(
                 .execute(&mut **tx)
                 .await?;
             object_registered(events, object, version, &req.actor);
+            super::objects::registered_in(tx, &[object.to_string()], &[version]).await?;
         }
         Some(o) if version > o.version => {
             sqlx::query("update workdo.objects set version = $2, updated_at = now() where id = $1")
@@ -318,6 +328,18 @@ async fn start_one(
     // Re-create semantics: the same template on the same object version replaces its steps.
     super::steps::lock_steps_of_object(tx, object, Some(&req.template), Some(version), None)
         .await?;
+    // A restarted parent's children are cancelled, not left without a parent.
+    let old: Option<i64> = sqlx::query_scalar(
+        "select id from workdo.workflows where object_id = $1 and template = $2 and version = $3",
+    )
+    .bind(object)
+    .bind(&req.template)
+    .bind(version)
+    .fetch_optional(&mut **tx)
+    .await?;
+    if let Some(old) = old {
+        store.cancel_children_of(tx, &[old], &req.actor).await?;
+    }
     let replaced: Option<i64> = sqlx::query_scalar(
         "delete from workdo.workflows where object_id = $1 and template = $2 and version = $3 returning id",
     )
@@ -362,6 +384,17 @@ impl Store {
     ) -> Result<u64> {
         let mut tx = self.pool.begin().await?;
         super::steps::lock_steps_of_object(&mut tx, object, template, version, None).await?;
+        // What they forked is cancelled with them, not left without a parent.
+        let doomed: Vec<i64> = sqlx::query_scalar(
+            "select id from workdo.workflows
+              where object_id = $1 and ($2::text is null or template = $2) and ($3::int is null or version = $3)",
+        )
+        .bind(object)
+        .bind(template)
+        .bind(version)
+        .fetch_all(&mut *tx)
+        .await?;
+        self.cancel_children_of(&mut tx, &doomed, actor).await?;
         let deleted: Vec<(i64, String, i32)> = sqlx::query_as(
             "delete from workdo.workflows
               where object_id = $1 and ($2::text is null or template = $2) and ($3::int is null or version = $3)
@@ -445,6 +478,7 @@ async fn insert_workflows(
         for (id, v) in &new {
             object_registered(events, id, *v, &req.actor);
         }
+        super::objects::registered_in(tx, &ids, &vs).await?;
     }
     let traces: Vec<Option<String>> = fresh
         .iter()

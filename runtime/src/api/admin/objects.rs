@@ -131,7 +131,8 @@ pub(super) async fn object(
         }
         @for (w, drawn) in view.workflows.iter().zip(&machines) {
             section.workflow id={ "wf-" (w.workflow.id) } data-live {
-                h2 { (w.workflow.template) " (workflow " (w.workflow.id) ", " (w.workflow.status) ")" }
+                h2 { (w.workflow.template) " (workflow " (w.workflow.id) ", "
+                    @if w.machine.as_ref().is_some_and(|m| m.cancelled) { "cancelled with its parent" } @else { (w.workflow.status) } ")" }
                 @if let Some(m) = &w.machine {
                     p { "state " b.state { (m.state) } }
                     (super::machine::details(m))

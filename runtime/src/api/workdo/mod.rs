@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde_json::{Value, json};
 
-use super::bodies::{NextSteps, Process, Processes};
+use super::bodies::NextSteps;
 use super::{
     ApiError, ApiResult, AppState, Caller, ErrorBody, int_param, param, query_pairs, split_step,
 };
@@ -19,6 +19,8 @@ use crate::model::status::Status;
 use crate::store::{Role, SetRequest, StartRequest, Store, StoreError, WorkflowView};
 
 mod render;
+pub(super) mod templates;
+use templates::{template_names, template_processes};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -121,7 +123,13 @@ pub(super) async fn workflow_of_object(
     _c: Caller,
     Path((d, workflow)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    let object = druid(&d)?;
+    // An id that is no druid has no workflow: the service answers an empty one, 200
+    // (single_workflow_for_object_spec.rb:59), not an error.
+    let Ok(object) = druid(&d) else {
+        let mut out = String::new();
+        workflow_xml(&mut out, &d, &workflow, &[], &Specs::new());
+        return Ok(xml(out));
+    };
     let views = match s.store.object_workflows(&object, Some(&workflow)).await {
         Ok(v) => v,
         Err(StoreError::UnknownObject(_)) => Vec::new(),
@@ -411,7 +419,7 @@ pub(super) async fn lifecycle(
             None => Vec::new(),
         }
     } else {
-        s.store.milestones(&object).await?
+        s.store.milestones_of_steps(&object).await?
     };
     let mut out = format!(r#"<lifecycle objectId="{}">"#, esc(&object));
     for m in milestones {
@@ -536,43 +544,6 @@ pub(super) async fn all_queued(
     }
     out.push_str("</workflows>");
     Ok(xml(out))
-}
-
-/// The names of the loaded templates, as the workflow service lists them.
-#[utoipa::path(get, path = "/workflow_templates", tag = "workflow service", responses((status = 200, description = "Template names", body = Vec<String>)))]
-pub(super) async fn template_names(
-    State(s): State<AppState>,
-    _c: Caller,
-) -> ApiResult<Json<Vec<String>>> {
-    let names: Vec<String> = s
-        .store
-        .template_list()
-        .await?
-        .into_iter()
-        .map(|t| t.name)
-        .collect();
-    Ok(Json(names))
-}
-
-/// A template's processes and their prerequisites, as the workflow service gives them.
-#[utoipa::path(get, path = "/workflow_templates/{name}", tag = "workflow service", params(("name" = String, Path)), responses((status = 200, description = "The template's processes with their prerequisites", body = Processes)))]
-pub(super) async fn template_processes(
-    State(s): State<AppState>,
-    _c: Caller,
-    Path(name): Path<String>,
-) -> ApiResult<Json<Processes>> {
-    let t = s.store.template_current(&name).await?;
-    let processes = t
-        .spec
-        .steps
-        .iter()
-        .map(|p| Process {
-            name: p.name.clone(),
-            label: p.label.clone().unwrap_or_default(),
-            prerequisite: p.prereqs.clone(),
-        })
-        .collect();
-    Ok(Json(Processes { processes }))
 }
 
 #[cfg(test)]

@@ -41,6 +41,14 @@ pub fn eval_value(v: &Value, scope: &dyn Scope) -> Result<Value, String> {
     }
 }
 
+/// The longest text an expression makes: the size a job's variables may have in all.
+pub const MAX_TEXT_BYTES: usize = 1 << 20;
+
+fn too_long(expr: &str, bytes: usize) -> String {
+    let shown: String = expr.chars().take(80).collect();
+    format!("{shown:?} makes a text of {bytes} bytes, over the 1 MiB a job's variables may hold")
+}
+
 /// Evaluate a string: a whole `${expr}`, text with `${…}` in it, or a literal.
 ///
 /// # Errors
@@ -62,6 +70,9 @@ pub fn eval_text(s: &str, scope: &dyn Scope) -> Result<Value, String> {
         let after = &rest[at + 2..];
         let end = closing(after).ok_or_else(|| format!("{s:?}: an unclosed ${{"))?;
         out.push_str(&text_of(&eval(&after[..end], scope)?));
+        if out.len() > MAX_TEXT_BYTES {
+            return Err(too_long(s, out.len()));
+        }
         rest = &after[end + 1..];
     }
     out.push_str(rest);
@@ -197,7 +208,13 @@ fn lex(s: &str) -> Result<Vec<Tok>, String> {
             i += 1;
         } else if c.is_alphabetic() || c == '_' {
             let start = i;
-            while i < b.len() && (b[i].is_alphanumeric() || matches!(b[i], '_' | '.' | '-')) {
+            // A `-` joins a name only when a letter follows (`grace-period`): `x-1` is `x - 1`.
+            while i < b.len()
+                && (b[i].is_alphanumeric()
+                    || matches!(b[i], '_' | '.')
+                    || (b[i] == '-'
+                        && b.get(i + 1).is_some_and(|n| n.is_alphabetic() || *n == '_')))
+            {
                 i += 1;
             }
             out.push(Tok::Name(b[start..i].iter().collect()));
@@ -386,7 +403,13 @@ impl Parser<'_> {
                 v = if v.is_number() && r.is_number() {
                     number(num(&v, self.expr)? + num(&r, self.expr)?, self.expr)?
                 } else {
-                    Value::String(text_of(&v) + &text_of(&r))
+                    // Bounded before it is built: `${s + s}` doubling at each transition reached
+                    // hundreds of MB in one plan, refused only once made.
+                    let (a, b) = (text_of(&v), text_of(&r));
+                    if a.len() + b.len() > MAX_TEXT_BYTES {
+                        return Err(too_long(self.expr, a.len() + b.len()));
+                    }
+                    Value::String(a + &b)
                 };
             } else if self.eat("-") {
                 let r = self.product()?;

@@ -129,3 +129,17 @@ fn numbers_are_exact_or_refused() {
         Ok(json!("v=a9007199254740993"))
     );
 }
+
+/// `${x-1}` is a subtraction, not a name (issue 47 item 12); a name may still hold a `-` before
+/// a letter. Text is bounded while it is built.
+#[test]
+fn a_minus_before_a_digit_subtracts_and_text_is_bounded() {
+    let s = Vars(json!({"x": 5, "grace-period": 7, "big": "x".repeat(600 * 1024)}));
+    assert_eq!(eval_text("${x-1}", &s), Ok(json!(4)));
+    assert_eq!(eval_text("${grace-period}", &s), Ok(json!(7)));
+    assert_eq!(eval_text("${grace-period-2}", &s), Ok(json!(5)));
+    let err = eval_text("${big + big}", &s).unwrap_err();
+    assert!(err.contains("1 MiB"), "{err}");
+    let err = eval_text("${big}${big}", &s).unwrap_err();
+    assert!(err.contains("1 MiB"), "{err}");
+}

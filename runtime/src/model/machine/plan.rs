@@ -77,6 +77,8 @@ pub enum Effect {
         template: String,
         object: String,
         context: Value,
+        /// Replace a workflow of the template running on the object (else the fork is refused).
+        replace: bool,
         fired: Fired,
     },
     /// A mail through the alert outbox.
@@ -380,6 +382,7 @@ impl<'a> Run<'a> {
                     template: f.template.clone(),
                     object,
                     context,
+                    replace: f.replace,
                     fired: fired.clone(),
                 });
                 return Ok(None);

@@ -6,6 +6,7 @@
 mod validate;
 mod xml;
 pub(crate) mod yaml;
+mod yaml_lines;
 
 pub(crate) use validate::validate;
 

@@ -10,11 +10,16 @@ use crate::model::machine::plan::{self, Effect, Plan};
 use crate::model::status::Status;
 use crate::model::template::Template;
 use crate::store::events::{EventBuf, NewEvent, ReadyKeys};
-use crate::store::workflows::StartRequest;
 use crate::store::{Change, Result, Store, StoreError};
 
+/// Transitions a job may take in a row on signals it sent itself: past this, its next one is
+/// refused (`signal_refused`, saying why) and the loop ends; a signal from outside starts the
+/// count again. The CLI's own bound on following a signal is 1,000 transitions; this one holds
+/// in the runtime too, which takes an inbox for ever otherwise.
+pub const MAX_SELF_RUN: i64 = 1_000;
+
 /// How deep children may nest (a parent, its child, the child's child, …).
-const MAX_FORK_DEPTH: i32 = 16;
+pub(super) const MAX_FORK_DEPTH: i32 = 16;
 
 /// Most jobs forked in one transaction, children of children included (a machine whose children
 /// fork children can otherwise fan out to thousands of jobs in one long transaction).
@@ -33,7 +38,7 @@ pub(super) struct Effects<'e> {
 
 /// Skip workflow `id`'s steps that have not finished, through the one status path (each with
 /// its `skipped` event and `note`).
-async fn skip_pending(
+pub(super) async fn skip_pending(
     tx: &mut Transaction<'_, Postgres>,
     id: i64,
     note: &str,
@@ -75,10 +80,14 @@ pub(super) async fn write_record(
         let note = format!("the job reached its final state {state}");
         skip_pending(tx, id, &note, actor).await?;
     }
+    // `self_run`: transitions taken in a row on the job's own signals (see MAX_SELF_RUN).
     sqlx::query(
         "update workdo.workflows
             set machine = coalesce(machine, '{}'::jsonb)
-                          || jsonb_build_object('state', $2::text, 'variables', $3::jsonb),
+                          || jsonb_build_object('state', $2::text, 'variables', $3::jsonb,
+                                                'self_run', case when $5 = 'self'
+                                                    then coalesce((machine ->> 'self_run')::int, 0) + 1
+                                                    else 0 end),
                 unfinished = case when $4 then 0 else unfinished end,
                 status = case when $4 then 'completed' else status end,
                 completed_at = case when $4 then now() else completed_at end
@@ -88,6 +97,7 @@ pub(super) async fn write_record(
     .bind(state)
     .bind(Value::Object(vars.clone()))
     .bind(finished)
+    .bind(actor)
     .execute(&mut **tx)
     .await?;
     // Alarms of a finished job will never matter.
@@ -256,9 +266,12 @@ impl Store {
                     template: child,
                     object,
                     context,
+                    replace,
                     fired: at,
                 } => {
-                    let children = self.fork(tx, job, child, object, context).await?;
+                    let children = self
+                        .fork(tx, job, (child, object, *replace), context)
+                        .await?;
                     let params = json!({"template": child, "object": object, "children": children});
                     fx.events
                         .push(job_event(job, "child_started", "machine", params.clone()));
@@ -337,131 +350,6 @@ impl Store {
             .unwrap_or("machine");
         write_record(tx, job.id, &plan.to, &plan.variables, plan.finished, actor).await?;
         Ok(())
-    }
-
-    /// Cancel the children of job `parent` still running, and theirs (at most
-    /// [`MAX_FORK_DEPTH`] deep): each one's pending steps skipped through the status path, each
-    /// machine ended as cancelled (`job_cancelled`, its alarms cancelled). Returns the ids of
-    /// `parent`'s own children cancelled.
-    fn cancel_children<'a>(
-        &'a self,
-        tx: &'a mut Transaction<'_, Postgres>,
-        parent: i64,
-        actor: &'a str,
-        depth: i32,
-        fx: &'a mut Effects<'_>,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<i64>>> + Send + 'a>> {
-        Box::pin(async move {
-            let kids: Vec<(i64, bool, String, String, i32)> = sqlx::query_as(
-                "select id, machine is not null, object_id, template, version
-                   from workdo.workflows where parent_id = $1 and status <> 'completed'
-                  order by id for no key update",
-            )
-            .bind(parent)
-            .fetch_all(&mut **tx)
-            .await?;
-            let mut out = Vec::new();
-            for (id, machine, object, template, version) in kids {
-                if depth + 1 < MAX_FORK_DEPTH {
-                    self.cancel_children(tx, id, actor, depth + 1, fx).await?;
-                }
-                let note = format!("cancelled with its parent {parent}");
-                skip_pending(tx, id, &note, actor).await?;
-                if machine {
-                    sqlx::query(
-                        "update workdo.workflows
-                            set status = 'completed', completed_at = now(), unfinished = 0,
-                                machine = machine || jsonb_build_object('cancelled', true,
-                                                                        'suspended', false)
-                          where id = $1 and status <> 'completed'",
-                    )
-                    .bind(id)
-                    .execute(&mut **tx)
-                    .await?;
-                    sqlx::query(
-                        "update workdo.alarms set cancelled_at = now()
-                          where workflow_id = $1 and fired_at is null and cancelled_at is null",
-                    )
-                    .bind(id)
-                    .execute(&mut **tx)
-                    .await?;
-                    fx.events.push(
-                        NewEvent::new(&object, "job_cancelled", actor)
-                            .workflow(id)
-                            .template(&template)
-                            .version(version)
-                            .status("completed")
-                            .detail(json!({"parent": parent})),
-                    );
-                }
-                out.push(id);
-            }
-            Ok(out)
-        })
-    }
-
-    /// Start a child of `job`: within the limits on forks per transaction and on depth.
-    async fn fork(
-        &self,
-        tx: &mut Transaction<'_, Postgres>,
-        job: &Job,
-        template: &str,
-        object: &str,
-        context: &Value,
-    ) -> std::result::Result<Vec<i64>, Stop> {
-        // Counted in the transaction itself (a transaction-local setting), so that nested
-        // starts — children forking children — add up.
-        let forked: i32 = sqlx::query_scalar(
-            "select set_config('workdo.forked',
-                    (coalesce(nullif(current_setting('workdo.forked', true), ''), '0')::int + 1)::text,
-                    true)::int",
-        )
-        .fetch_one(&mut **tx)
-        .await?;
-        if forked > MAX_FORKS_PER_TRANSACTION {
-            return Err(Stop::Failed(format!(
-                "fork {template}: more than {MAX_FORKS_PER_TRANSACTION} jobs forked in one transition (children of children included)"
-            )));
-        }
-        // A machine that forks itself on start would recurse for ever.
-        let depth: i32 = sqlx::query_scalar(
-            "with recursive up(id, parent_id, d) as (
-                 select id, parent_id, 1 from workdo.workflows where id = $1
-                 union all
-                 select w.id, w.parent_id, up.d + 1
-                   from workdo.workflows w join up on w.id = up.parent_id
-                  where up.d <= $2)
-             select max(d) from up",
-        )
-        .bind(job.id)
-        .bind(MAX_FORK_DEPTH)
-        .fetch_one(&mut **tx)
-        .await?;
-        if depth >= MAX_FORK_DEPTH {
-            return Err(Stop::Failed(format!(
-                "fork {template}: jobs nest more than {MAX_FORK_DEPTH} deep"
-            )));
-        }
-        let mut req = StartRequest::new(template, &[]);
-        req.objects = vec![object.to_string()];
-        req.context = context.clone();
-        req.priority = job.priority;
-        req.lane = job.lane.clone();
-        req.actor = format!("parent:{}", job.id);
-        req.parent = Some(job.id);
-        let started = Box::pin(self.workflow_start_in(tx, &req))
-            .await
-            .map_err(|e| match e {
-                e if e.is_refusal() => Stop::Failed(format!("fork {template}: {e}")),
-                e => Stop::Db(e),
-            })?;
-        let children: Vec<i64> = started.iter().map(|s| s.workflow_id).collect();
-        sqlx::query("update workdo.workflows set parent_id = $1 where id = any($2)")
-            .bind(job.id)
-            .bind(&children)
-            .execute(&mut **tx)
-            .await?;
-        Ok(children)
     }
 
     /// A machine job just started (inside the start's transaction): its initial state entered

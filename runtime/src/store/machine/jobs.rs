@@ -32,6 +32,10 @@ pub struct MachineView {
     /// Suspended: it takes no signals until resumed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspended: bool,
+    /// Ended because its parent ended (or was restarted or deleted), not by reaching a final
+    /// state of its own: its workflow reads `completed`, and this says how.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cancelled: bool,
     /// Signals in its inbox not taken yet, oldest first: `{signal, actor, at}`.
     #[schema(value_type = Vec<Object>)]
     pub inbox: Vec<Value>,
@@ -143,7 +147,9 @@ impl Store {
         .await?;
         let children: Vec<Value> = sqlx::query_scalar(
             "select jsonb_build_object('workflow_id', id, 'template', template, 'object', object_id,
-                                       'status', status, 'state', machine ->> 'state')
+                                       'status', case when (machine ->> 'cancelled')::boolean
+                                                      then 'cancelled' else status end,
+                                       'state', machine ->> 'state')
                from workdo.workflows where parent_id = $1 order by id",
         )
         .bind(workflow_id)
@@ -165,6 +171,7 @@ impl Store {
             children,
             parent,
             suspended: record["suspended"].as_bool().unwrap_or(false),
+            cancelled: record["cancelled"].as_bool().unwrap_or(false),
             inbox,
         }))
     }

@@ -10,16 +10,21 @@
 use serde::Serialize;
 
 use serde_json::{Value, json};
-use sqlx::{Postgres, Transaction};
 
 #[macro_use]
 mod row;
 mod actions;
+mod family;
+mod inbox;
+use inbox::mark_taken;
+pub(crate) use inbox::notify_signals;
+pub(crate) use inbox::{insert_signal, signal_in};
 mod jobs;
 mod suspend;
 mod taken;
 mod unlocked;
 
+pub use actions::MAX_SELF_RUN;
 pub use jobs::MachineView;
 pub use suspend::Suspension;
 
@@ -152,28 +157,62 @@ impl Store {
         data: &Value,
         actor: &str,
     ) -> Result<Signalled> {
-        // Postgres cannot store a NUL character; say so instead of failing in the database.
+        // What no job could take is a malformed request (400), said before the job is read:
+        // Postgres cannot store a NUL character, and names and data have their limits.
         if signal.contains('\0') || crate::model::nul_at(data).is_some() {
-            return Err(StoreError::SignalRefused(
+            return Err(StoreError::BadInput(
                 "the signal or its data contains a NUL character (U+0000)".into(),
             ));
         }
         let chars = signal.chars().count();
         if chars > MAX_SIGNAL_NAME_CHARS {
-            return Err(StoreError::SignalRefused(format!(
+            return Err(StoreError::BadInput(format!(
                 "the signal's name has {chars} characters, over the limit of {MAX_SIGNAL_NAME_CHARS}"
             )));
         }
-        let given = Take::Given {
-            signal,
-            data,
-            actor,
-        };
-        let Some((_, result)) = self.deliver(workflow_id, given).await? else {
+        let size = serde_json::to_vec(data).map_or(0, |v| v.len());
+        if size > MAX_SIGNAL_DATA_BYTES {
+            return Err(StoreError::BadInput(format!(
+                "the signal's data has {size} bytes, over the limit of {MAX_SIGNAL_DATA_BYTES}"
+            )));
+        }
+        // Run again when the database aborted it for another transaction's sake (a fork racing
+        // another start on a new object): nothing of it was kept.
+        let delivered = super::again_on_conflict(|| {
+            self.deliver(
+                workflow_id,
+                Take::Given {
+                    signal,
+                    data,
+                    actor,
+                },
+            )
+        })
+        .await?;
+        let Some((_, result)) = delivered else {
             return Err(StoreError::SignalRefused(format!(
                 "there is no workflow {workflow_id}"
             )));
         };
+        // Queued behind older signals: they, then it, are taken now, in order; its outcome is
+        // the one of the inbox's last signal that is it.
+        if let Err(StoreError::Queued) = &result {
+            let followed = self.inbox_run_job(workflow_id, 1000).await?;
+            let mine = followed.iter().rposition(|(s, _)| s == signal);
+            let to = mine.map(|i| followed[i].1.clone()).unwrap_or_default();
+            if let Some(why) = to.strip_prefix("refused: ") {
+                return Err(StoreError::SignalRefused(why.to_string()));
+            }
+            return Ok(Signalled {
+                workflow_id,
+                signal: signal.to_string(),
+                from: "(after the signals waiting before it)".into(),
+                to,
+                finished: false,
+                followed,
+                queued: mine.is_none(),
+            });
+        }
         let Moved {
             from,
             to,
@@ -358,6 +397,16 @@ impl Store {
                 return Ok(Some((signal, Ok(moved))));
             }
         }
+        // A job's signals are taken in the order they arrived, however they arrived: one given
+        // while older ones wait in the inbox (from children, alarms, a resumed suspension) joins
+        // them there, and the inbox is taken in order (`machine_signal` reports its outcome).
+        // (A suspended job refuses one its state does not accept now, as below.)
+        let suspended = record["suspended"].as_bool().unwrap_or(false);
+        if inbox.is_none() && job.inbox_pending && !suspended {
+            signal_in(&mut tx, workflow_id, &signal, &data, &actor).await?;
+            tx.commit().await?;
+            return Ok(Some((signal, Err(StoreError::Queued))));
+        }
         let mut events = EventBuf::default();
         let mut ready = ReadyKeys::default();
         let mut fx = Effects {
@@ -370,6 +419,15 @@ impl Store {
         // written without a lock) whose state the job has left is refused, not applied.
         let left = match (inbox, actor.as_str()) {
             (Some(_), "alarm") => alarm_left(&mut tx, &data, &job).await?,
+            (Some(_), "self")
+                if record["self_run"].as_i64().unwrap_or(0) >= actions::MAX_SELF_RUN =>
+            {
+                Some(format!(
+                    "the job has taken {} transitions in a row on signals it sent itself: a \
+                     loop, ended here (a signal from outside starts the count again)",
+                    actions::MAX_SELF_RUN
+                ))
+            }
             _ => None,
         };
         let stopped = match left.map_or_else(
@@ -487,61 +545,4 @@ impl Store {
         tx.commit().await?;
         Ok(Some((signal, Err(error))))
     }
-}
-
-async fn mark_taken(tx: &mut Transaction<'_, Postgres>, id: i64, outcome: &str) -> Result<()> {
-    sqlx::query("update workdo.signals set processed_at = now(), outcome = $2 where id = $1")
-        .bind(id)
-        .bind(outcome)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
-}
-
-/// NOTIFY the runtimes' machine loops that these jobs have signals waiting.
-pub(crate) async fn notify_signals(tx: &mut Transaction<'_, Postgres>, jobs: &[i64]) -> Result<()> {
-    if jobs.is_empty() {
-        return Ok(());
-    }
-    let ids: Vec<String> = jobs.iter().map(i64::to_string).collect();
-    sqlx::query("select pg_notify($1, j) from unnest($2::text[]) as j")
-        .bind(SIGNAL_CHANNEL)
-        .bind(&ids)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
-}
-
-/// A signal for job `job` from outside a transition (a function action's result), in `tx`,
-/// with its NOTIFY.
-pub(super) async fn signal_in(
-    tx: &mut Transaction<'_, Postgres>,
-    job: i64,
-    signal: &str,
-    data: &Value,
-    actor: &str,
-) -> Result<()> {
-    insert_signal(tx, job, signal, data, actor).await?;
-    notify_signals(tx, &[job]).await
-}
-
-/// A signal into job `job`'s inbox, taken after the transaction commits (whoever inserts it
-/// sends or collects the NOTIFY).
-pub(super) async fn insert_signal(
-    tx: &mut Transaction<'_, Postgres>,
-    job: i64,
-    signal: &str,
-    data: &Value,
-    actor: &str,
-) -> Result<()> {
-    sqlx::query(
-        "insert into workdo.signals (workflow_id, signal, data, actor) values ($1, $2, $3, $4)",
-    )
-    .bind(job)
-    .bind(signal)
-    .bind(data)
-    .bind(actor)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
 }

@@ -205,7 +205,9 @@ impl Store {
         (signal, data, actor): (&str, &Value, &str),
     ) -> Result<Written> {
         let record = job.machine.as_ref();
-        if record.is_none_or(|m| m["suspended"].as_bool().unwrap_or(false)) {
+        // Older signals waiting in the inbox are taken first: the locked way queues this one
+        // behind them.
+        if job.inbox_pending || record.is_none_or(|m| m["suspended"].as_bool().unwrap_or(false)) {
             return Ok(Written::Locked);
         }
         let spec = self
@@ -224,6 +226,8 @@ impl Store {
         };
         record.insert("state".into(), Value::String(plan.to.clone()));
         record.insert("variables".into(), Value::Object(plan.variables.clone()));
+        // A signal from outside (the only kind taken here) ends a run of self-signals.
+        record.remove("self_run");
         let record = Value::Object(record);
         let (version, inbox): (Option<i64>, bool) = sqlx::FromRow::from_row(
             &events
