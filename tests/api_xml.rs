@@ -140,9 +140,10 @@ async fn xml_update_process_successes_and_failures() {
         )
         .await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
+    // update_step_spec.rb:192: the service's sentence, as plain text.
     assert_eq!(
-        err(&body),
-        r#"the body names process "shelve" but the URL names "descriptive-metadata""#
+        body,
+        "Process name in body (shelve) does not match process name in URI (descriptive-metadata)"
     );
     // Status precondition fails: 409 naming both, nothing changes.
     let (s, body) = a
@@ -152,9 +153,10 @@ async fn xml_update_process_successes_and_failures() {
         )
         .await;
     assert_eq!(s, StatusCode::CONFLICT);
-    assert!(
-        err(&body).contains(r#"is "queued", not "started""#),
-        "{body}"
+    // update_step_spec.rb:186.
+    assert_eq!(
+        body,
+        "Status in params (started) does not match current status (queued)"
     );
     // Malformed XML, a wrong root, an invalid status, a bad elapsed: 400.
     for (xml, expect) in [
@@ -176,14 +178,18 @@ async fn xml_update_process_successes_and_failures() {
         assert_eq!(s, StatusCode::BAD_REQUEST, "{xml}");
         assert!(err(&body).contains(expect), "{body}");
     }
-    // An error, then completion: attempts counted, the message cleared, lifecycle kept.
+    // An error, then completion: the message cleared, lifecycle kept. The service's `attempts`
+    // stays 0 (workdo's own count is on its JSON API), its elapsed is a Ruby float, its
+    // datetime whole seconds (all_workflows_for_one_object_spec.rb:21, 43).
     let (s, _) = a
         .put_xml(&url("descriptive-metadata"), r#"<process name="descriptive-metadata" status="error" errorMessage="catalogue down" errorText="503"/>"#)
         .await;
     assert_eq!(s, StatusCode::OK);
     let (_, body) = a.get(&format!("/objects/{DRUID}/workflows/{WF}")).await;
     assert!(
-        body.contains(r#"attempts="1" "#) && body.contains(r#"errorMessage="catalogue down""#),
+        body.contains(r#"elapsed="0.0" attempts="0" "#)
+            && body.contains(r#"errorMessage="catalogue down""#)
+            && !body.contains("priority="),
         "{body}"
     );
     let (s, body) = a
@@ -200,7 +206,7 @@ async fn xml_update_process_successes_and_failures() {
     let (_, body) = a.get(&format!("/objects/{DRUID}/workflows/{WF}")).await;
     assert!(!body.contains("errorMessage"), "cleared: {body}");
     assert!(
-        body.contains(r#"lifecycle="described" laneId="default" elapsed="1.500""#),
+        body.contains(r#"lifecycle="described" laneId="default" elapsed="1.5""#),
         "{body}"
     );
     // Oversized body: 413.
@@ -285,6 +291,10 @@ async fn xml_skip_all_delete_lifecycle_and_templates() {
         r#"<lifecycle objectId="druid:zz999zz9999"></lifecycle>"#
     );
 
+    // lifecycle_spec.rb: with active-only, version N's milestones while it has a step left...
+    let active = format!("/objects/{DRUID}/lifecycle?active-only=true&version=1");
+    let (_, body) = a.get(&active).await;
+    assert!(body.contains("</milestone>"), "{body}");
     let skip = format!("/objects/{DRUID}/workflows/{WF}/skip-all");
     assert_eq!(
         a.call(reqwest::Method::POST, &skip, &a.robot, None).await.0,
@@ -292,6 +302,12 @@ async fn xml_skip_all_delete_lifecycle_and_templates() {
     );
     let (_, body) = a.get(&format!("/objects/{DRUID}/workflows/{WF}")).await;
     assert_eq!(body.matches(r#"status="skipped""#).count(), 8);
+    // ...and none once every step of it is done (skipped counts as done).
+    let (_, body) = a.get(&active).await;
+    assert_eq!(
+        body,
+        format!(r#"<lifecycle objectId="{DRUID}"></lifecycle>"#)
+    );
     assert_eq!(
         a.call(
             reqwest::Method::POST,
@@ -356,7 +372,8 @@ async fn xml_skip_all_delete_lifecycle_and_templates() {
     );
     assert_eq!(
         t["processes"][4],
-        json!({"name": "process-content", "label": "", "prerequisite": ["google-convert", "google-download"]})
+        json!({"name": "process-content", "label": ""}),
+        "the service's processes have a name and a label, nothing else (show_workflow_template_spec.rb:11)"
     );
     assert_eq!(
         a.get("/workflow_templates/noWF").await.0,
@@ -424,6 +441,19 @@ async fn xml_queues() {
     );
     assert_eq!(q("waiting=nocolon".into()).await.0, StatusCode::BAD_REQUEST);
     assert_eq!(q(String::new()).await.0, StatusCode::BAD_REQUEST);
+    // objects_for_step_spec.rb:230, 239: `completed=STEP&workflow=WF` without `waiting` lists
+    // the objects with that step completed, `repository=` or not.
+    for query in [
+        format!("completed=descriptive-metadata&repository=dor&workflow={WF}"),
+        format!("completed=descriptive-metadata&workflow={WF}"),
+    ] {
+        let (s, body) = q(query).await;
+        assert_eq!(s, StatusCode::OK);
+        assert_eq!(
+            body,
+            r#"<objects count="2"><object id="druid:bb111cc2222"/><object id="druid:bb333cc4444"/></objects>"#
+        );
+    }
     let (_, body) = a
         .get(&format!(
             "/workflow_queue/lane_ids?step={WF}:google-convert"
@@ -433,8 +463,24 @@ async fn xml_queues() {
         body,
         r#"<lanes><lane id="default"/><lane id="fast"/></lanes>"#
     );
+    // all_queued_spec.rb:21, 47, 55: `<workflows>` of `<workflow name process druid laneId/>`,
+    // and `hours-ago=N` keeps only those queued longer than N hours.
     let (_, body) = a.get("/workflow_queue/all_queued").await;
-    assert!(body.starts_with(r#"<workflows count="4">"#), "{body}");
+    assert_eq!(body.matches("<workflow ").count(), 4, "{body}");
+    assert!(body.starts_with("<workflows><workflow name=\""), "{body}");
+    let doc = roxmltree::Document::parse(&body).expect("all_queued XML");
+    for w in doc.descendants().filter(|n| n.has_tag_name("workflow")) {
+        let attrs: Vec<&str> = w.attributes().map(|a| a.name()).collect();
+        assert_eq!(attrs, ["name", "process", "druid", "laneId"], "{body}");
+    }
+    let (_, body) = a
+        .get("/workflow_queue/all_queued?repository=dor&limit=3&hours-ago=24")
+        .await;
+    assert_eq!(body, "<workflows></workflows>", "none queued a day ago");
+    let (_, body) = a
+        .get("/workflow_queue/all_queued?limit=2&hours-ago=0")
+        .await;
+    assert_eq!(body.matches("<workflow ").count(), 2, "{body}");
     // A ready skip-queue step is no worker's: not queued.
     support::load(
         &a.t.store,
@@ -451,7 +497,7 @@ async fn xml_queues() {
         .expect("start");
     let (_, body) = a.get("/workflow_queue/all_queued").await;
     assert!(
-        body.starts_with(r#"<workflows count="4">"#) && !body.contains("sqWF"),
+        body.matches("<workflow ").count() == 4 && !body.contains("sqWF"),
         "{body}"
     );
 }
@@ -486,13 +532,7 @@ async fn an_xml_only_robot_drives_the_demo_workflows_to_the_end() {
             let mut progressed = false;
             for p in &processes {
                 let name = p["name"].as_str().expect("name");
-                let mut query = format!("/workflow_queue?waiting={workflow}:{name}");
-                for pre in p["prerequisite"].as_array().into_iter().flatten() {
-                    query.push_str(&format!(
-                        "&completed={workflow}:{}",
-                        pre.as_str().expect("name")
-                    ));
-                }
+                let query = format!("/workflow_queue?waiting={workflow}:{name}");
                 let (_, objects) = a.get(&query).await;
                 let doc = roxmltree::Document::parse(&objects).expect("objects XML");
                 for o in doc.descendants().filter(|n| n.has_tag_name("object")) {

@@ -126,6 +126,7 @@ async fn sidekiq_robots_take_twenty_objects_through_accession_wf() {
     cfg.handoff = Some(HandoffConfig {
         redis_url: format!("unix://{}", socket.display()),
         rules: Rules::default(),
+        push_again_after: workdo::runtime::handoff::PUSH_AGAIN_AFTER,
     });
     let rt = support::start(&t.store, cfg).await;
 
@@ -243,6 +244,7 @@ async fn pushes_wait_while_redis_is_down_and_none_is_lost() {
     cfg.handoff = Some(HandoffConfig {
         redis_url: format!("unix://{}", socket.display()),
         rules: Rules::default(),
+        push_again_after: workdo::runtime::handoff::PUSH_AGAIN_AFTER,
     });
     let rt = support::start(&t.store, cfg).await;
     let druids: Vec<String> = (0..5)
@@ -310,6 +312,26 @@ async fn pushes_wait_while_redis_is_down_and_none_is_lost() {
             .is_some_and(|d| druids.iter().any(|x| x == d))
     );
     assert_eq!(job["jid"].as_str().map(str::len), Some(24));
+
+    // Had they stayed queued for 13 hours, the page would list them as lost (the runtime,
+    // stopped here, would push them again).
+    sqlx::query("update workdo.handoff_outbox set pushed_at = now() - interval '13 hours'")
+        .execute(t.pool())
+        .await
+        .expect("age");
+    let page = reqwest::get(format!("{base}/ui/schedules"))
+        .await
+        .expect("page")
+        .text()
+        .await
+        .expect("html");
+    assert!(page.contains("Queued in Sidekiq over 12 hours"), "{page}");
+    let lost = t
+        .store
+        .handoff_queued_over(workdo::runtime::handoff::PUSH_AGAIN_AFTER, 10)
+        .await
+        .expect("lost");
+    assert_eq!(lost.len(), 5, "{lost:?}");
 }
 
 /// A runtime killed while it hands off pushes again at most the one job it was pushing (issue
@@ -385,5 +407,145 @@ async fn a_runtime_killed_while_it_hands_off_pushes_at_most_one_again() {
     assert!(
         pushed >= total && pushed <= total + kills as i64,
         "{pushed} jobs for {total} readinesses after {kills} kills"
+    );
+}
+
+/// Wait until `socket` takes connections.
+async fn listening(socket: &std::path::Path) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(socket).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not listen");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Issue 48 item 8: Redis without persistence killed twice, once holding twenty pushed jobs no
+/// robot had taken yet and once mid-run under Sidekiq. Every push lost with it is pushed again
+/// once its step has stayed `queued` past the wait (here 2 s; the service's sweeper waits
+/// 12 h), each recorded as a `handoff_pushed_again` event; all twenty objects finish, and no
+/// step is worked twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_lost_with_a_redis_killed_mid_run_are_pushed_again_and_none_is_worked_twice() {
+    for p in ["redis-server", "sidekiq"] {
+        assert!(
+            installed(p),
+            "{p} is not installed: apt-get install -y redis-server ruby-sidekiq (.ci/run does)"
+        );
+    }
+    workdo::install_crypto();
+    let t = db().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("redis.sock");
+    let mut redis = redis_on(&socket);
+    listening(&socket).await;
+    load_accession(&t.store).await;
+    let base = support::serve_api(&t.store, Access::Tokens).await;
+    let token = t
+        .store
+        .token_create(Role::Robot, "robots", None)
+        .await
+        .expect("token")
+        .1;
+    let mut cfg = config();
+    cfg.handoff = Some(HandoffConfig {
+        redis_url: format!("unix://{}", socket.display()),
+        rules: Rules::default(),
+        push_again_after: Duration::from_secs(2),
+    });
+    let rt = support::start(&t.store, cfg).await;
+    let druids: Vec<String> = (0..20)
+        .map(|i| format!("druid:bf{:03}gh{:04}", 100 + i, 4000 + i))
+        .collect();
+    let refs: Vec<&str> = druids.iter().map(String::as_str).collect();
+    t.store
+        .workflow_start(&StartRequest::new("accessionWF", &refs))
+        .await
+        .expect("start");
+    // Twenty start-accession jobs sit in Redis, taken by no one: kill it, and them with it.
+    wait_until(
+        t.pool(),
+        "select count(*) = 20 from workdo.handoff_outbox where pushed_at is not null",
+        60,
+    )
+    .await;
+    drop(redis);
+    redis = redis_on(&socket);
+    listening(&socket).await;
+
+    let log = dir.path().join("robots.log");
+    std::fs::write(&log, "").expect("log");
+    let robots = support::workflows_dir().join("../tests/fixtures/robots/accession_robots.rb");
+    let _sidekiq = Killed(
+        Command::new("sidekiq")
+            .args([
+                "-c",
+                "4",
+                "-q",
+                "accessionWF_default",
+                "-q",
+                "accessionWF_default_dsa",
+                "-r",
+            ])
+            .arg(&robots)
+            .env("REDIS_URL", format!("unix://{}", socket.display()))
+            .env("WORKFLOW_URL", &base)
+            .env("WORKFLOW_TOKEN", &token)
+            .env("ROBOT_LOG", &log)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("sidekiq.err")).expect("stderr file"))
+            .spawn()
+            .expect("sidekiq"),
+    );
+    // Mid-run, under Sidekiq: kill it again.
+    wait_until(
+        t.pool(),
+        "select count(*) >= 80 from workdo.handoff_outbox where pushed_at is not null",
+        120,
+    )
+    .await;
+    drop(redis);
+    let _redis = redis_on(&socket);
+    listening(&socket).await;
+
+    if !reached(
+        t.pool(),
+        "select count(*) = 20 from workdo.workflows where template = 'accessionWF' and status = 'completed'",
+        180,
+    )
+    .await
+    {
+        let robots = std::fs::read_to_string(&log).unwrap_or_default();
+        let err = std::fs::read_to_string(dir.path().join("sidekiq.err")).unwrap_or_default();
+        let tail: String = err.chars().skip(err.chars().count().saturating_sub(3000)).collect();
+        panic!(
+            "not all 20 done; outbox {}; robots: {robots}; sidekiq: {tail}",
+            outbox_state(t.pool()).await
+        );
+    }
+    rt.stop().await;
+    let again: i64 = sqlx::query_scalar(
+        "select count(*) from workdo.events where kind = 'handoff_pushed_again'",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("events");
+    assert!(
+        again >= 20,
+        "the twenty lost start-accession jobs were pushed again: {again}"
+    );
+    let text = std::fs::read_to_string(&log).expect("robot log");
+    let worked: Vec<&str> = text.lines().filter(|l| l.starts_with("worked ")).collect();
+    let unique: std::collections::BTreeSet<&&str> = worked.iter().collect();
+    assert_eq!(unique.len(), 200, "every step worked: {text}");
+    assert_eq!(worked.len(), 200, "a step worked twice: {text}");
+    // The page and `status` read the same query: nothing is left queued past the wait.
+    let left = t
+        .store
+        .handoff_queued_over(Duration::from_secs(2), 10)
+        .await
+        .expect("left");
+    assert!(left.is_empty(), "{left:?}");
+    println!(
+        "sidekiq, Redis killed twice: 20 objects done, {again} pushes again, 200 steps worked once each"
     );
 }

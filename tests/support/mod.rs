@@ -160,6 +160,9 @@ pub async fn empty_db() -> String {
 }
 
 pub async fn db() -> TestDb {
+    // Every test that talks HTTPS or builds a client needs the crypto provider, whichever of a
+    // binary's tests runs first (one without it failed only when it ran first).
+    workdo::install_crypto();
     let server = server().await;
     let name = unique_name();
     let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&server.admin_url)

@@ -93,6 +93,4 @@ pub struct Process {
     pub name: String,
     /// The template's `<label>` of the step (`""` when it has none), as the service gives it.
     pub label: String,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub prerequisite: Vec<String>,
 }

@@ -79,6 +79,11 @@ pub(super) fn nul_in_json(value: &Value) -> Option<String> {
     crate::model::nul_at(value)
 }
 
+/// Marks an error answer a handler wrote in another shape on purpose (the workflow service's
+/// plain sentences): [`json_errors`] passes it as it is.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct OwnBody;
+
 /// Give the framework's own error responses (no handler ran) the API's JSON error body. A
 /// handler's own JSON or HTML (the admin page's "Not done" page, which says what went wrong)
 /// passes as it is.
@@ -89,7 +94,8 @@ pub(super) async fn json_errors(request: Request, next: Next) -> Response {
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("text/html"));
+        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("text/html"))
+        || response.extensions().get::<OwnBody>().is_some();
     if !(status.is_client_error() || status.is_server_error()) || is_own {
         return response;
     }

@@ -181,6 +181,11 @@ pub struct RuntimeArgs {
     /// the defaults are the workflow service's).
     #[arg(long, env = "WORKDO_SIDEKIQ_RULES", value_name = "FILE")]
     pub sidekiq_rules: Option<PathBuf>,
+    /// A step handed off and still `queued` (ready, not started) this long after its push was
+    /// lost in Redis (a restart without persistence, a flush): push it again, and record that
+    /// (event `handoff_pushed_again`). The workflow service's sweeper waits 12 hours.
+    #[arg(long, default_value = "12h", value_parser = positive_duration, value_name = "DURATION")]
+    pub sidekiq_push_again_after: std::time::Duration,
     /// Database connections this process's runtime may use (besides the API's pool and the
     /// listener). Default: 16 for `up`; for `worker`, what its steps need — one per step, one
     /// per completer and three for the maintenance, machine and alert loops — at most 16.

@@ -520,18 +520,7 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
         Command::Queue(args) => steps::queue(&store, &args, json, out).await?,
         Command::Queues(cmd) => steps::queues(&store, cmd, json, out).await?,
         Command::Status { template } => {
-            if let Some(t) = &template {
-                store.template_current(t).await?; // a typo is said (exit 2), not "(none)"
-            }
-            let facets = store.facets(template.as_deref()).await?;
-            let paused = store.paused_list().await?;
-            crate::output::emit(out, json, &facets, |o| {
-                show::status_table(o, &facets)?;
-                for p in &paused {
-                    writeln!(o, "paused: {}", steps::paused_line(p))?;
-                }
-                Ok(())
-            })?;
+            show::status(&store, template.as_deref(), json, out).await?
         }
         Command::Step(StepCmd::Set(args)) => steps::set(&store, args, json, out).await?,
         Command::Prioritize {

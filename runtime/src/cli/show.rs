@@ -190,3 +190,41 @@ fn dispatch_lines(
     }
     Ok(())
 }
+
+/// `workdo status`: the facets, paused steps, and hand-offs queued in Sidekiq past the
+/// service's 12 hours (the runtime pushes each again).
+pub(super) async fn status(
+    store: &Store,
+    template: Option<&str>,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<()> {
+    if let Some(t) = template {
+        store.template_current(t).await?; // a typo is said (exit 2), not "(none)"
+    }
+    let facets = store.facets(template).await?;
+    let paused = store.paused_list().await?;
+    let lost = store
+        .handoff_queued_over(crate::runtime::handoff::PUSH_AGAIN_AFTER, 5)
+        .await?;
+    Ok(emit(out, json, &facets, |o| {
+        status_table(o, &facets)?;
+        for p in &paused {
+            writeln!(o, "paused: {}", super::steps::paused_line(p))?;
+        }
+        for h in &lost {
+            writeln!(
+                o,
+                "queued in Sidekiq over 12h: {} {}:{} (pushed {} to {}, {} push(es)); the \
+                 runtime pushes it again",
+                h.object_id,
+                h.template,
+                h.step,
+                h.pushed_at.map(|p| p.to_rfc3339()).unwrap_or_default(),
+                h.queue.as_deref().unwrap_or(""),
+                h.attempts
+            )?;
+        }
+        Ok(())
+    })?)
+}

@@ -53,6 +53,7 @@ fn runtime_config(args: &RuntimeArgs, demo: bool) -> Result<runtime::Config> {
         config.handoff = Some(runtime::handoff::HandoffConfig {
             redis_url: url.clone(),
             rules,
+            push_again_after: args.sidekiq_push_again_after,
         });
     }
     Ok(config)

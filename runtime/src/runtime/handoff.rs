@@ -23,7 +23,13 @@ pub struct HandoffConfig {
     /// `redis://[:password@]host[:port][/db]` or `unix:///path/to/socket[?db=N]`.
     pub redis_url: String,
     pub rules: Rules,
+    /// A push still `queued` after this long is taken as lost in Redis and pushed again (the
+    /// workflow service's sweeper: 12 hours).
+    pub push_again_after: Duration,
 }
+
+/// The workflow service's sweeper's wait before it pushes a `queued` step again.
+pub const PUSH_AGAIN_AFTER: Duration = Duration::from_secs(12 * 3600);
 
 #[derive(Debug, thiserror::Error)]
 pub enum RedisError {
@@ -194,14 +200,29 @@ pub(super) async fn run(
         }
     };
     let mut conn: Option<Redis> = None;
+    // Lost pushes are looked for at most every tenth of the wait (and at most every minute):
+    // the look reads the handed-off steps that are ready now, not the outbox's history.
+    let sweep_every = (config.push_again_after / 10).min(Duration::from_secs(60));
+    let mut swept = tokio::time::Instant::now();
     loop {
-        let full = match pass(&store, &config.rules, &addr, &mut conn).await {
+        let mut full = match pass(&store, &config.rules, &addr, &mut conn, None).await {
             Ok(n) => n == BATCH,
             Err(e) => {
                 warn!(error = %e, "Sidekiq hand-off pass failed");
                 false
             }
         };
+        if !full && swept.elapsed() >= sweep_every {
+            swept = tokio::time::Instant::now();
+            let after = Some(config.push_again_after);
+            full = match pass(&store, &config.rules, &addr, &mut conn, after).await {
+                Ok(n) => n == BATCH,
+                Err(e) => {
+                    warn!(error = %e, "Sidekiq hand-off sweep failed");
+                    false
+                }
+            };
+        }
         if full {
             continue;
         }
@@ -218,16 +239,24 @@ const BATCH: usize = 200;
 /// marked and committed before the next is taken, so a runtime killed during a pass pushes again
 /// at most the one row it was pushing (a pass in one transaction pushed all 200 of its rows
 /// again after a crash). Returns how many rows were taken.
+///
+/// With `again_after`, the rows taken are instead pushes of steps still `queued` that long
+/// after they were pushed: lost in Redis, pushed again (each recorded as an event).
 async fn pass(
     store: &Store,
     rules: &Rules,
     addr: &RedisAddr,
     conn: &mut Option<Redis>,
+    again_after: Option<Duration>,
 ) -> Result<usize, crate::store::StoreError> {
     let mut n = 0;
     while n < BATCH {
         let mut tx = store.handoff_begin().await?;
-        let Some(row) = tx.due(1).await?.into_iter().next() else {
+        let row = match again_after {
+            None => tx.due(1).await?,
+            Some(after) => tx.lost(1, after.as_secs_f64()).await?,
+        };
+        let Some(row) = row.into_iter().next() else {
             tx.commit().await?;
             break;
         };
@@ -251,8 +280,14 @@ async fn pass(
         match pushed {
             Ok(()) => {
                 tx.pushed(row.id, &queue, &jid).await?;
-                info!(object = %row.object_id, step = %format!("{}:{}", row.template, row.step),
-                      %queue, %class, %jid, "handed off to Sidekiq");
+                if again_after.is_some() {
+                    tx.pushed_again(&row, &queue, &jid).await?;
+                    warn!(object = %row.object_id, step = %format!("{}:{}", row.template, row.step),
+                          %queue, %class, %jid, "still queued long after its push: pushed to Sidekiq again");
+                } else {
+                    info!(object = %row.object_id, step = %format!("{}:{}", row.template, row.step),
+                          %queue, %class, %jid, "handed off to Sidekiq");
+                }
             }
             Err(e) => {
                 *conn = None;

@@ -112,6 +112,31 @@ impl Store {
         })
     }
 
+    /// Handed-off steps still ready (`queued`) more than `after` after their latest push,
+    /// oldest push first: jobs lost in Redis, or robots not taking them (the page and
+    /// `workdo status` show them; the pusher pushes them again).
+    pub async fn handoff_queued_over(
+        &self,
+        after: std::time::Duration,
+        limit: i64,
+    ) -> Result<Vec<HandoffEntry>> {
+        Ok(sqlx::query_as(
+            "select o.id, o.object_id, o.template, o.step, o.lane, o.created_at, o.pushed_at,
+                    o.queue, o.jid, o.attempts, o.last_error
+               from workdo.handoff_steps h
+               join workdo.steps s on s.template = h.template and s.name = h.step
+                                  and s.status = 'ready' and s.active
+               cross join lateral (select * from workdo.handoff_outbox o
+                                    where o.step_id = s.id order by o.id desc limit 1) o
+              where o.pushed_at < now() - make_interval(secs => $1)
+              order by o.pushed_at limit $2",
+        )
+        .bind(after.as_secs_f64())
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     /// The latest rows, newest first, for the admin page.
     pub async fn handoff_list(&self, limit: i64) -> Result<Vec<HandoffEntry>> {
         Ok(sqlx::query_as(
@@ -139,6 +164,52 @@ impl Handoff {
         .bind(limit)
         .fetch_all(&mut *self.tx)
         .await?)
+    }
+
+    /// The latest pushes of handed-off steps still ready (`queued` to the service's clients)
+    /// `after_secs` after they were pushed, oldest push first, locked (`SKIP LOCKED`): their
+    /// jobs were lost in Redis (a restart without persistence) or never taken. Read from the
+    /// ready steps, not from the outbox's history.
+    pub async fn lost(&mut self, limit: i64, after_secs: f64) -> Result<Vec<HandoffRow>> {
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "select o.id
+               from workdo.handoff_steps h
+               join workdo.steps s on s.template = h.template and s.name = h.step
+                                  and s.status = 'ready' and s.active
+               cross join lateral (select o.id, o.pushed_at from workdo.handoff_outbox o
+                                    where o.step_id = s.id order by o.id desc limit 1) o
+              where o.pushed_at < now() - make_interval(secs => $2)
+              order by o.pushed_at limit $1",
+        )
+        .bind(limit)
+        .bind(after_secs)
+        .fetch_all(&mut *self.tx)
+        .await?;
+        Ok(sqlx::query_as(
+            "select id, object_id, template, step, lane, attempts from workdo.handoff_outbox
+              where id = any($1) and pushed_at < now() - make_interval(secs => $2)
+              order by pushed_at for update skip locked",
+        )
+        .bind(&ids)
+        .bind(after_secs)
+        .fetch_all(&mut *self.tx)
+        .await?)
+    }
+
+    /// Record that `row`, found lost, was pushed again to `queue` as job `jid`.
+    pub async fn pushed_again(&mut self, row: &HandoffRow, queue: &str, jid: &str) -> Result<()> {
+        sqlx::query(
+            "insert into workdo.events (object_id, workflow_id, template, step, kind, actor, detail)
+             select s.object_id, s.workflow_id, s.template, s.name, 'handoff_pushed_again',
+                    'handoff', $2
+               from workdo.handoff_outbox o join workdo.steps s on s.id = o.step_id
+              where o.id = $1",
+        )
+        .bind(row.id)
+        .bind(serde_json::json!({"queue": queue, "jid": jid, "pushes": row.attempts + 1}))
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
     }
 
     /// Row `id` was pushed to `queue` as job `jid`.

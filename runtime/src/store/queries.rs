@@ -537,7 +537,11 @@ impl Store {
 
     /// Steps in the queue (ready) of any template, oldest first; not a skip-queue step (no
     /// worker ever takes it: its ready is not "queued"), nor one of a paused queue.
-    pub async fn queue_all_ready(&self, limit: i64) -> Result<Vec<StepRow>> {
+    pub async fn queue_all_ready(
+        &self,
+        older_than: Option<DateTime<Utc>>,
+        limit: i64,
+    ) -> Result<Vec<StepRow>> {
         Ok(sqlx::query_as(
             "select s.* from workdo.steps s
               where s.status = 'ready' and s.active
@@ -550,9 +554,11 @@ impl Store {
                 and not exists (select 1 from workdo.paused_steps p
                                  where p.template = s.template
                                    and p.step = coalesce(substr(s.queue, length(s.template) + 2), s.name))
+                and ($2::timestamptz is null or s.updated_at < $2)
               order by s.run_at, s.id limit $1",
         )
         .bind(limit)
+        .bind(older_than)
         .fetch_all(&self.pool)
         .await?)
     }

@@ -54,6 +54,27 @@ impl Store {
             .await
     }
 
+    /// The objects with `template`'s `step` completed, in any version, in id order: the
+    /// workflow service's `?completed=STEP&workflow=WF` without `waiting=` (its stats reporters
+    /// count preserved objects with it).
+    pub async fn objects_completed_at(
+        &self,
+        template: &str,
+        step: &str,
+        limit: i64,
+    ) -> Result<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "select distinct s.object_id from workdo.steps s
+              where s.template = $1 and s.name = $2 and s.status = 'completed'
+              order by s.object_id limit $3",
+        )
+        .bind(template)
+        .bind(step)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     /// [`Store::queue_waiting`], only objects whose properties contain `properties` (a JSON
     /// object; `null` or `{}` for all): the seed's queues on object conditions (an embargo
     /// date, a content type). The objects are found through the `objects_properties` GIN

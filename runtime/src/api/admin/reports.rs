@@ -239,6 +239,11 @@ pub(super) async fn schedules_alerts(State(s): State<AppState>, headers: HeaderM
     };
     // The hand-off to Sidekiq robots, when a runtime pushes: each readiness and its push.
     let handoff = s.store.handoff_list(200).await.unwrap_or_default();
+    let lost = s
+        .store
+        .handoff_queued_over(crate::runtime::handoff::PUSH_AGAIN_AFTER, 200)
+        .await
+        .unwrap_or_default();
     let acts = v.role >= Role::Admin;
     let when = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%d %H:%M:%S UTC").to_string();
     let body = html! {
@@ -285,6 +290,24 @@ pub(super) async fn schedules_alerts(State(s): State<AppState>, headers: HeaderM
                         td class=(if r.last_error.is_some() && r.status == "pending" { "error" } else { "" }) { (r.status) }
                         td.n { (r.attempts) }
                         td { (r.last_error.as_deref().unwrap_or("")) }
+                    }
+                }
+            }
+        }
+        @if !lost.is_empty() {
+            h2 { "Queued in Sidekiq over 12 hours" }
+            p { "Handed off and not started since: the job was lost in Redis or no robot takes its queue. The runtime pushes each again (event handoff_pushed_again)." }
+            table #handoff-lost {
+                (head(&["pushed", "object", "step", "queue", "#pushes"]))
+                tbody {
+                    @for h in &lost {
+                        tr {
+                            td.error { (h.pushed_at.map(|p| p.format("%Y-%m-%d %H:%M:%S").to_string()).unwrap_or_default()) }
+                            td { a href=(object_url(&h.object_id)) { (h.object_id) } }
+                            td { (h.template) ":" (h.step) }
+                            td { (h.queue.as_deref().unwrap_or("")) }
+                            td.n { (h.attempts) }
+                        }
                     }
                 }
             }

@@ -12,14 +12,14 @@ use axum::routing::{get, post, put};
 use serde_json::{Value, json};
 
 use super::bodies::NextSteps;
-use super::{
-    ApiError, ApiResult, AppState, Caller, ErrorBody, int_param, param, query_pairs, split_step,
-};
+use super::{ApiError, ApiResult, AppState, Caller, int_param, param, query_pairs};
 use crate::model::status::Status;
 use crate::store::{Role, SetRequest, StartRequest, Store, StoreError, WorkflowView};
 
+pub(super) mod queues;
 mod render;
 pub(super) mod templates;
+use queues::{all_queued, lane_ids, workflow_queue};
 use templates::{template_names, template_processes};
 
 pub fn router() -> Router<AppState> {
@@ -225,14 +225,14 @@ pub(super) async fn create(
 
 /// The WorkDo update call. Body: `<process name=… status=… elapsed=… lifecycle=… note=…
 /// errorMessage=… errorText=…/>`; optional `?current-status=S` precondition.
-#[utoipa::path(put, path = "/objects/{druid}/workflows/{workflow}/{process}", tag = "workflow service", params(("druid" = String, Path), ("workflow" = String, Path), ("process" = String, Path), ("current-status" = Option<String>, Query, description = "precondition; 409 on mismatch"), ("version" = Option<i32>, Query, description = "object version")), request_body(content = String, content_type = "application/xml", description = "<process name= status= elapsed= lifecycle= note= errorMessage= errorText=/>"), responses((status = 200, description = "The steps that became ready", body = NextSteps), (status = 409, description = "current-status did not match; nothing changed", body = ErrorBody)))]
+#[utoipa::path(put, path = "/objects/{druid}/workflows/{workflow}/{process}", tag = "workflow service", params(("druid" = String, Path), ("workflow" = String, Path), ("process" = String, Path), ("current-status" = Option<String>, Query, description = "precondition; 409 on mismatch"), ("version" = Option<i32>, Query, description = "object version")), request_body(content = String, content_type = "application/xml", description = "<process name= status= elapsed= lifecycle= note= errorMessage= errorText=/>"), responses((status = 200, description = "The steps that became ready", body = NextSteps), (status = 409, description = "current-status did not match; nothing changed (the service's sentence, text/plain)", body = String, content_type = "text/plain")))]
 pub(super) async fn update_process(
     State(s): State<AppState>,
     c: Caller,
     Path((d, workflow, process)): Path<(String, String, String)>,
     RawQuery(q): RawQuery,
     body: Bytes,
-) -> ApiResult<Json<NextSteps>> {
+) -> ApiResult<Response> {
     super::access::decide(&s, &c, super::access::Act::Change(Role::Robot)).await?;
     let object = druid(&d)?;
     let pairs = query_pairs(q.as_deref())?;
@@ -249,9 +249,11 @@ pub(super) async fn update_process(
     }
     let name = root.attribute("name").unwrap_or(&process);
     if name != process {
-        return Err(ApiError::bad_request(format!(
-            "the body names process {name:?} but the URL names {process:?}"
-        )));
+        // The service's own sentence, as plain text (update_step_spec.rb:192).
+        return Ok(plain(
+            StatusCode::BAD_REQUEST,
+            format!("Process name in body ({name}) does not match process name in URI ({process})"),
+        ));
     }
     let status = root
         .attribute("status")
@@ -310,10 +312,12 @@ pub(super) async fn update_process(
                 .ok()
                 .and_then(|t| t.spec.step(&req.step).map(|st| st.skip_queue))
                 .unwrap_or(false);
-            return Err(ApiError::new(
+            let _ = step;
+            // The service's own sentence, as plain text (update_step_spec.rb:186).
+            return Ok(plain(
                 StatusCode::CONFLICT,
                 format!(
-                    "step {step} is {:?}, not {expected:?} as required; nothing changed",
+                    "Status in params ({expected}) does not match current status ({})",
                     render::wire_status(&status, skip_queue)
                 ),
             ));
@@ -322,7 +326,22 @@ pub(super) async fn update_process(
     };
     Ok(Json(NextSteps {
         next_steps: outcome.next_steps,
-    }))
+    })
+    .into_response())
+}
+
+/// An answer in the service's plain sentences, where its clients read them as text.
+fn plain(status: StatusCode, text: String) -> Response {
+    (
+        status,
+        axum::Extension(super::input::OwnBody),
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
 }
 
 /// Skip every unfinished step of an object's workflow (the workflow service's skip-all).
@@ -426,123 +445,12 @@ pub(super) async fn lifecycle(
         let _ = write!(
             out,
             r#"<milestone date="{}" version="{}">{}</milestone>"#,
-            m.at.to_rfc3339(),
+            render::service_time(&m.at),
             m.version,
             esc(&m.name)
         );
     }
     out.push_str("</lifecycle>");
-    Ok(xml(out))
-}
-
-/// `?waiting=WF:STEP&completed=WF:STEP…[&lane-id=L][&limit=N]`, or `?error=WF:STEP`.
-#[utoipa::path(get, path = "/workflow_queue", tag = "workflow service", params(("waiting" = Option<String>, Query, description = "WF:STEP"), ("completed" = Option<Vec<String>>, Query, description = "WF:STEP, repeatable"), ("error" = Option<String>, Query, description = "WF:STEP instead of waiting"), ("lane-id" = Option<String>, Query, description = "lane"), ("limit" = Option<i64>, Query, description = "default 1000")), responses((status = 200, description = "<objects> waiting at a step with its prerequisites completed, or in error", content_type = "application/xml", body = String)))]
-pub(super) async fn workflow_queue(
-    State(s): State<AppState>,
-    _c: Caller,
-    RawQuery(q): RawQuery,
-) -> ApiResult<Response> {
-    let pairs = query_pairs(q.as_deref())?;
-    let limit = super::limit_param(&pairs, 1000)?;
-    let ids: Vec<String> = if let Some(name) = param(&pairs, "queue") {
-        s.store
-            .queue_named_waiting(name, limit)
-            .await?
-            .into_iter()
-            .map(|r| r.object_id)
-            .collect()
-    } else if let Some(e) = param(&pairs, "error") {
-        let (t, st) = split_step(e)?;
-        // A misspelt queue is a 404 naming it: a robot polling it would idle for ever.
-        s.store.step_known(&t, &st).await?;
-        s.store
-            .queue_errors(&t, &st, limit)
-            .await?
-            .into_iter()
-            .map(|r| r.object_id)
-            .collect()
-    } else {
-        let waiting = param(&pairs, "waiting")
-            .ok_or_else(|| ApiError::bad_request("give waiting=WF:STEP (or error=WF:STEP)"))?;
-        let (t, st) = split_step(waiting)?;
-        let completed = pairs
-            .iter()
-            .filter(|(k, _)| k == "completed")
-            .map(|(_, v)| split_step(v))
-            .collect::<ApiResult<Vec<_>>>()?;
-        for (ct, cs) in std::iter::once((&t, &st)).chain(completed.iter().map(|(a, b)| (a, b))) {
-            s.store.step_known(ct, cs).await?;
-        }
-        let properties = super::work::property_params(&pairs)?;
-        if s.store.step_paused(&t, &st).await? {
-            return Ok(xml(r#"<objects count="0"></objects>"#.into())); // paused: robots wait
-        }
-        s.store
-            .queue_waiting_with(
-                &t,
-                &st,
-                &completed,
-                param(&pairs, "lane-id"),
-                &properties,
-                limit,
-            )
-            .await?
-            .into_iter()
-            .map(|r| r.object_id)
-            .collect()
-    };
-    let mut out = format!(r#"<objects count="{}">"#, ids.len());
-    for id in &ids {
-        let _ = write!(out, r#"<object id="{}"/>"#, esc(id));
-    }
-    out.push_str("</objects>");
-    Ok(xml(out))
-}
-
-/// The lanes of a step's waiting work (the workflow service's `lane_ids`).
-#[utoipa::path(get, path = "/workflow_queue/lane_ids", tag = "workflow service", params(("step" = String, Query, description = "WF:STEP")), responses((status = 200, description = "<lanes> with queued work for the step", content_type = "application/xml", body = String)))]
-pub(super) async fn lane_ids(
-    State(s): State<AppState>,
-    _c: Caller,
-    RawQuery(q): RawQuery,
-) -> ApiResult<Response> {
-    let pairs = query_pairs(q.as_deref())?;
-    let step = param(&pairs, "step").ok_or_else(|| ApiError::bad_request("give step=WF:STEP"))?;
-    let (t, st) = split_step(step)?;
-    let mut out = String::from("<lanes>");
-    for lane in s.store.queue_lanes(&t, &st).await? {
-        let _ = write!(out, r#"<lane id="{}"/>"#, esc(&lane));
-    }
-    out.push_str("</lanes>");
-    Ok(xml(out))
-}
-
-/// Every step in a queue now, oldest first.
-#[utoipa::path(get, path = "/workflow_queue/all_queued", tag = "workflow service", params(("limit" = Option<i64>, Query, description = "default 1000")), responses((status = 200, description = "Every step in a queue now", content_type = "application/xml", body = String)))]
-pub(super) async fn all_queued(
-    State(s): State<AppState>,
-    _c: Caller,
-    RawQuery(q): RawQuery,
-) -> ApiResult<Response> {
-    let pairs = query_pairs(q.as_deref())?;
-    let rows = s
-        .store
-        .queue_all_ready(super::limit_param(&pairs, 1000)?)
-        .await?;
-    let mut out = format!(r#"<workflows count="{}">"#, rows.len());
-    for r in &rows {
-        let _ = write!(
-            out,
-            r#"<workflow laneId="{}" note="{}" errorText="" errorMessage="" name="{}" druid="{}" id="{}" datetime="{}"/>"#,
-            esc(&r.lane),
-            esc(r.note.as_deref().unwrap_or("")),
-            esc(&r.name),
-            esc(&r.object_id),
-            esc(&r.template),
-            r.run_at.to_rfc3339()
-        );
-    }
-    out.push_str("</workflows>");
     Ok(xml(out))
 }
 

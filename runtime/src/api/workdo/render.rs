@@ -83,21 +83,40 @@ fn context_text(context: &serde_json::Value) -> String {
     }
 }
 
+/// A time as the service writes it (Ruby's `iso8601`): whole seconds, `+00:00`.
+pub(super) fn service_time(at: &chrono::DateTime<chrono::Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Secs, false)
+}
+
+/// `elapsed` as the service writes it: a Ruby float (`2.5`, `3.0`, `0.0` for an update that gave
+/// none), or nothing for a step no one has updated yet (still waiting for its turn).
+fn elapsed_text(elapsed: Option<f64>, status: &str) -> String {
+    let untouched = matches!(
+        Status::parse(status),
+        Some(Status::Waiting | Status::Ready | Status::Scheduled) | None
+    );
+    match elapsed {
+        None if untouched => String::new(),
+        None => "0.0".into(),
+        Some(e) if e.fract() == 0.0 && e.abs() < 1e15 => format!("{e:.1}"),
+        Some(e) => format!("{e}"),
+    }
+}
+
 /// `<process …/>` with the service's attributes in its order: version, note, lifecycle, laneId,
 /// elapsed, attempts, datetime, context, status, name, then errorMessage and errorText when
-/// there are.
+/// there are. workdo's own fields (priority, its count of attempts, microseconds) are on its
+/// JSON API: here `attempts` is the service's, which nothing but a client's PUT sets (0).
 fn process_xml(out: &mut String, s: &StepRow, context: &str, skip_queue: bool) {
     let _ = write!(
         out,
-        r#"<process version="{}" priority="{}" note="{}" lifecycle="{}" laneId="{}" elapsed="{}" attempts="{}" datetime="{}" context="{}" status="{}" name="{}""#,
+        r#"<process version="{}" note="{}" lifecycle="{}" laneId="{}" elapsed="{}" attempts="0" datetime="{}" context="{}" status="{}" name="{}""#,
         s.version,
-        s.priority,
         esc(s.note.as_deref().unwrap_or("")),
         esc(s.lifecycle.as_deref().unwrap_or("")),
         esc(&s.lane),
-        s.elapsed.map(|e| format!("{e:.3}")).unwrap_or_default(),
-        s.attempts,
-        s.updated_at.to_rfc3339(),
+        elapsed_text(s.elapsed, &s.status),
+        service_time(&s.updated_at),
         esc(context),
         esc(&wire_status(&s.status, skip_queue)),
         esc(&s.name),
@@ -155,6 +174,21 @@ mod tests {
             "a\u{FFFD}b\u{FFFD}[31mc\td\ne\u{FFFD}&lt;"
         );
         assert_eq!(esc("ü 😀"), "ü 😀");
+    }
+
+    #[test]
+    fn elapsed_and_times_are_written_as_ruby_writes_them() {
+        assert_eq!(elapsed_text(Some(2.5), "completed"), "2.5");
+        assert_eq!(elapsed_text(Some(3.0), "completed"), "3.0");
+        assert_eq!(elapsed_text(Some(0.125), "completed"), "0.125");
+        assert_eq!(elapsed_text(None, "completed"), "0.0");
+        assert_eq!(elapsed_text(None, "error"), "0.0");
+        assert_eq!(elapsed_text(None, "waiting"), "");
+        assert_eq!(elapsed_text(None, "ready"), "");
+        let at = chrono::DateTime::parse_from_rfc3339("2026-11-29T08:30:01.123456Z")
+            .map(|t| t.with_timezone(&chrono::Utc))
+            .expect("time");
+        assert_eq!(service_time(&at), "2026-11-29T08:30:01+00:00");
     }
 
     #[test]

@@ -22,7 +22,8 @@ pub(crate) async fn template_names(
     Ok(Json(names))
 }
 
-/// A template's processes and their prerequisites, as the workflow service gives them.
+/// A template's processes, name and label, as the workflow service gives them
+/// (`show_workflow_template_spec.rb`; workdo's own `/api/templates/{name}` has the rest).
 #[utoipa::path(get, path = "/workflow_templates/{name}", tag = "workflow service", params(("name" = String, Path)), responses((status = 200, description = "The template's processes with their prerequisites", body = Processes)))]
 pub(crate) async fn template_processes(
     State(s): State<AppState>,
@@ -37,7 +38,6 @@ pub(crate) async fn template_processes(
         .map(|p| Process {
             name: p.name.clone(),
             label: p.label.clone().unwrap_or_default(),
-            prerequisite: p.prereqs.clone(),
         })
         .collect();
     Ok(Json(Processes { processes }))
