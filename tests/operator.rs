@@ -437,6 +437,61 @@ async fn the_overview_tells_queued_from_not_queued_and_outside_work() {
     assert!(row("inspect").contains("(outside)"), "{}", row("inspect"));
 }
 
+/// Issue 50 item 1: a mistyped filter is named, with the name meant, never answered with an
+/// empty table that reads as "none"; the filter fields offer the known names.
+#[tokio::test]
+async fn a_mistyped_filter_is_named_not_shown_as_none() {
+    workdo::install_crypto();
+    let t = db().await;
+    load(
+        &t.store,
+        "a.yaml",
+        "name: accessionWF\nsteps:\n  - { name: shelve, lifecycle: accessioned }\n",
+    )
+    .await;
+    t.store
+        .workflow_start(&StartRequest::new("accessionWF", &["obj:o1"]))
+        .await
+        .expect("start");
+    let base = support::serve_api(&t.store, workdo::api::Access::Open).await;
+    let page = |q: &'static str| {
+        let url = format!("{base}/?{q}");
+        async move {
+            reqwest::get(url)
+                .await
+                .expect("overview")
+                .text()
+                .await
+                .expect("body")
+        }
+    };
+    for (q, said) in [
+        ("status=eror", "no status eror — did you mean error?"),
+        (
+            "template=accesionWF",
+            "no template accesionWF — did you mean accessionWF?",
+        ),
+        ("step=shelv", "no step shelv — did you mean shelve?"),
+        (
+            "milestone=acessioned",
+            "no milestone acessioned — did you mean accessioned?",
+        ),
+        ("status=zzzzzzzz", "no status zzzzzzzz"),
+    ] {
+        let body = page(q).await;
+        assert!(body.contains(said), "{q}: {body}");
+        assert!(body.contains("data-unknown"), "{q}");
+    }
+    // Known names are not flagged, and are offered in the fields.
+    let body = page("template=accessionWF&step=shelve&status=ready").await;
+    assert!(!body.contains("data-unknown"), "{body}");
+    assert!(
+        body.contains(r#"list="known-template""#)
+            && body.contains(r#"<datalist id="known-step"><option value="shelve">"#),
+        "{body}"
+    );
+}
+
 /// `--async-claims`: a claim made with `p_async`, a statement of its own as the runtime makes
 /// it, commits without waiting for the flush; a claim without it stays synchronous, and nothing
 /// outlives the claim's transaction. (The test cluster runs with `synchronous_commit = off`;

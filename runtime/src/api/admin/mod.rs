@@ -24,6 +24,7 @@ mod documents;
 mod draw;
 mod functions;
 mod history;
+mod known;
 mod layout;
 mod machine;
 mod objects;

@@ -88,12 +88,17 @@ impl Filters {
             ("milestone", "reached milestone", &self.milestone, "any"),
             ("property", "property", &self.property, "key=value"),
         ];
+        // The known names as suggestions (`Known::datalists`), so a typo is hard to make.
+        let list = |name: &str| match name {
+            "template" | "step" | "status" | "milestone" => Some(format!("known-{name}")),
+            _ => None,
+        };
         html! {
             form.filters method="get" action="/" aria-label="filters" {
                 @for (name, label, v, hint) in fields {
                     label {
                         (label)
-                        input name=(name) id={ "filter-" (name) } value=(given(v).unwrap_or_default()) placeholder=(hint);
+                        input name=(name) id={ "filter-" (name) } list=[list(name)] value=(given(v).unwrap_or_default()) placeholder=(hint);
                     }
                 }
                 button { "Filter" }
@@ -133,6 +138,16 @@ pub(super) async fn overview(
         Ok(f) => f,
         Err(e) => return failure(&e.to_string()),
     };
+    // A name no template, step or count knows is said, not answered with an empty table an
+    // operator checking for errors would read as "none".
+    let templates = s.store.template_list().await.unwrap_or_default();
+    let known = super::known::Known::of(&templates, &facets);
+    let unknown = known.unknown(
+        given(&f.template).as_deref(),
+        given(&f.step).as_deref(),
+        given(&f.status).as_deref(),
+        given(&f.milestone).as_deref(),
+    );
     // Step and status are what the counts are kept by: narrowed here.
     let (step, status) = (given(&f.step), given(&f.status));
     facets.retain(|x| {
@@ -167,7 +182,6 @@ pub(super) async fn overview(
     let head = |t: &str, st: &str| heads.get(&(t.to_string(), st.to_string())).copied();
     // Steps no worker of this runtime takes: skip-queue ones (never), and ones without a
     // function here (a person's, or an outside robot's through the API).
-    let templates = s.store.template_list().await.unwrap_or_default();
     let kind_of = |t: &str, st: &str| -> &'static str {
         match templates
             .iter()
@@ -196,6 +210,10 @@ pub(super) async fn overview(
     let body = html! {
         p { "Steps of every template by status; a count lists its steps. The counts and the chart follow the work as it happens." }
         (f.form())
+        (known.datalists())
+        @for u in &unknown {
+            p.error role="alert" data-unknown { (u) }
+        }
         div #counts data-live {
             p.asof { "as of " (now.format("%H:%M:%S")) }
             table #facets {
