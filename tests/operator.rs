@@ -490,6 +490,39 @@ async fn a_mistyped_filter_is_named_not_shown_as_none() {
             && body.contains(r#"<datalist id="known-step"><option value="shelve">"#),
         "{body}"
     );
+    // Issue 50 item 2: a bad address is a 400 page naming the parameter, not framework text
+    // or a 409; a page past the end says so.
+    for (path, said) in [
+        (
+            "/ui/steps?template=accessionWF&step=shelve&status=ready&page=x",
+            "the parameter page takes a whole number from 1",
+        ),
+        (
+            "/ui/steps?status=waiting",
+            "this address needs the parameter template",
+        ),
+        ("/?property=barcode", "is not key=value"),
+    ] {
+        let r = reqwest::get(format!("{base}{path}")).await.expect("page");
+        assert_eq!(r.status(), reqwest::StatusCode::BAD_REQUEST, "{path}");
+        let body = r.text().await.expect("body");
+        assert!(
+            body.contains(said) && !body.contains("deserialize"),
+            "{path}: {body}"
+        );
+    }
+    let body = reqwest::get(format!(
+        "{base}/ui/steps?template=accessionWF&step=shelve&status=ready&page=41"
+    ))
+    .await
+    .expect("page")
+    .text()
+    .await
+    .expect("body");
+    assert!(
+        body.contains("There is no page 41: these steps fill 1 page now."),
+        "{body}"
+    );
 }
 
 /// `--async-claims`: a claim made with `p_async`, a statement of its own as the runtime makes

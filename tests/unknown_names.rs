@@ -87,6 +87,7 @@ async fn misspelt_names_are_errors_that_name_them() {
         format!("/workflow_queue?waiting={WF}:google-download&completed={WF}:typo"),
         format!("/workflow_queue?error={WF}:typo"),
         format!("/api/queues/{WF}/google-download?completed={WF}:typo"),
+        "/api/facets?template=typo".to_string(),
     ] {
         let (s, body) = a.get(&path).await;
         assert_eq!(s, StatusCode::NOT_FOUND, "{path}: {body}");

@@ -294,14 +294,19 @@ pub(super) async fn queue_errors(
 }
 
 /// Step counts by template, step and status (the admin view's facets).
-#[utoipa::path(get, path = "/api/facets", tag = "steps", params(("template" = Option<String>, Query, description = "one template")), responses((status = 200, description = "Active steps per template, step and status", body = Vec<Facet>)))]
+#[utoipa::path(get, path = "/api/facets", tag = "steps", params(("template" = Option<String>, Query, description = "one template")), responses((status = 200, description = "Active steps per template, step and status", body = Vec<Facet>), (status = 404, description = "no template of that name", body = ErrorBody)))]
 pub(super) async fn facets(
     State(s): State<AppState>,
     _c: Caller,
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<Vec<Facet>>> {
     let pairs = query_pairs(q.as_deref())?;
-    Ok(Json(s.store.facets(param(&pairs, "template")).await?))
+    let template = param(&pairs, "template");
+    if let Some(t) = template {
+        // A misspelt template is a 404 naming it, not an empty list read as "nothing there".
+        s.store.template_current(t).await?;
+    }
+    Ok(Json(s.store.facets(template).await?))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]

@@ -303,9 +303,43 @@ pub(super) fn forbidden(message: &str) -> Response {
     (StatusCode::FORBIDDEN, message.to_string()).into_response()
 }
 
-/// A query string a page cannot use, as a page saying why (not the API's JSON).
+/// A query string a page cannot use: 400, a page naming the parameter and what it takes (not
+/// the framework's "Failed to deserialize query string").
 pub(super) fn unusable(e: &axum::extract::rejection::QueryRejection) -> Response {
-    failure(&format!("this address cannot be used: {}", e.body_text()))
+    bad_address(&address_problem(&e.body_text()))
+}
+
+/// The framework's sentence about a query string, said as an operator reads it.
+fn address_problem(text: &str) -> String {
+    let text = text
+        .strip_prefix("Failed to deserialize query string: ")
+        .unwrap_or(text);
+    if let Some(field) = text
+        .strip_prefix("missing field `")
+        .and_then(|r| r.split('`').next())
+    {
+        return format!("this address needs the parameter {field}");
+    }
+    match text.split_once(": ") {
+        Some(("page", _)) => "the parameter page takes a whole number from 1".to_string(),
+        Some((field, why)) if !field.contains(' ') => {
+            format!("the parameter {field} is not usable: {why}")
+        }
+        _ => format!("this address cannot be used: {text}"),
+    }
+}
+
+/// 400: the address (its parameters) is wrong, said on a page.
+pub(super) fn bad_address(message: &str) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        page(
+            "Not understood",
+            None,
+            html! { p.error role="alert" { (message) } p { a href="/" { "Back" } } },
+        ),
+    )
+        .into_response()
 }
 
 pub(super) fn failure(message: &str) -> Response {
@@ -318,6 +352,23 @@ pub(super) fn failure(message: &str) -> Response {
         ),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod address_tests {
+    #[test]
+    fn a_bad_parameter_is_named_with_what_it_takes() {
+        assert_eq!(
+            super::address_problem(
+                "Failed to deserialize query string: page: invalid digit found in string"
+            ),
+            "the parameter page takes a whole number from 1"
+        );
+        assert_eq!(
+            super::address_problem("Failed to deserialize query string: missing field `step`"),
+            "this address needs the parameter step"
+        );
+    }
 }
 
 #[derive(Deserialize)]

@@ -132,7 +132,7 @@ pub(super) async fn overview(
     };
     let filter = match f.to_store() {
         Ok(filter) => filter,
-        Err(e) => return failure(&e),
+        Err(e) => return super::bad_address(&e),
     };
     let mut facets = match s.store.facets_where(&filter).await {
         Ok(f) => f,

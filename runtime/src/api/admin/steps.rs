@@ -55,7 +55,7 @@ pub(super) async fn steps(
     };
     let filter = match f.to_store() {
         Ok(filter) => filter,
-        Err(e) => return failure(&e),
+        Err(e) => return super::bad_address(&e),
     };
     let page_no = q.page.unwrap_or(1).clamp(1, i64::MAX / PAGE);
     let (rows, total) = match tokio::try_join!(
@@ -99,6 +99,14 @@ pub(super) async fn steps(
                 "; showing " (count(first)) "–" (count(first + rows.len() as i64 - 1))
             }
             " (most recently changed first)."
+        }
+        @if page_no > pages {
+            p.error role="status" data-past-end {
+                "There is no page " (count(page_no)) ": these steps fill " (count(pages))
+                @if pages == 1 { " page" } @else { " pages" }
+                " now. "
+                a href=(url("/ui/steps", &{ let mut p = base.clone(); p.push(("page", pages.to_string())); p })) { "The last page" }
+            }
         }
         @if let Some(done) = given(&q.done) { p.done role="status" { (done) } }
         @if acts {
