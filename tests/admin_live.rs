@@ -184,7 +184,12 @@ async fn the_page_follows_the_work_narrows_by_url_and_draws_graphs() {
     c.goto(&format!("{base}/ui/steps?template=liveWF&step=scan"))
         .await
         .expect("a list without its status");
-    wait_text(&c, "missing field `status`", "a bad list address says why").await;
+    wait_text(
+        &c,
+        "this address needs the parameter status",
+        "a bad list address says why",
+    )
+    .await;
     c.goto(&format!("{base}/ui/objects/obj:nothere"))
         .await
         .expect("no such object");
@@ -519,7 +524,14 @@ async fn the_demo_serves_the_page_and_says_where() {
             .await
             .expect("attr")
             .unwrap_or_default();
-        let n: i64 = link.text().await.expect("text").parse().expect("a count");
+        // Counts are written as people read them (`20,192`).
+        let n: i64 = link
+            .text()
+            .await
+            .expect("text")
+            .replace(',', "")
+            .parse()
+            .expect("a count");
         let mut parts = facet.splitn(3, ':');
         let (tpl, step, st) = (
             parts.next().unwrap_or_default().to_string(),

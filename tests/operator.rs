@@ -490,6 +490,18 @@ async fn a_mistyped_filter_is_named_not_shown_as_none() {
             && body.contains(r#"<datalist id="known-step"><option value="shelve">"#),
         "{body}"
     );
+    // Issue 50 item 7: every loaded template is listed, one with nothing unfinished said so.
+    load(
+        &t.store,
+        "idle.yaml",
+        "name: idleWF\nsteps:\n  - { name: rest }\n",
+    )
+    .await;
+    let body = page("").await;
+    assert!(
+        body.contains(r#"data-idle="idleWF""#) && body.contains("no unfinished work"),
+        "{body}"
+    );
     // Issue 50 item 2: a bad address is a 400 page naming the parameter, not framework text
     // or a 409; a page past the end says so.
     for (path, said) in [

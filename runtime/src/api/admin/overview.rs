@@ -164,6 +164,34 @@ pub(super) async fn overview(
             rows.push(key);
         }
     }
+    // In the templates' order and each template's step order, whatever the counts' order
+    // (an archive used to reorder the rows); generated steps after their template's own.
+    let place = |t: &str, st: &str| -> (usize, usize) {
+        let ti = templates
+            .iter()
+            .position(|x| x.name == t)
+            .unwrap_or(usize::MAX);
+        let si = templates
+            .get(ti)
+            .and_then(|x| x.spec.steps.iter().position(|s| s.name == st))
+            .unwrap_or(usize::MAX);
+        (ti, si)
+    };
+    rows.sort_by(|a, b| place(&a.0, &a.1).cmp(&place(&b.0, &b.1)).then(a.cmp(b)));
+    // Every loaded workflow template the filters do not rule out, said when it has nothing
+    // unfinished rather than dropped without a note.
+    let narrowed = step.is_some()
+        || status.is_some()
+        || filter.lane.is_some()
+        || filter.milestone.is_some()
+        || filter.property.is_some();
+    let idle: Vec<&str> = templates
+        .iter()
+        .filter(|x| x.kind == "steps") // a machine's jobs are not steps: its own page counts them
+        .filter(|x| filter.template.as_ref().is_none_or(|t| t == &x.name))
+        .filter(|x| !rows.iter().any(|(t, _)| t == &x.name))
+        .map(|x| x.name.as_str())
+        .collect();
     // The head of each queue with ready steps: how long the next step to run has waited.
     let ready_rows: Vec<(String, String)> = rows
         .iter()
@@ -256,12 +284,12 @@ pub(super) async fn overview(
                                     td.n {}
                                 } @else {
                                     td class={ "n " (c) } {
-                                        a data-facet={ (t) ":" (st) ":" (c) } href=(facet_url(t, st, c, &carry)) { (n) }
+                                        a data-facet={ (t) ":" (st) ":" (c) } href=(facet_url(t, st, c, &carry)) { (count(n)) }
                                     }
                                 }
                             }
                             @let other: i64 = facets.iter().filter(|f| &f.template == t && &f.step == st && !COLUMNS.contains(&f.status.as_str())).map(|f| f.count).sum();
-                            td.n { @if other > 0 { (other) } }
+                            td.n { @if other > 0 { (count(other)) } }
                             @match (kind_of(t, st), head(t, st)) {
                                 ("skip-queue", Some(_)) => { td.n.mute title="skip-queue: no worker takes it; it is set through the API, CLI or page" { "not queued" } }
                                 ("outside", Some(a)) => { td.n title="no function here: a person or an outside robot completes it" { (age(a)) " (outside)" } }
@@ -269,6 +297,14 @@ pub(super) async fn overview(
                                 (_, None) => { td.n {} }
                             }
                             td { (sparkline(&by_step, t, st, now)) }
+                        }
+                    }
+                    @if !narrowed {
+                        @for t in &idle {
+                            tr.mute data-idle=(t) {
+                                td { (t) }
+                                td colspan=(COLUMNS.len() + 4) { "no unfinished work" }
+                            }
                         }
                     }
                 }

@@ -47,7 +47,8 @@ pub(super) async fn errors(
     let acts = v.role >= Role::Robot;
     let body = html! {
         @if let Some(d) = &done { p.done role="status" { (d) } }
-        p { (groups.iter().map(|g| g.count).sum::<i64>()) " steps in error, in " (groups.len()) " groups." }
+        @let in_error: i64 = groups.iter().map(|g| g.count).sum();
+        p { (super::overview::count(in_error)) (if in_error == 1 { " step" } else { " steps" }) " in error, in " (groups.len()) (if groups.len() == 1 { " group." } else { " groups." }) }
         table #errors {
             (head(&["step", "message", "#steps", "first", "last", ""]))
             tbody {
