@@ -44,6 +44,40 @@ fn redis_on(socket: &std::path::Path) -> Killed {
     )
 }
 
+/// Sidekiq running the accessionWF robot suite (tests/fixtures/robots/accession_robots.rb) on
+/// the Redis at `socket`, against the workflow routes at `base`; it logs to `log`, its stderr
+/// goes to `dir/sidekiq.err`.
+fn sidekiq_robots(
+    socket: &std::path::Path,
+    base: &str,
+    token: &str,
+    log: &std::path::Path,
+    dir: &std::path::Path,
+) -> Killed {
+    let robots = support::workflows_dir().join("../tests/fixtures/robots/accession_robots.rb");
+    Killed(
+        Command::new("sidekiq")
+            .args([
+                "-c",
+                "4",
+                "-q",
+                "accessionWF_default",
+                "-q",
+                "accessionWF_default_dsa",
+                "-r",
+            ])
+            .arg(&robots)
+            .env("REDIS_URL", format!("unix://{}", socket.display()))
+            .env("WORKFLOW_URL", base)
+            .env("WORKFLOW_TOKEN", token)
+            .env("ROBOT_LOG", log)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("sidekiq.err")).expect("stderr file"))
+            .spawn()
+            .expect("sidekiq"),
+    )
+}
+
 /// The workflow service's accessionWF (tests/fixtures/workflow-service).
 async fn load_accession(store: &workdo::store::Store) {
     let path = support::workflows_dir().join("../tests/fixtures/workflow-service/accessionWF.xml");
@@ -106,11 +140,7 @@ async fn sidekiq_robots_take_twenty_objects_through_accession_wf() {
     let dir = tempfile::tempdir().expect("tempdir");
     let socket = dir.path().join("redis.sock");
     let _redis = redis_on(&socket);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-        assert!(Instant::now() < deadline, "redis-server did not listen");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    listening(&socket).await;
 
     load_accession(&t.store).await;
     // The workflow service's routes, for the robots.
@@ -132,28 +162,7 @@ async fn sidekiq_robots_take_twenty_objects_through_accession_wf() {
 
     let log = dir.path().join("robots.log");
     std::fs::write(&log, "").expect("log");
-    let robots = support::workflows_dir().join("../tests/fixtures/robots/accession_robots.rb");
-    let _sidekiq = Killed(
-        Command::new("sidekiq")
-            .args([
-                "-c",
-                "4",
-                "-q",
-                "accessionWF_default",
-                "-q",
-                "accessionWF_default_dsa",
-                "-r",
-            ])
-            .arg(&robots)
-            .env("REDIS_URL", format!("unix://{}", socket.display()))
-            .env("WORKFLOW_URL", &base)
-            .env("WORKFLOW_TOKEN", &token)
-            .env("ROBOT_LOG", &log)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("sidekiq.err")).expect("stderr file"))
-            .spawn()
-            .expect("sidekiq"),
-    );
+    let _sidekiq = sidekiq_robots(&socket, &base, &token, &log, dir.path());
 
     let druids: Vec<String> = (0..20)
         .map(|i| format!("druid:bc{:03}df{:04}", 100 + i, 2000 + i))
@@ -474,28 +483,7 @@ async fn jobs_lost_with_a_redis_killed_mid_run_are_pushed_again_and_none_is_work
 
     let log = dir.path().join("robots.log");
     std::fs::write(&log, "").expect("log");
-    let robots = support::workflows_dir().join("../tests/fixtures/robots/accession_robots.rb");
-    let _sidekiq = Killed(
-        Command::new("sidekiq")
-            .args([
-                "-c",
-                "4",
-                "-q",
-                "accessionWF_default",
-                "-q",
-                "accessionWF_default_dsa",
-                "-r",
-            ])
-            .arg(&robots)
-            .env("REDIS_URL", format!("unix://{}", socket.display()))
-            .env("WORKFLOW_URL", &base)
-            .env("WORKFLOW_TOKEN", &token)
-            .env("ROBOT_LOG", &log)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("sidekiq.err")).expect("stderr file"))
-            .spawn()
-            .expect("sidekiq"),
-    );
+    let _sidekiq = sidekiq_robots(&socket, &base, &token, &log, dir.path());
     // Mid-run, under Sidekiq: kill it again.
     wait_until(
         t.pool(),
