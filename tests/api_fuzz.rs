@@ -1,7 +1,7 @@
 //! Property test over every API route that takes a body: a valid body mutated at random (any
 //! bytes, NUL and invalid UTF-8 included) or random bytes outright, sent over real HTTP to a
 //! real server on a real Postgres. No request gets a 5xx, and every refusal of a JSON route is
-//! the JSON `{"error": …}` the README promises, naming what was wrong.
+//! the JSON `{"error": …}` docs/http-api.md promises, naming what was wrong.
 
 mod support;
 

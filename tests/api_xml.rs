@@ -2,6 +2,8 @@
 //! preconditions (one winner among concurrent ones), skip-all, delete, lifecycle, templates,
 //! queues, and a robot that drives the demo workflows to the end over XML alone.
 
+#[path = "api_xml/queues.rs"]
+mod queues;
 mod support;
 
 use std::time::Duration;
@@ -15,6 +17,11 @@ use support::load;
 async fn xml_create_show_and_recreate() {
     let a = api().await;
     with_google(&a).await;
+    // As the workflow service always runs: ready steps are handed off (issue 48).
+    a.t.store
+        .handoff_set(Some("sidekiq"), "test")
+        .await
+        .expect("hand-off");
     let path = format!("/objects/{DRUID}/workflows/{WF}?version=2&lane-id=fast");
     let (s, _) = a
         .post_json(&path, &a.robot, json!({"context": {"batch": 9}}))
@@ -41,6 +48,17 @@ async fn xml_create_show_and_recreate() {
         body.contains(r#"status="queued" name="descriptive-metadata""#),
         "ready shows as queued, as the workflow service says it: {body}"
     );
+    // Without a hand-off, ready reads `waiting`: robots that poll `?waiting=` find it.
+    a.t.store.handoff_set(None, "test").await.expect("hand-off");
+    let (_, body) = a.get(&format!("/objects/{DRUID}/workflows/{WF}")).await;
+    assert!(
+        body.contains(r#"status="waiting" name="descriptive-metadata""#),
+        "{body}"
+    );
+    a.t.store
+        .handoff_set(Some("sidekiq"), "test")
+        .await
+        .expect("hand-off");
     assert!(body.contains(r#"lifecycle="inprocess""#));
     // Re-POST replaces, never duplicates.
     assert_eq!(
@@ -117,6 +135,10 @@ async fn xml_create_show_and_recreate() {
 async fn xml_update_process_successes_and_failures() {
     let a = api().await;
     with_google(&a).await;
+    a.t.store
+        .handoff_set(Some("sidekiq"), "test")
+        .await
+        .expect("hand-off");
     a.post_json(
         &format!("/objects/{DRUID}/workflows/{WF}"),
         &a.robot,
@@ -378,127 +400,6 @@ async fn xml_skip_all_delete_lifecycle_and_templates() {
     assert_eq!(
         a.get("/workflow_templates/noWF").await.0,
         StatusCode::NOT_FOUND
-    );
-}
-
-#[tokio::test]
-async fn xml_queues() {
-    let a = api().await;
-    with_google(&a).await;
-    for (druid, lane) in [
-        ("druid:bb111cc2222", "default"),
-        ("druid:bb333cc4444", "fast"),
-        ("druid:bb555cc6666", "default"),
-    ] {
-        a.post_json(
-            &format!("/objects/{druid}/workflows/{WF}?lane-id={lane}"),
-            &a.robot,
-            json!({}),
-        )
-        .await;
-    }
-    for druid in ["druid:bb111cc2222", "druid:bb333cc4444"] {
-        a.put_xml(
-            &format!("/objects/{druid}/workflows/{WF}/descriptive-metadata"),
-            r#"<process name="descriptive-metadata" status="completed"/>"#,
-        )
-        .await;
-    }
-    let a = &a;
-    let q = |query: String| {
-        let path = format!("/workflow_queue?{query}");
-        async move { a.get(&path).await }
-    };
-    let (s, body) = q(format!("waiting={WF}:google-download&completed={WF}:descriptive-metadata&completed={WF}:register-object")).await;
-    assert_eq!(s, StatusCode::OK);
-    assert!(body.starts_with(r#"<objects count="2">"#), "{body}");
-    assert!(
-        body.contains(r#"<object id="druid:bb111cc2222"/>"#)
-            && body.contains(r#"<object id="druid:bb333cc4444"/>"#)
-    );
-    let (_, body) = q(format!(
-        "waiting={WF}:google-download&completed={WF}:descriptive-metadata&lane-id=fast"
-    ))
-    .await;
-    assert_eq!(
-        body,
-        r#"<objects count="1"><object id="druid:bb333cc4444"/></objects>"#
-    );
-    let (_, body) = q(format!(
-        "waiting={WF}:google-download&completed={WF}:descriptive-metadata&limit=1"
-    ))
-    .await;
-    assert!(body.starts_with(r#"<objects count="1">"#));
-    a.put_xml(
-        &format!("/objects/druid:bb555cc6666/workflows/{WF}/descriptive-metadata"),
-        r#"<process name="descriptive-metadata" status="error" errorMessage="x"/>"#,
-    )
-    .await;
-    let (_, body) = q(format!("error={WF}:descriptive-metadata")).await;
-    assert_eq!(
-        body,
-        r#"<objects count="1"><object id="druid:bb555cc6666"/></objects>"#
-    );
-    assert_eq!(q("waiting=nocolon".into()).await.0, StatusCode::BAD_REQUEST);
-    assert_eq!(q(String::new()).await.0, StatusCode::BAD_REQUEST);
-    // objects_for_step_spec.rb:230, 239: `completed=STEP&workflow=WF` without `waiting` lists
-    // the objects with that step completed, `repository=` or not.
-    for query in [
-        format!("completed=descriptive-metadata&repository=dor&workflow={WF}"),
-        format!("completed=descriptive-metadata&workflow={WF}"),
-    ] {
-        let (s, body) = q(query).await;
-        assert_eq!(s, StatusCode::OK);
-        assert_eq!(
-            body,
-            r#"<objects count="2"><object id="druid:bb111cc2222"/><object id="druid:bb333cc4444"/></objects>"#
-        );
-    }
-    let (_, body) = a
-        .get(&format!(
-            "/workflow_queue/lane_ids?step={WF}:google-convert"
-        ))
-        .await;
-    assert_eq!(
-        body,
-        r#"<lanes><lane id="default"/><lane id="fast"/></lanes>"#
-    );
-    // all_queued_spec.rb:21, 47, 55: `<workflows>` of `<workflow name process druid laneId/>`,
-    // and `hours-ago=N` keeps only those queued longer than N hours.
-    let (_, body) = a.get("/workflow_queue/all_queued").await;
-    assert_eq!(body.matches("<workflow ").count(), 4, "{body}");
-    assert!(body.starts_with("<workflows><workflow name=\""), "{body}");
-    let doc = roxmltree::Document::parse(&body).expect("all_queued XML");
-    for w in doc.descendants().filter(|n| n.has_tag_name("workflow")) {
-        let attrs: Vec<&str> = w.attributes().map(|a| a.name()).collect();
-        assert_eq!(attrs, ["name", "process", "druid", "laneId"], "{body}");
-    }
-    let (_, body) = a
-        .get("/workflow_queue/all_queued?repository=dor&limit=3&hours-ago=24")
-        .await;
-    assert_eq!(body, "<workflows></workflows>", "none queued a day ago");
-    let (_, body) = a
-        .get("/workflow_queue/all_queued?limit=2&hours-ago=0")
-        .await;
-    assert_eq!(body.matches("<workflow ").count(), 2, "{body}");
-    // A ready skip-queue step is no worker's: not queued.
-    support::load(
-        &a.t.store,
-        "sq.xml",
-        r#"<workflow-def id="sqWF" repository="dor"><process name="logged" skip-queue="true" sequence="1"/></workflow-def>"#,
-    )
-    .await;
-    a.t.store
-        .workflow_start(&workdo::store::StartRequest::new(
-            "sqWF",
-            &["druid:bb777cc8888"],
-        ))
-        .await
-        .expect("start");
-    let (_, body) = a.get("/workflow_queue/all_queued").await;
-    assert!(
-        body.matches("<workflow ").count() == 4 && !body.contains("sqWF"),
-        "{body}"
     );
 }
 

@@ -1,6 +1,6 @@
 //! Generated steps in queues: `workdo queue`, `/api/queues` and the workflow-service queue take
 //! a generated step by its name (`GENERATOR/BRICKLET#N/STEP`) or every instance of a bricklet's
-//! step by `BRICKLET/STEP`, as README says; a name that matches nothing is still refused.
+//! step by `BRICKLET/STEP`, as docs/dispatch.md says; a name that matches nothing is still refused.
 
 mod support;
 

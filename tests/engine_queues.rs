@@ -61,7 +61,7 @@ async fn priority_injection_by_sql_changes_the_next_claim() {
         .await
         .unwrap();
     assert_eq!(changed, 1);
-    // The plain UPDATE documented in the README works just as well.
+    // The plain UPDATE documented in docs/sql.md works just as well.
     sqlx::query("update workdo.steps set priority = 50 where object_id = 'obj:4'")
         .execute(t.pool())
         .await

@@ -124,7 +124,7 @@ async fn a_final_state_skips_pending_steps_through_the_status_path() {
 }
 
 /// The shipped loanReviewWF: a notified review still expires, and reminders from either state
-/// are limited to three and keep the expiry running; README shows the file as shipped.
+/// are limited to three and keep the expiry running; docs/machines.md shows the file as shipped.
 #[tokio::test]
 async fn the_shipped_loan_review_expires_once_notified_and_limits_reminders() {
     let t = db().await;
@@ -160,8 +160,8 @@ async fn the_shipped_loan_review_expires_once_notified_and_limits_reminders() {
         "the first notice and three reminders"
     );
 
-    let readme =
-        std::fs::read_to_string(support::workflows_dir().join("../README.md")).expect("README");
+    let readme = std::fs::read_to_string(support::workflows_dir().join("../docs/machines.md"))
+        .expect("docs/machines.md");
     let body: String = shipped
         .lines()
         .filter(|l| !l.starts_with('#') && !l.starts_with("name:"))
@@ -169,7 +169,7 @@ async fn the_shipped_loan_review_expires_once_notified_and_limits_reminders() {
         .collect();
     assert!(
         readme.contains(&body),
-        "README's loanReviewWF differs from the shipped file"
+        "docs/machines.md's loanReviewWF differs from the shipped file"
     );
 }
 

@@ -40,6 +40,8 @@ fn parts(url: &str) -> (String, String, String, String) {
 struct Bouncer {
     url: String,
     dir: tempfile::TempDir,
+    /// Host, port and password of the server behind it, for rewriting its configuration.
+    server: (String, String, String),
     _process: Killed,
 }
 
@@ -49,23 +51,10 @@ async fn pgbouncer(url: &str, mode: &str) -> Bouncer {
         .find(|c| Command::new(c).arg("--version").output().is_ok())
         .expect("pgbouncer is not installed: apt-get install -y pgbouncer (.ci/run does)");
     let (host, port, dbname, password) = parts(url);
-    let password = if password.is_empty() {
-        String::new()
-    } else {
-        format!(" password={password}")
-    };
     let dir = tempfile::tempdir().expect("tempdir");
     // PgBouncer refuses to run as root: as root it runs as `postgres`, which must write here.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
-    let ini = dir.path().join("pgbouncer.ini");
-    std::fs::write(
-        &ini,
-        format!(
-            "[databases]\n* = host={host} port={port} user=postgres{password}\n\n[pgbouncer]\nlisten_addr =\nlisten_port = 6432\nunix_socket_dir = {d}\nauth_type = any\npool_mode = {mode}\nignore_startup_parameters = extra_float_digits\nlogfile = {d}/pgbouncer.log\npidfile = {d}/pgbouncer.pid\n",
-            d = dir.path().display()
-        ),
-    )
-    .expect("ini");
+    let ini = write_ini(dir.path(), &host, &port, &password, mode);
     let mut cmd = Command::new(exe);
     let root = Command::new("id")
         .arg("-u")
@@ -94,7 +83,48 @@ async fn pgbouncer(url: &str, mode: &str) -> Bouncer {
     Bouncer {
         url,
         dir,
+        server: (host, port, password),
         _process: process,
+    }
+}
+
+/// PgBouncer's configuration in `dir`, pooling in `mode`, in front of `host:port`.
+fn write_ini(
+    dir: &std::path::Path,
+    host: &str,
+    port: &str,
+    password: &str,
+    mode: &str,
+) -> std::path::PathBuf {
+    let password = if password.is_empty() {
+        String::new()
+    } else {
+        format!(" password={password}")
+    };
+    let ini = dir.join("pgbouncer.ini");
+    std::fs::write(
+        &ini,
+        format!(
+            "[databases]\n* = host={host} port={port} user=postgres{password}\n\n[pgbouncer]\nlisten_addr =\nlisten_port = 6432\nunix_socket_dir = {d}\nauth_type = any\npool_mode = {mode}\nignore_startup_parameters = extra_float_digits\nlogfile = {d}/pgbouncer.log\npidfile = {d}/pgbouncer.pid\n",
+            d = dir.display()
+        ),
+    )
+    .expect("ini");
+    ini
+}
+
+impl Bouncer {
+    /// Rewrite the configuration with `mode` and have the running PgBouncer reload it (SIGHUP,
+    /// as `RELOAD` on its console does), under whatever clients it has.
+    fn switch(&self, mode: &str) {
+        let (host, port, password) = &self.server;
+        write_ini(self.dir.path(), host, port, password, mode);
+        let pid = std::fs::read_to_string(self.dir.path().join("pgbouncer.pid")).expect("pidfile");
+        let status = Command::new("kill")
+            .args(["-HUP", pid.trim()])
+            .status()
+            .expect("kill -HUP");
+        assert!(status.success(), "pgbouncer did not take SIGHUP");
     }
 }
 
@@ -257,4 +287,128 @@ async fn up_warns_when_the_server_has_no_room_for_its_connections() {
         warned.contains(&format!("up to {}", max + 10 + 1)) && warned.contains("max_connections"),
         "{warned}"
     );
+}
+
+/// A pooler switched to transaction mode under two running runtimes (PgBouncer's `pool_mode`
+/// rewritten and reloaded): each runtime notices, says what to configure and stops claiming;
+/// nothing panics; a CLI run through it meanwhile is refused with the same words, never a raw
+/// statement error. Switched back, the runtimes resume and every step completes exactly once.
+#[tokio::test]
+async fn a_pooler_switched_to_transaction_mode_under_running_runtimes_stops_them_until_it_is_right()
+{
+    let t = db().await;
+    let bouncer = pgbouncer(&t.url, "session").await;
+    let (url, dir) = (&bouncer.url, &bouncer.dir);
+    let template = dir.path().join("switch.yaml");
+    std::fs::write(
+        &template,
+        "name: switchWF\nsteps:\n  - { name: a, function: { builtin: noop } }\n  - { name: b, prereqs: [a], function: { builtin: noop } }\n  - { name: c, prereqs: [b], function: { builtin: noop } }\n",
+    )
+    .expect("template");
+    let cli = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_workdo"))
+            .args(args)
+            .env("DATABASE_URL", url)
+            .env("RUST_LOG", "error")
+            .output()
+            .expect("workdo")
+    };
+    let out = cli(&["templates", "load", &template.display().to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let objects: Vec<String> = (0..5000).map(|i| format!("obj:switch{i}")).collect();
+    let mut start = vec!["start", "switchWF"];
+    start.extend(objects.iter().map(String::as_str));
+    let out = cli(&start);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let logs: Vec<std::path::PathBuf> = (0..2)
+        .map(|i| dir.path().join(format!("up{i}.log")))
+        .collect();
+    let mut ups: Vec<Killed> = logs
+        .iter()
+        .map(|log| {
+            Killed(
+                Command::new(env!("CARGO_BIN_EXE_workdo"))
+                    .args(["up", "--no-api", "--max-connections", "8"])
+                    .env("DATABASE_URL", url)
+                    .env("RUST_LOG", "warn")
+                    .stdout(Stdio::null())
+                    .stderr(std::fs::File::create(log).expect("log"))
+                    .spawn()
+                    .expect("workdo up"),
+            )
+        })
+        .collect();
+    let read = |log: &std::path::Path| std::fs::read_to_string(log).unwrap_or_default();
+    support::wait_until(
+        t.pool(),
+        "select count(*) >= 300 from workdo.steps where template = 'switchWF' and status = 'completed'",
+        60,
+    )
+    .await;
+
+    bouncer.switch("transaction");
+    support::wait_for("both runtimes to notice the transaction pooler", 60, || {
+        let seen = logs
+            .iter()
+            .all(|l| read(l).contains("pool_mode = session, then RELOAD"));
+        async move { seen }
+    })
+    .await;
+    // A CLI run through the switched pooler: refused at connect or at its first broken
+    // statement, with what to configure, or answered; never a raw statement error or a panic.
+    for _ in 0..5 {
+        let out = cli(&["status"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() || stderr.contains("pool_mode = session"),
+            "status through a transaction pooler: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    for up in &mut ups {
+        assert!(
+            up.0.try_wait().expect("try_wait").is_none(),
+            "a runtime ended under the transaction pooler"
+        );
+    }
+
+    bouncer.switch("session");
+    support::wait_until(
+        t.pool(),
+        "select count(*) = 15000 from workdo.steps where template = 'switchWF' and status = 'completed'",
+        120,
+    )
+    .await;
+    for log in &logs {
+        let text = read(log);
+        assert!(!text.contains("panicked"), "{text}");
+        assert!(text.contains("claiming resumes"), "{text}");
+    }
+    let (events, distinct): (i64, i64) = sqlx::query_as(
+        "select count(*), count(distinct (workflow_id, step)) from workdo.events where kind = 'completed' and template = 'switchWF'",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("events");
+    assert_eq!(
+        (events, distinct),
+        (15000, 15000),
+        "each step completed once"
+    );
+    let errors: i64 = sqlx::query_scalar(
+        "select count(*) from workdo.steps where template = 'switchWF' and status <> 'completed'",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("errors");
+    assert_eq!(errors, 0);
 }

@@ -298,6 +298,10 @@ impl From<StoreError> for ApiError {
                     "the database is not answering; nothing was done; try again shortly",
                 );
             }
+            StoreError::SessionLost(_) => {
+                tracing::warn!(error = %e, "request refused: the database session is shared");
+                return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+            }
             StoreError::CorruptTemplate(..) | StoreError::Sql(_) => {
                 tracing::error!(error = %e, "request failed");
                 return ApiError::new(

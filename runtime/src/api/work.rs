@@ -212,6 +212,7 @@ pub(super) async fn step_update(
         lifecycle: b.lifecycle,
         elapsed: b.elapsed,
         current_status: b.current_status,
+        service_words: None,
         version: b.version,
         actor: format!("api:{}", c.0.as_str()),
     };

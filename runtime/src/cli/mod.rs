@@ -13,6 +13,7 @@ pub mod files;
 pub use files::default_data_dir;
 pub mod functions;
 mod graph;
+mod handoff;
 mod help;
 mod housekeeping;
 mod idempotent;
@@ -113,6 +114,10 @@ pub enum Command {
     #[command(after_help = "Example: workdo queues show embargo-release")]
     #[command(subcommand)]
     Queues(QueuesCmd),
+    /// Whether ready robot steps are handed off to Sidekiq (`queued` on the workflow service's
+    /// routes) or wait for robots that poll (`waiting`): one setting in the database.
+    #[command(subcommand)]
+    Handoff(handoff::HandoffCmd),
     /// Facets: template × step × status counts.
     #[command(after_help = "Example: workdo status --template accessionWF")]
     Status {
@@ -519,6 +524,7 @@ pub async fn run(cli: Cli, out: &mut impl Write) -> Result<()> {
         Command::Start(args) => objects::start(&store, args, json, out).await?,
         Command::Queue(args) => steps::queue(&store, &args, json, out).await?,
         Command::Queues(cmd) => steps::queues(&store, cmd, json, out).await?,
+        Command::Handoff(cmd) => handoff::handoff(&store, cmd, json, out).await?,
         Command::Status { template } => {
             show::status(&store, template.as_deref(), json, out).await?
         }

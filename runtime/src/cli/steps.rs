@@ -164,6 +164,7 @@ pub(super) async fn set(
         lifecycle: args.lifecycle,
         elapsed: args.elapsed,
         current_status: args.current_status,
+        service_words: None,
         version: args.version,
         actor: actor(),
     };

@@ -161,7 +161,7 @@ pub fn budget_warning(budget: u32, max: i64, reserved: i64, open: i64) -> Option
     let room = max - reserved - open;
     (i64::from(budget) > room).then(|| {
         format!(
-            "workdo: this process may open up to {budget} database connections, but the server has room for {} more (max_connections {max}, {reserved} reserved for superusers, {open} open): raise max_connections or give each process a smaller --max-connections (README: Running in production, Connections)",
+            "workdo: this process may open up to {budget} database connections, but the server has room for {} more (max_connections {max}, {reserved} reserved for superusers, {open} open): raise max_connections or give each process a smaller --max-connections (docs/operations.md, Connections)",
             room.max(0)
         )
     })

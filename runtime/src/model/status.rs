@@ -109,6 +109,20 @@ impl Status {
         }
     }
 
+    /// The status in the workflow service's words, for a step the template does or does not
+    /// keep out of queues, with the hand-off (`workdo handoff`) in use or not. With it, a ready
+    /// step is `queued`: handed to a robot queue, as the service says once it pushed it to
+    /// Sidekiq. Without it, a ready step is `waiting`, which robots that poll `?waiting=` look
+    /// for (and a robot's own `queued` is a status of its own). A step kept out of queues, or
+    /// scheduled for later, is `waiting` either way.
+    pub fn service_name(&self, skip_queue: bool, handoff: bool) -> &str {
+        match self {
+            Status::Ready if handoff && !skip_queue => "queued",
+            Status::Ready | Status::Scheduled => "waiting",
+            other => other.as_str(),
+        }
+    }
+
     /// Whether a `current-status` precondition naming `expected` holds for this status.
     /// `waiting` matches every queue state (waiting, ready, scheduled), as robots written before
     /// `queued` existed expect; `queued` (the workflow service's word) is `ready`.

@@ -9,7 +9,7 @@
 //! The cluster authenticates every connection, over its socket and over loopback TCP alike, with
 //! SCRAM and a password generated when the cluster is created, kept in `password` beside `pgdata/`
 //! with owner-only permissions. Step functions run on the same host with a clean environment, so
-//! they cannot log in with what they were given (README, Security). A cluster an older workdo made
+//! they cannot log in with what they were given (docs/security.md). A cluster an older workdo made
 //! with `trust` is moved to the password the first time it is ensured.
 
 use std::fs::{self, OpenOptions};

@@ -160,6 +160,15 @@ async fn commit(store: &Store, batch: &[StepResult], actor: &str, stop: &Cancell
     let mut delay = Duration::from_millis(100);
     let mut tries = 0;
     loop {
+        // Nothing is committed through a session found shared (`store/session.rs`): the
+        // results wait for it to be sound again (or, at shutdown, their leases expire).
+        if !super::session::until_sound(stop).await {
+            error!(
+                n = batch.len(),
+                "shutting down with the database session shared: these results are not committed; their steps run again when their leases expire"
+            );
+            return;
+        }
         let span = tracing::info_span!("commit", workdo.results = batch.len());
         let committed = {
             use tracing::Instrument;

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::model::handoff::Rules;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 /// Where jobs go and how they are named.
 #[derive(Debug, Clone)]
@@ -205,6 +205,9 @@ pub(super) async fn run(
     let sweep_every = (config.push_again_after / 10).min(Duration::from_secs(60));
     let mut swept = tokio::time::Instant::now();
     loop {
+        if !super::session::until_sound(&stop).await {
+            return;
+        }
         let mut full = match pass(&store, &config.rules, &addr, &mut conn, None).await {
             Ok(n) => n == BATCH,
             Err(e) => {
@@ -301,6 +304,23 @@ async fn pass(
         tx.commit().await?;
     }
     Ok(n)
+}
+
+/// The step-template steps no workdo function runs and no template keeps out of queues: what
+/// the hand-off pushes.
+pub(super) async fn handoff_steps(store: &Store) -> Result<Vec<(String, String)>, StoreError> {
+    let mut steps = Vec::new();
+    for t in store.template_list().await? {
+        if t.spec.machine.is_some() {
+            continue;
+        }
+        for st in &t.spec.steps {
+            if !st.is_run() && !st.skip_queue {
+                steps.push((t.name.clone(), st.name.clone()));
+            }
+        }
+    }
+    Ok(steps)
 }
 
 #[cfg(test)]

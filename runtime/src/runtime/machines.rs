@@ -42,6 +42,9 @@ async fn fire_alarms(
     stop: CancellationToken,
 ) {
     loop {
+        if !super::session::until_sound(&stop).await {
+            return;
+        }
         match store.machine_alarms_fire(500).await {
             Ok(n) if n > 0 => {
                 // Their signals wait in the inbox: wake the other loop.
@@ -67,6 +70,9 @@ async fn fire_alarms(
 
 async fn take_signals(store: Store, wake: Arc<Notify>, poll: Duration, stop: CancellationToken) {
     loop {
+        if !super::session::until_sound(&stop).await {
+            return;
+        }
         match store.machine_inbox_run(100).await {
             Ok(n) if n > 0 => {
                 if stop.is_cancelled() {

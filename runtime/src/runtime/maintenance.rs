@@ -17,6 +17,9 @@ pub(super) async fn maintain(
 ) {
     let mut tick: u64 = 0;
     loop {
+        if !super::session::until_sound(&stop).await {
+            return;
+        }
         if let Err(e) = store.steps_promote_due(1000).await {
             warn!(error = %e, "promoting due steps failed");
         }

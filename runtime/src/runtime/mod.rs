@@ -37,6 +37,7 @@ mod listener;
 mod machines;
 mod maintenance;
 mod scheduler;
+mod session;
 mod worker;
 mod workers;
 
@@ -434,6 +435,7 @@ pub async fn run(
         config.poll_interval,
         background.clone(),
     ));
+    let session = tokio::spawn(session::watch(store.clone(), background.clone()));
     let cache = Arc::new(open_function_cache(&config));
     let maintenance = tokio::spawn(maintenance::maintain(
         store.clone(),
@@ -448,7 +450,15 @@ pub async fn run(
     // except those the template keeps out of queues, is pushed when it becomes ready.
     let handoff = match &config.handoff {
         Some(h) => {
-            let steps = handoff_steps(&store).await?;
+            // A process that pushes is a hand-off in use: the workflow service's routes of
+            // every process on this database now call its ready steps `queued`.
+            if store
+                .handoff_set(Some("sidekiq"), &format!("runtime:{}", config.owner))
+                .await?
+            {
+                info!("hand-off enabled in the database (workdo handoff disable turns it off)");
+            }
+            let steps = handoff::handoff_steps(&store).await?;
             let waiting = store.handoff_steps_set(&steps).await?;
             info!(steps = steps.len(), ready_now = waiting, redis = %crate::store::db::redact(&h.redis_url),
                   "handing off to Sidekiq");
@@ -494,12 +504,28 @@ pub async fn run(
             () = tokio::time::sleep(TEMPLATE_POLL) => {}
             Some(()) = set.join_next(), if !set.is_empty() => continue,
         }
-        match self::bindings(&shared.store, &only).await {
-            Ok(b) => set.reconcile(with_queue(b, shared.config.queue.as_ref())),
-            Err(e) => warn!(error = %e, "reading templates failed; workers unchanged"),
+        // A read through a shared session (a transaction pooler switched on under this
+        // process) may be another client's rows: while the session is lost, or if the read
+        // lost it (an error, or a panic in the driver on a row of the wrong shape, which the
+        // task keeps from this loop), no worker changes.
+        let read = tokio::spawn({
+            let (store, only) = (shared.store.clone(), only.clone());
+            async move { self::bindings(&store, &only).await }
+        })
+        .await;
+        match read {
+            _ if crate::store::session::is_lost() => {
+                warn!("the database session is shared; workers unchanged")
+            }
+            Ok(Ok(b)) => set.reconcile(with_queue(b, shared.config.queue.as_ref())),
+            Ok(Err(e)) => warn!(error = %e, "reading templates failed; workers unchanged"),
+            Err(e) => {
+                crate::store::session::mark_lost();
+                warn!(error = %e, "reading templates failed; workers unchanged");
+            }
         }
         if shared.config.handoff.is_some() {
-            match handoff_steps(&shared.store).await {
+            match handoff::handoff_steps(&shared.store).await {
                 Ok(steps) => {
                     if let Err(e) = shared.store.handoff_steps_set(&steps).await {
                         warn!(error = %e, "updating the handed-off steps failed");
@@ -520,6 +546,7 @@ pub async fn run(
     let _ = listener.await;
     let _ = machines.await;
     let _ = maintenance.await;
+    let _ = session.await;
     let _ = leases.await;
     if let Some(s) = scheduler {
         let _ = s.await;
@@ -547,23 +574,6 @@ fn hide_environment() {
 
 /// How often a runtime looks for changed templates when no notification came.
 const TEMPLATE_POLL: Duration = Duration::from_secs(5);
-
-/// The step-template steps no workdo function runs and no template keeps out of queues: what
-/// the hand-off pushes.
-async fn handoff_steps(store: &Store) -> Result<Vec<(String, String)>, StoreError> {
-    let mut steps = Vec::new();
-    for t in store.template_list().await? {
-        if t.spec.machine.is_some() {
-            continue;
-        }
-        for st in &t.spec.steps {
-            if !st.is_run() && !st.skip_queue {
-                steps.push((t.name.clone(), st.name.clone()));
-            }
-        }
-    }
-    Ok(steps)
-}
 
 /// Values of `KEY=VALUE` pairs, for `--env`.
 ///

@@ -7,9 +7,12 @@ use tracing::{info, warn};
 
 use crate::store::Store;
 
-/// Fire due schedules; sleep until the next fire time (at most a second).
+/// Fire due schedules; look again every 500 ms.
 pub(super) async fn fire_schedules(store: Store, stop: CancellationToken) {
     loop {
+        if !super::session::until_sound(&stop).await {
+            return;
+        }
         match store.schedules_fire_due().await {
             Ok(fired) => {
                 for f in fired {

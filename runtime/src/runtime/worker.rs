@@ -20,7 +20,7 @@ use super::execute::execute;
 use super::functions::{Resolved, StepFunctions};
 use super::{Binding, Config};
 use crate::model::status::Status;
-use crate::store::{Change, Claimed, Effects, StepInputs, StepResult, Store, StoreError};
+use crate::store::{Change, Claimed, Effects, StepInputs, StepResult, Store, StoreError, session};
 
 /// What every worker of a runtime shares.
 pub(super) struct Shared {
@@ -129,9 +129,12 @@ pub(super) async fn work(
                     }
                 }
             }
+            // A session found shared (a transaction pooler switched on under this process)
+            // claims nothing until it is sound again (`store/session.rs`).
+            () = session::sound(), if session::is_lost() => {}
             () = notify.notified(), if by_notify => paused = None,
             () = sleep_until(until), if until.is_some() => paused = None,
-            p = Arc::clone(&slots).acquire_owned(), if paused.is_none() && claims.len() < allowed => {
+            p = Arc::clone(&slots).acquire_owned(), if paused.is_none() && claims.len() < allowed && !session::is_lost() => {
                 let Ok(first) = p else { break };
                 let mut permits = vec![first];
                 while permits.len() < batch {

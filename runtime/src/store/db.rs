@@ -260,13 +260,23 @@ fn session_options(
     ping: Ping,
     settings: String,
 ) -> PgPoolOptions {
-    let options = PgPoolOptions::new().max_connections(max_connections);
+    // While the session is marked lost (a transaction pooler switched on under this process,
+    // `session`), no connection is handed out or taken back: each is closed, so no statement
+    // prepared on it is used again, and the pool opens new ones.
+    let options = PgPoolOptions::new()
+        .max_connections(max_connections)
+        .after_release(|_conn, _meta| Box::pin(async { Ok(!super::session::is_lost()) }));
     let options = match ping {
-        Ping::Always => options.test_before_acquire(true),
+        Ping::Always => options
+            .test_before_acquire(true)
+            .before_acquire(|_conn, _meta| Box::pin(async { Ok(!super::session::is_lost()) })),
         Ping::AfterIdle => options
             .test_before_acquire(false)
             .before_acquire(|conn, meta| {
                 Box::pin(async move {
+                    if super::session::is_lost() {
+                        return Ok(false);
+                    }
                     if meta.idle_for >= PING_AFTER_IDLE {
                         sqlx::Connection::ping(conn).await?;
                     }

@@ -4,7 +4,7 @@
 //! A workflow pins the current version of each deployed function its template names in the
 //! transaction that starts it ([`Store::functions_pin_in`]); every step of it then runs that
 //! version on every worker, whatever is deployed or rolled back later, until
-//! `retry --current-functions` moves it ([`Store::functions_repin`]).
+//! `retry --current-functions` moves it ([`Store::functions_repin_in`]).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::{Postgres, Transaction};
 
-use super::{Result, Store};
+use super::{Result, Store, StoreError};
 
 /// A readiness to push.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -245,5 +245,76 @@ impl Handoff {
     pub async fn commit(self) -> Result<()> {
         self.tx.commit().await?;
         Ok(())
+    }
+}
+
+/// The name of the hand-off setting in `workdo.settings`.
+const HANDOFF_SETTING: &str = "handoff";
+
+/// Where ready robot steps are handed off, as the database says (`workdo handoff`).
+pub const HANDOFF_TARGETS: [&str; 1] = ["sidekiq"];
+
+impl Store {
+    /// Whether ready robot steps are handed off (to Sidekiq): the setting `serve`, `up` and
+    /// `worker` share. On, the workflow service's routes call a ready step `queued` (handed to
+    /// a robot queue); off, `waiting`, listed by `?waiting=` for robots that poll.
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn handoff_enabled(&self) -> Result<bool> {
+        Ok(self.handoff_target().await?.is_some())
+    }
+
+    /// The hand-off target (`sidekiq`), or `None` when no hand-off is in use.
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn handoff_target(&self) -> Result<Option<String>> {
+        Ok(
+            sqlx::query_scalar("select value from workdo.settings where name = $1")
+                .bind(HANDOFF_SETTING)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+
+    /// Turn the hand-off on (to `target`, one of [`HANDOFF_TARGETS`]) or off (`None`), logged
+    /// with who did it; `true` when the setting changed.
+    ///
+    /// # Errors
+    /// An unknown target, named; or the database.
+    pub async fn handoff_set(&self, target: Option<&str>, actor: &str) -> Result<bool> {
+        if let Some(t) = target
+            && !HANDOFF_TARGETS.contains(&t)
+        {
+            return Err(StoreError::Invalid {
+                field: "hand-off target",
+                value: t.to_string(),
+                reason: "the hand-off goes to sidekiq",
+            });
+        }
+        let mut tx = self.pool.begin().await?;
+        let changed = match target {
+            Some(t) => sqlx::query(
+                "insert into workdo.settings (name, value) values ($1, $2)
+                 on conflict (name) do update set value = excluded.value, updated_at = now()
+                 where settings.value is distinct from excluded.value",
+            )
+            .bind(HANDOFF_SETTING)
+            .bind(t)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected(),
+            None => sqlx::query("delete from workdo.settings where name = $1")
+                .bind(HANDOFF_SETTING)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected(),
+        } > 0;
+        tx.commit().await?;
+        if changed {
+            tracing::info!(target = ?target, actor, "hand-off setting changed");
+        }
+        Ok(changed)
     }
 }

@@ -37,6 +37,7 @@ mod redact;
 pub use queues::NamedQueue;
 mod results;
 mod schedules;
+pub mod session;
 mod step_leases;
 mod steps;
 mod templates;
@@ -169,8 +170,26 @@ pub enum StoreError {
     FunctionConflict(String),
     #[error("stored template {0} cannot be read: {1}")]
     CorruptTemplate(String, serde_json::Error),
+    /// The session was found shared with another client ([`session`]): nothing this call did
+    /// is kept, and the process claims nothing until the session is its own again.
+    #[error("{} ({})", session::LOST_SESSION, .0)]
+    SessionLost(sqlx::Error),
     #[error(transparent)]
-    Sql(#[from] sqlx::Error),
+    Sql(sqlx::Error),
+}
+
+/// Every database error passes here: one that shows the session shared with another client
+/// (a transaction pooler switched on under this process) marks it lost and says so, in place of
+/// the raw statement error.
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        if session::shows_lost_session(&e) {
+            session::mark_lost();
+            StoreError::SessionLost(e)
+        } else {
+            StoreError::Sql(e)
+        }
+    }
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -205,7 +224,7 @@ impl StoreError {
                 // 54: program limit exceeded (e.g. a value too large).
                 c.starts_with("22") || c.starts_with("23") || c.starts_with("54")
             }),
-            StoreError::Sql(_) => false,
+            StoreError::Sql(_) | StoreError::SessionLost(_) => false,
             _ => true,
         }
     }

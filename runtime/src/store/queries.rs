@@ -535,34 +535,6 @@ impl Store {
         .await?)
     }
 
-    /// Steps in the queue (ready) of any template, oldest first; not a skip-queue step (no
-    /// worker ever takes it: its ready is not "queued"), nor one of a paused queue.
-    pub async fn queue_all_ready(
-        &self,
-        older_than: Option<DateTime<Utc>>,
-        limit: i64,
-    ) -> Result<Vec<StepRow>> {
-        Ok(sqlx::query_as(
-            "select s.* from workdo.steps s
-              where s.status = 'ready' and s.active
-                and not exists (
-                      select 1 from workdo.workflows w
-                        join workdo.templates t on t.id = w.template_id,
-                             jsonb_array_elements(t.spec -> 'steps') st
-                       where w.id = s.workflow_id and st ->> 'name' = s.name
-                         and (st ->> 'skip_queue')::boolean)
-                and not exists (select 1 from workdo.paused_steps p
-                                 where p.template = s.template
-                                   and p.step = coalesce(substr(s.queue, length(s.template) + 2), s.name))
-                and ($2::timestamptz is null or s.updated_at < $2)
-              order by s.run_at, s.id limit $1",
-        )
-        .bind(limit)
-        .bind(older_than)
-        .fetch_all(&self.pool)
-        .await?)
-    }
-
     /// Whether the object is registered.
     pub async fn object_exists(&self, id: &str) -> Result<bool> {
         Ok(

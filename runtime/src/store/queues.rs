@@ -2,6 +2,7 @@
 //! the lanes with work — for a template step, a generated step, or every instance of a
 //! bricklet's step.
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -24,6 +25,19 @@ pub struct NamedQueue {
 /// Which steps a queue's `step` names: a template step by name; a name with a `/` — a generated
 /// step (`GENERATOR/BRICKLET#N/STEP`) or a machine's call step — by name, or every instance
 /// of a bricklet's step (`BRICKLET/STEP`, or `call/FUNCTION`) by its claim key.
+/// One read of a queue: [`Store::queue_waiting_with`] and [`Store::queue_waiting_unqueued`].
+struct QueueRead<'a> {
+    template: &'a str,
+    step: &'a str,
+    completed: &'a [(String, String)],
+    lane: Option<&'a str>,
+    properties: &'a Value,
+    limit: i64,
+    /// Ready steps too (workdo's own words), or only those still waiting (the service's, with
+    /// the hand-off in use).
+    ready_too: bool,
+}
+
 fn step_predicate(step: &str) -> &'static str {
     if step.contains('/') {
         // A human step of a bricklet has no claim key (no worker claims it): every instance of
@@ -88,23 +102,66 @@ impl Store {
         properties: &Value,
         limit: i64,
     ) -> Result<Vec<QueueEntry>> {
-        let (ct, cs): (Vec<String>, Vec<String>) = completed.iter().cloned().unzip();
-        let filtered = properties.as_object().is_some_and(|m| !m.is_empty());
+        let read = QueueRead {
+            template,
+            step,
+            completed,
+            lane,
+            properties,
+            limit,
+            ready_too: true,
+        };
+        self.queue_read(read).await
+    }
+
+    /// [`Store::queue_waiting_with`] in the workflow service's words with the Sidekiq hand-off
+    /// in use: a ready step is `queued` there (handed to a robot queue), so only steps still
+    /// waiting for their prerequisites or their start time are listed, as the service lists
+    /// them (`objects_for_step_spec.rb` 24, 109).
+    pub async fn queue_waiting_unqueued(
+        &self,
+        template: &str,
+        step: &str,
+        completed: &[(String, String)],
+        lane: Option<&str>,
+        properties: &Value,
+        limit: i64,
+    ) -> Result<Vec<QueueEntry>> {
+        let read = QueueRead {
+            template,
+            step,
+            completed,
+            lane,
+            properties,
+            limit,
+            ready_too: false,
+        };
+        self.queue_read(read).await
+    }
+
+    async fn queue_read(&self, q: QueueRead<'_>) -> Result<Vec<QueueEntry>> {
+        let (ct, cs): (Vec<String>, Vec<String>) = q.completed.iter().cloned().unzip();
+        let filtered = q.properties.as_object().is_some_and(|m| !m.is_empty());
         let property_predicate = if filtered {
             "and s.object_id in (select o.id from workdo.objects o where o.properties @> $7)"
         } else {
             "and $7::jsonb is null"
         };
         // SQL NULL when unfiltered (a JSON `null` would be a value).
-        let properties: Option<&Value> = filtered.then_some(properties);
+        let properties: Option<&Value> = filtered.then_some(q.properties);
+        let statuses = if q.ready_too {
+            "(s.status in ('waiting', 'ready')
+              or (s.status in ('scheduled', 'retrying') and s.run_at <= now()))"
+        } else {
+            "s.status in ('waiting', 'scheduled')"
+        };
         let sql = format!(
             "select s.object_id, s.version, s.lane,
                     case when s.status in ('scheduled', 'retrying') then 'ready' else s.status end as status,
                     s.priority, s.run_at
                from workdo.steps s
               where s.template = $1 and {} and s.active
-                and (s.status in ('waiting', 'ready')
-                     or (s.status in ('scheduled', 'retrying') and s.run_at <= now()))
+                and {statuses}
                 and ($3::text is null or s.lane = $3)
                 and (select count(distinct (r.template, r.name))
                        from unnest($4::text[], $5::text[]) as r(template, name)
@@ -116,19 +173,53 @@ impl Store {
                 {property_predicate}
               order by s.priority desc, s.run_at, s.id
               limit $6",
-            step_predicate(step)
+            step_predicate(q.step)
         );
         let rows = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-            .bind(template)
-            .bind(step)
-            .bind(lane)
+            .bind(q.template)
+            .bind(q.step)
+            .bind(q.lane)
             .bind(&ct)
             .bind(&cs)
-            .bind(limit)
+            .bind(q.limit)
             .bind(properties)
             .fetch_all(&self.pool)
             .await?;
         Ok(rows)
+    }
+
+    /// Every step `queued` in the workflow service's words, oldest first: with the hand-off in
+    /// use, the ready steps of any template (not a skip-queue step, whose ready is not
+    /// "queued"); with or without it, steps a robot set `queued` itself. Never one of a paused
+    /// queue. With `older_than`, only those queued before it (`all_queued?hours-ago=N`).
+    pub async fn queue_all_queued(
+        &self,
+        older_than: Option<DateTime<Utc>>,
+        limit: i64,
+        handoff: bool,
+    ) -> Result<Vec<StepRow>> {
+        Ok(sqlx::query_as(
+            "select s.* from workdo.steps s
+              where s.active
+                and (s.status = 'queued'
+                     or (s.status = 'ready' and $3
+                         and not exists (
+                               select 1 from workdo.workflows w
+                                 join workdo.templates t on t.id = w.template_id,
+                                      jsonb_array_elements(t.spec -> 'steps') st
+                                where w.id = s.workflow_id and st ->> 'name' = s.name
+                                  and (st ->> 'skip_queue')::boolean)))
+                and not exists (select 1 from workdo.paused_steps p
+                                 where p.template = s.template
+                                   and p.step = coalesce(substr(s.queue, length(s.template) + 2), s.name))
+                and ($2::timestamptz is null or s.updated_at < $2)
+              order by s.run_at, s.id limit $1",
+        )
+        .bind(limit)
+        .bind(older_than)
+        .bind(handoff)
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     /// Objects whose step `template:step` is in `error` (active versions).
@@ -154,14 +245,24 @@ impl Store {
     }
 
     /// Lanes that have queued work for `template:step`.
-    pub async fn queue_lanes(&self, template: &str, step: &str) -> Result<Vec<String>> {
+    pub async fn queue_lanes(
+        &self,
+        template: &str,
+        step: &str,
+        ready_too: bool,
+    ) -> Result<Vec<String>> {
         // A paused queue has no work for its robots in any lane.
         if self.step_paused(template, step).await? {
             return Ok(Vec::new());
         }
+        let statuses = if ready_too {
+            "s.status in ('waiting', 'ready')"
+        } else {
+            "s.status = 'waiting'"
+        };
         let sql = format!(
             "select distinct s.lane from workdo.steps s
-              where s.template = $1 and {} and s.active and (s.status = 'waiting' or s.status = 'ready')
+              where s.template = $1 and {} and s.active and {statuses}
               order by s.lane",
             step_predicate(step)
         );

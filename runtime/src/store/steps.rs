@@ -1,4 +1,5 @@
-//! Step transitions: claim, apply status changes (and their consequences), sweeps.
+//! Step transitions: apply status changes (and their consequences). The claim is in
+//! `claim.rs`, the leases in `step_leases.rs`.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -111,6 +112,9 @@ pub struct SetRequest {
     pub elapsed: Option<f64>,
     /// Precondition: change only if the step's status is this one.
     pub current_status: Option<String>,
+    /// Read `current_status` in the workflow service's words, with the hand-off in use
+    /// (`Some(true)`) or not ([`Status::service_name`]); `None`: workdo's own words.
+    pub service_words: Option<bool>,
     /// Object version; the active workflow when `None`.
     pub version: Option<i32>,
     pub actor: String,
@@ -129,6 +133,7 @@ impl SetRequest {
             lifecycle: None,
             elapsed: None,
             current_status: None,
+            service_words: None,
             version: None,
             actor: "workdo".into(),
         }
@@ -278,8 +283,10 @@ impl Store {
         .fetch_one(&mut *tx)
         .await?;
         let spec = self.spec_by_id(&mut *tx, template_id, &sha256).await?;
-        let Some(status) =
-            Status::parse(&req.status).filter(|_| spec.allows_status(&req.step, &req.status))
+        // `queued` is the workflow service's word for a step a robot took into its queue: any
+        // step may be set to it (with no hand-off in use, robots that poll set it themselves).
+        let Some(status) = Status::parse(&req.status)
+            .filter(|_| req.status == "queued" || spec.allows_status(&req.step, &req.status))
         else {
             let declared = spec
                 .step(&req.step)
@@ -306,8 +313,16 @@ impl Store {
                     .into(),
             });
         }
+        let skip_queue = spec.step(&req.step).is_some_and(|s| s.skip_queue);
+        let holds = |expected: &str| match req.service_words {
+            Some(handoff) => {
+                current.service_name(skip_queue, handoff) == expected
+                    || (!matches!(expected, "waiting" | "queued") && current.matches(expected))
+            }
+            None => current.matches(expected),
+        };
         if let Some(expected) = &req.current_status
-            && !current.matches(expected)
+            && !holds(expected)
         {
             return Err(StoreError::StatusMismatch {
                 step: format!("{}:{}", req.template, req.step),

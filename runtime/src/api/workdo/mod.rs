@@ -66,9 +66,13 @@ fn druid(text: &str) -> ApiResult<String> {
 
 /// The templates `views` run on, for which steps skip queues.
 async fn specs_of(store: &Store, views: &[WorkflowView]) -> ApiResult<Specs> {
-    let mut specs = Specs::new();
+    let mut specs = Specs {
+        templates: Default::default(),
+        handoff: store.handoff_enabled().await?,
+    };
     for v in views {
-        if let std::collections::hash_map::Entry::Vacant(slot) = specs.entry(v.workflow.template_id)
+        if let std::collections::hash_map::Entry::Vacant(slot) =
+            specs.templates.entry(v.workflow.template_id)
         {
             slot.insert(store.template_by_id(v.workflow.template_id).await?.spec);
         }
@@ -127,7 +131,7 @@ pub(super) async fn workflow_of_object(
     // (single_workflow_for_object_spec.rb:59), not an error.
     let Ok(object) = druid(&d) else {
         let mut out = String::new();
-        workflow_xml(&mut out, &d, &workflow, &[], &Specs::new());
+        workflow_xml(&mut out, &d, &workflow, &[], &Specs::default());
         return Ok(xml(out));
     };
     let views = match s.store.object_workflows(&object, Some(&workflow)).await {
@@ -258,7 +262,8 @@ pub(super) async fn update_process(
     let status = root
         .attribute("status")
         .ok_or_else(|| ApiError::bad_request("the <process> element has no status attribute"))?;
-    let status = from_wire(status);
+    let handoff = s.store.handoff_enabled().await?;
+    let status = from_wire(status, handoff);
     if Status::parse(status).is_none() {
         return Err(ApiError::bad_request(format!("invalid status {status:?}")));
     }
@@ -293,6 +298,7 @@ pub(super) async fn update_process(
         lifecycle: nonempty("lifecycle"),
         elapsed,
         current_status: param(&pairs, "current-status").map(str::to_string),
+        service_words: Some(handoff),
         version: int_param(&pairs, "version")?,
         actor: format!("api:{}", c.0.as_str()),
     };
@@ -318,7 +324,7 @@ pub(super) async fn update_process(
                 StatusCode::CONFLICT,
                 format!(
                     "Status in params ({expected}) does not match current status ({})",
-                    render::wire_status(&status, skip_queue)
+                    render::wire_status(&status, skip_queue, handoff)
                 ),
             ));
         }

@@ -64,19 +64,22 @@ pub(crate) async fn workflow_queue(
         if s.store.step_paused(&t, &st).await? {
             return Ok(xml(r#"<objects count="0"></objects>"#.into())); // paused: robots wait
         }
-        s.store
-            .queue_waiting_with(
-                &t,
-                &st,
-                &completed,
-                param(&pairs, "lane-id"),
-                &properties,
-                limit,
-            )
-            .await?
-            .into_iter()
-            .map(|r| r.object_id)
-            .collect()
+        // With the hand-off in use a ready step is `queued` (handed to a robot queue) and the
+        // service lists only steps still `waiting`; without it, ready steps read `waiting` and
+        // are listed, for robots that poll.
+        let lane = param(&pairs, "lane-id");
+        if ready_reads_queued(&s, &t, &st).await? {
+            s.store
+                .queue_waiting_unqueued(&t, &st, &completed, lane, &properties, limit)
+                .await?
+        } else {
+            s.store
+                .queue_waiting_with(&t, &st, &completed, lane, &properties, limit)
+                .await?
+        }
+        .into_iter()
+        .map(|r| r.object_id)
+        .collect()
     };
     let mut out = format!(r#"<objects count="{}">"#, ids.len());
     for id in &ids {
@@ -84,6 +87,22 @@ pub(crate) async fn workflow_queue(
     }
     out.push_str("</objects>");
     Ok(xml(out))
+}
+
+/// Whether the ready steps of `template:step` read `queued` on the service's routes: the
+/// hand-off is in use and the template does not keep the step out of queues.
+async fn ready_reads_queued(s: &AppState, template: &str, step: &str) -> ApiResult<bool> {
+    if !s.store.handoff_enabled().await? {
+        return Ok(false);
+    }
+    let skip_queue = s
+        .store
+        .template_current(template)
+        .await?
+        .spec
+        .step(step)
+        .is_some_and(|st| st.skip_queue);
+    Ok(!skip_queue)
 }
 
 /// The lanes of a step's waiting work (the workflow service's `lane_ids`).
@@ -96,8 +115,9 @@ pub(crate) async fn lane_ids(
     let pairs = query_pairs(q.as_deref())?;
     let step = param(&pairs, "step").ok_or_else(|| ApiError::bad_request("give step=WF:STEP"))?;
     let (t, st) = split_step(step)?;
+    let ready_too = !ready_reads_queued(&s, &t, &st).await?;
     let mut out = String::from("<lanes>");
-    for lane in s.store.queue_lanes(&t, &st).await? {
+    for lane in s.store.queue_lanes(&t, &st, ready_too).await? {
         let _ = write!(out, r#"<lane id="{}"/>"#, esc(&lane));
     }
     out.push_str("</lanes>");
@@ -121,9 +141,10 @@ pub(crate) async fn all_queued(
         ),
         None => None,
     };
+    let handoff = s.store.handoff_enabled().await?;
     let rows = s
         .store
-        .queue_all_ready(older_than, crate::api::limit_param(&pairs, 1000)?)
+        .queue_all_queued(older_than, crate::api::limit_param(&pairs, 1000)?, handoff)
         .await?;
     // The service's shape (`all_queued_spec.rb`): workflow, process, druid and lane.
     let mut out = String::from("<workflows>");

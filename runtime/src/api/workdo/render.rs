@@ -17,21 +17,21 @@ use crate::model::status::Status;
 use crate::model::template::Template;
 use crate::store::{StepRow, WorkflowView};
 
-/// A status as the workflow service says it, for a step the template does or does not keep
-/// out of queues.
-pub(super) fn wire_status(status: &str, skip_queue: bool) -> String {
+/// A status as the workflow service says it ([`Status::service_name`]).
+pub(super) fn wire_status(status: &str, skip_queue: bool, handoff: bool) -> String {
     match Status::parse(status) {
-        Some(Status::Ready) if !skip_queue => "queued".into(),
-        Some(Status::Ready | Status::Scheduled) => "waiting".into(),
-        _ => status.to_string(),
+        Some(s) => s.service_name(skip_queue, handoff).to_string(),
+        None => status.to_string(),
     }
 }
 
-/// A status the workflow service's clients send, as workdo's: `queued` is `ready` (the engine
-/// makes it `waiting` again if prerequisites are not done).
-pub(super) fn from_wire(status: &str) -> &str {
+/// A status the workflow service's clients send, as workdo's. With the hand-off in use,
+/// `queued` is `ready` (the engine makes it `waiting` again if prerequisites are not done);
+/// without it, a robot's `queued` is kept as it is: the step is taken off `?waiting=` and reads
+/// `queued` until the robot starts or finishes it.
+pub(super) fn from_wire(status: &str, handoff: bool) -> &str {
     match status {
-        "queued" => "ready",
+        "queued" if handoff => "ready",
         other => other,
     }
 }
@@ -70,8 +70,13 @@ pub(super) fn xml(body: String) -> Response {
         .into_response()
 }
 
-/// The templates of the workflows shown, by template id: which steps skip queues.
-pub(super) type Specs = HashMap<i64, Template>;
+/// What the XML of the workflows shown depends on: their templates by id (which steps skip
+/// queues) and whether the hand-off is in use.
+#[derive(Default)]
+pub(super) struct Specs {
+    pub templates: HashMap<i64, Template>,
+    pub handoff: bool,
+}
 
 /// A workflow's context as the service writes it in each `<process context=…>`: compact JSON,
 /// or nothing when there is none.
@@ -107,7 +112,7 @@ fn elapsed_text(elapsed: Option<f64>, status: &str) -> String {
 /// elapsed, attempts, datetime, context, status, name, then errorMessage and errorText when
 /// there are. workdo's own fields (priority, its count of attempts, microseconds) are on its
 /// JSON API: here `attempts` is the service's, which nothing but a client's PUT sets (0).
-fn process_xml(out: &mut String, s: &StepRow, context: &str, skip_queue: bool) {
+fn process_xml(out: &mut String, s: &StepRow, context: &str, status: &str) {
     let _ = write!(
         out,
         r#"<process version="{}" note="{}" lifecycle="{}" laneId="{}" elapsed="{}" attempts="0" datetime="{}" context="{}" status="{}" name="{}""#,
@@ -118,7 +123,7 @@ fn process_xml(out: &mut String, s: &StepRow, context: &str, skip_queue: bool) {
         elapsed_text(s.elapsed, &s.status),
         service_time(&s.updated_at),
         esc(context),
-        esc(&wire_status(&s.status, skip_queue)),
+        esc(status),
         esc(&s.name),
     );
     // A step queued or running again keeps its last error for workdo's own views; the
@@ -152,12 +157,13 @@ pub(super) fn workflow_xml(
     );
     for v in views {
         let context = context_text(&v.workflow.context);
-        let spec = specs.get(&v.workflow.template_id);
+        let spec = specs.templates.get(&v.workflow.template_id);
         for s in &v.steps {
             let skip_queue = spec
                 .and_then(|t| t.step(&s.name))
                 .is_some_and(|st| st.skip_queue);
-            process_xml(out, s, &context, skip_queue);
+            let status = wire_status(&s.status, skip_queue, specs.handoff);
+            process_xml(out, s, &context, &status);
         }
     }
     out.push_str("</workflow>");
@@ -192,13 +198,16 @@ mod tests {
     }
 
     #[test]
-    fn ready_is_queued_on_the_wire_and_back() {
-        assert_eq!(wire_status("ready", false), "queued");
-        assert_eq!(wire_status("ready", true), "waiting");
-        assert_eq!(wire_status("scheduled", false), "waiting");
-        assert_eq!(wire_status("retrying", false), "retrying");
-        assert_eq!(wire_status("IN PROCESS", false), "IN PROCESS");
-        assert_eq!(from_wire("queued"), "ready");
-        assert_eq!(from_wire("started"), "started");
+    fn ready_is_queued_on_the_wire_with_the_hand_off_and_waiting_without() {
+        assert_eq!(wire_status("ready", false, true), "queued");
+        assert_eq!(wire_status("ready", false, false), "waiting");
+        assert_eq!(wire_status("ready", true, true), "waiting");
+        assert_eq!(wire_status("scheduled", false, true), "waiting");
+        assert_eq!(wire_status("retrying", false, true), "retrying");
+        assert_eq!(wire_status("IN PROCESS", false, true), "IN PROCESS");
+        assert_eq!(wire_status("queued", false, false), "queued");
+        assert_eq!(from_wire("queued", true), "ready");
+        assert_eq!(from_wire("queued", false), "queued");
+        assert_eq!(from_wire("started", true), "started");
     }
 }

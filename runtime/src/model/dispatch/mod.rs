@@ -11,7 +11,7 @@
 //!   by the paper's Listing 1 ([`compose`]) into a subnet, which [`expand`] turns into step rows.
 //!
 //! How the engine stores and runs this is in `store/dispatch.rs`; ARCHITECTURE.md has the whole
-//! picture and README.md the YAML keys.
+//! picture and docs/dispatch.md the YAML keys.
 
 use std::collections::BTreeMap;
 

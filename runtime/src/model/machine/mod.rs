@@ -4,7 +4,7 @@
 //! `global` ones accepted in every non-final state), actions run on entering a state or on a
 //! transition, constants (`config`) and initial state variables (`variables`), functions its
 //! `call` actions run as steps, and who may start it and send which signal (`access`). The store
-//! runs transitions (`store/machine.rs`); this module parses, validates and plans them.
+//! runs transitions (`store/machine/`); this module parses, validates and plans them.
 
 pub mod expr;
 pub mod plan;

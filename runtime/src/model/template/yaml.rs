@@ -1,4 +1,4 @@
-//! The YAML template format (documented with a full example in the README).
+//! The YAML template format (documented with a full example in docs/templates.md).
 //!
 //! Keys use the same names as the WorkDo XML attributes (`error-limit`, `batch-limit`,
 //! `skip-queue`, `lifecycle`, `status`), so a template reads the same in either format. Unknown

@@ -40,7 +40,7 @@ pub(crate) fn call_end_data(step: &str, note: Option<&str>, message: Option<&str
 }
 
 /// Machine call steps among `ids` that have just ended without the runtime's result of their
-/// function — set by hand (robots may poll call steps, README), or put in `error` by the lease
+/// function — set by hand (robots may poll call steps, docs/dispatch.md), or put in `error` by the lease
 /// sweep's last attempt: each tells its job, `done` or `error` with the step's note and
 /// message, as the runtime's end of a call does. Without it the job waited for ever.
 pub(crate) async fn calls_ended(tx: &mut Transaction<'_, Postgres>, ids: &[i64]) -> Result<()> {
