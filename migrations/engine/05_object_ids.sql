@@ -54,7 +54,7 @@ $function$;
 -- lock on objects than creating a trigger does). Its WHEN clause lets ids already in their one
 -- spelling (a druid, or a printable `scheme:value` of another scheme) in without calling the
 -- function: the call was half of inserting 2,000 objects (10.4 -> 7.4 ms, engine 21). Exactly
--- the ids the function would return unchanged pass it (tests/everyday.rs inserts every id its
+-- the ids the function would return unchanged pass it (tests/engine/everyday.rs inserts every id its
 -- property test makes); every other id goes through the function, as before.
 CREATE OR REPLACE TRIGGER objects_id_check BEFORE INSERT ON workdo.objects
     FOR EACH ROW

@@ -160,21 +160,21 @@ begin
                          end,
                 note = coalesce(c.note, s.note),
                 error_message = case
-                                  when c.new_status in ('error', 'retrying') then coalesce(c.message, s.error_message)
+                                  when c.new_status in ('error', 'exception', 'retrying') then coalesce(c.message, s.error_message)
                                   -- a retry come due keeps its last error in sight until it completes
                                   when c.new_status = 'ready' and c.old_status = 'retrying' then s.error_message
                                   when c.new_status in ('completed', 'skipped', 'waiting', 'ready', 'scheduled') then null
                                   else coalesce(c.message, s.error_message)
                                 end,
                 error_text = case
-                               when c.new_status in ('error', 'retrying') then coalesce(c.etext, s.error_text)
+                               when c.new_status in ('error', 'exception', 'retrying') then coalesce(c.etext, s.error_text)
                                when c.new_status = 'ready' and c.old_status = 'retrying' then s.error_text
                                when c.new_status in ('completed', 'skipped', 'waiting', 'ready', 'scheduled') then null
                                else coalesce(c.etext, s.error_text)
                              end,
                 lifecycle = coalesce(c.lifecycle, s.lifecycle),
                 elapsed = coalesce(c.elapsed,
-                                   case when c.new_status in ('completed', 'skipped', 'error', 'retrying')
+                                   case when c.new_status in ('completed', 'skipped', 'error', 'exception', 'retrying')
                                              and s.started_at is not null and c.old_status = 'started'
                                         then extract(epoch from clock_timestamp() - s.started_at)::float8 end,
                                    s.elapsed),
@@ -218,7 +218,8 @@ begin
         milestone := milestone
             or (ch.status in ('completed', 'skipped') and ch.old_status not in ('completed', 'skipped')
                 and ch.lifecycle is not null);
-        erring := erring or (ch.status = 'error' and ch.old_status <> 'error');
+        erring := erring or (ch.status in ('error', 'exception')
+                              and ch.old_status not in ('error', 'exception'));
         readying := readying or (ch.status = 'ready' and ch.old_status <> 'ready');
     end loop;
 
@@ -359,7 +360,7 @@ begin
                      select min(e.at) from workdo.events e
                       where e.object_id = s.object_id and e.workflow_id = s.workflow_id
                         and e.step = s.name
-                        and e.status in ('retrying', 'error')
+                        and e.status in ('retrying', 'error', 'exception')
                         and e.id > coalesce((select max(r.id) from workdo.events r
                                               where r.object_id = s.object_id
                                                 and r.workflow_id = s.workflow_id and r.step = s.name
@@ -369,7 +370,7 @@ begin
           join workdo.steps s on s.id = x.id
           join workdo.workflows w on w.id = s.workflow_id
           join workdo.templates t on t.id = w.template_id
-         where x.status = 'error' and x.old_status <> 'error'
+         where x.status in ('error', 'exception') and x.old_status not in ('error', 'exception')
          order by x.ordinality;
     end if;
 

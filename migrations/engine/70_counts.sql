@@ -165,9 +165,9 @@ begin
         insert into workdo.step_throughput as t (minute, template, name, completed, failed)
         select date_trunc('minute', at), template, name,
                coalesce(sum(moved) filter (where status = 'completed'), 0),
-               coalesce(sum(moved) filter (where status in ('retrying', 'error')), 0)
+               coalesce(sum(moved) filter (where status in ('retrying', 'error', 'exception')), 0)
           from d
-         where updated and moved > 0 and status in ('completed', 'retrying', 'error')
+         where updated and moved > 0 and status in ('completed', 'retrying', 'error', 'exception')
          group by 1, 2, 3
         on conflict (minute, template, name) do update
            set completed = t.completed + excluded.completed,

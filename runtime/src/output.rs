@@ -59,6 +59,27 @@ pub fn table(
 
 /// A duration as a person reads it: `340 ms`, `12.3 s`, `1 min 53 s`, `3 h 05 min`,
 /// `2 d 4 h` (not `113424.7`).
+/// Run `work` with a spinner saying `what` and the time taken, on a terminal (stderr): a
+/// command that changes thousands of rows in one transaction shows it is working, as
+/// `archive`'s bar does, and prints its one-line summary when done. Nothing is drawn when
+/// stderr is not a terminal.
+pub async fn spinning<T>(what: &str, work: impl std::future::Future<Output = T>) -> T {
+    let bar = indicatif::ProgressBar::new_spinner().with_style(
+        indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    bar.set_message(what.to_string());
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    let done = work.await;
+    bar.finish_and_clear();
+    done
+}
+
+/// `n` with its noun in the singular or the plural: `1 step`, `7 states`.
+pub fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 pub fn human_duration(secs: f64) -> String {
     if !secs.is_finite() || secs < 0.0 {
         return String::new();

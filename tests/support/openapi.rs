@@ -1,4 +1,4 @@
-//! The check behind tests/openapi.rs: calls made through `Check::call` are held to the
+//! The check behind tests/api/openapi.rs: calls made through `Check::call` are held to the
 //! `/openapi.json` operation that serves them (status listed, content type, body schema).
 
 use std::collections::BTreeSet;

@@ -3,7 +3,7 @@
 //! statuses) and from the types the handlers return, so it cannot drift from what is served.
 //! The errors every authenticated route can answer (the bearer token's 401 and 403, a bad
 //! request's 400, a missing thing's 404, a 500) are added to each operation here, by rule.
-//! `tests/api.rs` checks that every served route is described and validates real answers
+//! `tests/api/api.rs` checks that every served route is described and validates real answers
 //! against this document.
 
 use axum::Json;

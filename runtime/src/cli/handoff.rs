@@ -26,6 +26,7 @@ pub enum HandoffCmd {
     #[command(after_help = "Example: workdo handoff disable")]
     Disable,
     /// Say whether a hand-off is in use.
+    #[command(after_help = "Example: workdo handoff show --json")]
     Show,
 }
 

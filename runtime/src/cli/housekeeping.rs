@@ -260,6 +260,10 @@ pub(super) async fn template_use(
 pub(super) fn completions(shell: clap_complete::Shell, out: &mut impl Write) -> Result<()> {
     use clap::CommandFactory;
     let mut cmd = super::Cli::command();
-    clap_complete::generate(shell, &mut cmd, "workdo", out);
+    // clap_complete panics when its writer fails: write to memory, then print, so a closed
+    // pipe (`workdo completions bash | head`) is the quiet exit every command makes.
+    let mut text = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "workdo", &mut text);
+    out.write_all(&text)?;
     Ok(())
 }

@@ -116,7 +116,7 @@ pub enum Command {
     Queues(QueuesCmd),
     /// Whether ready robot steps are handed off to Sidekiq (`queued` on the workflow service's
     /// routes) or wait for robots that poll (`waiting`): one setting in the database.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = "Example: workdo handoff enable sidekiq")]
     Handoff(handoff::HandoffCmd),
     /// Facets: template × step × status counts.
     #[command(after_help = "Example: workdo status --template accessionWF")]

@@ -188,10 +188,12 @@ pub(super) async fn add_from(
         })
         .collect();
     // One transaction: a file is registered whole or (an error) not at all.
-    let new = store
-        .objects_put(&objects, &actor())
-        .await
-        .with_context(|| format!("{}: nothing registered", path.display()))?;
+    let new = crate::output::spinning(
+        &format!("registering {} objects", objects.len()),
+        store.objects_put(&objects, &actor()),
+    )
+    .await
+    .with_context(|| format!("{}: nothing registered", path.display()))?;
     let created = new.iter().filter(|n| **n).count();
     let updated = new.len() - created;
     Ok(emit(
@@ -226,6 +228,9 @@ fn ids_of(path: &Path) -> Result<Vec<String>> {
 }
 
 /// Start a template on objects.
+/// Past this many objects, `start` prints one line for them all.
+const START_LINES: usize = 20;
+
 pub(super) async fn start(
     store: &Store,
     args: StartArgs,
@@ -270,13 +275,31 @@ pub(super) async fn start(
         actor: actor(),
         parent: None,
     };
-    let started = store
-        .workflow_start(&req)
-        .await
-        .map_err(anyhow::Error::from);
+    let started = crate::output::spinning(
+        &format!("starting {} on {} objects", req.template, req.objects.len()),
+        store.workflow_start(&req),
+    )
+    .await
+    .map_err(anyhow::Error::from);
     super::idempotent::once_end(store, key.as_deref(), &started).await?;
     let started = started?;
     Ok(emit(out, json, &started, |o| {
+        // Thousands of lines help no one: past a screenful, one line says what happened.
+        if started.len() > START_LINES {
+            let restarted = started.iter().filter(|s| s.replaced).count();
+            let (first, last) = (
+                started.iter().map(|s| s.workflow_id).min().unwrap_or(0),
+                started.iter().map(|s| s.workflow_id).max().unwrap_or(0),
+            );
+            return writeln!(
+                o,
+                "started {} on {} objects ({} new, {} restarted; workflows {first} to {last}); --json lists each",
+                req.template,
+                started.len(),
+                started.len() - restarted,
+                restarted
+            );
+        }
         for s in &started {
             writeln!(
                 o,

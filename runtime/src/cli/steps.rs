@@ -205,7 +205,11 @@ pub(super) async fn prioritize(
             "prioritize needs at least one of --object, --template, --step or --property, or --all for every unfinished step"
         );
     }
-    let n = store.steps_prioritize(&f, priority, &actor()).await?;
+    let n = crate::output::spinning(
+        "prioritizing",
+        store.steps_prioritize(&f, priority, &actor()),
+    )
+    .await?;
     Ok(emit(
         out,
         json,
@@ -231,9 +235,18 @@ pub(super) async fn retry(
         bail!("retry --again needs at least one of --object, --template, --step or --property");
     }
     let (n, moved) = match (again, current_functions) {
-        (_, true) => store.steps_retry_current(&f, again, &actor()).await?,
-        (true, false) => (store.steps_again(&f, &actor()).await?, 0),
-        (false, false) => (store.steps_retry(&f, &actor()).await?, 0),
+        (_, true) => {
+            crate::output::spinning("retrying", store.steps_retry_current(&f, again, &actor()))
+                .await?
+        }
+        (true, false) => (
+            crate::output::spinning("running again", store.steps_again(&f, &actor())).await?,
+            0,
+        ),
+        (false, false) => (
+            crate::output::spinning("retrying", store.steps_retry(&f, &actor())).await?,
+            0,
+        ),
     };
     let said = serde_json::json!({"steps": n, "pins_moved": moved});
     Ok(emit(out, json, &said, |o| {
@@ -258,7 +271,7 @@ pub(super) async fn skip(
     if f.objects.is_empty() && f.template.is_none() && f.step.is_none() && f.property.is_none() {
         bail!("skip needs at least one of --object, --template, --step or --property");
     }
-    let n = store.steps_skip(&f, &actor()).await?;
+    let n = crate::output::spinning("skipping", store.steps_skip(&f, &actor())).await?;
     Ok(emit(out, json, &serde_json::json!({"steps": n}), |o| {
         writeln!(o, "{n} steps skipped")
     })?)

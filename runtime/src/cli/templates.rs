@@ -78,15 +78,19 @@ async fn load(
     let rows: Vec<&Value> = report.iter().map(|(r, _)| r).collect();
     emit(out, json, &rows, |o| {
         for (l, (_, saved)) in loaded.iter().zip(&report) {
+            // A state machine is counted in states, not in the steps it has none of.
+            let size = match &l.template.machine {
+                Some(m) => crate::output::plural(m.states.len(), "state", "states"),
+                None => crate::output::plural(l.template.steps.len(), "step", "steps"),
+            };
             let what = format!(
-                "{}{} ({} steps, sha256 {}) from {}",
+                "{}{} ({size}, sha256 {}) from {}",
                 if l.kind == crate::model::template::Kind::Bricklet {
                     "bricklet "
                 } else {
                     ""
                 },
                 l.template.name,
-                l.template.steps.len(),
                 &l.sha256[..12],
                 l.origin
             );

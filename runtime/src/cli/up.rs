@@ -291,10 +291,19 @@ pub(super) async fn up(
         _ => {
             token.cancel();
             runtime.await??;
+            let served = server.is_some();
             if let Some((s, _, _)) = server {
                 s.await??;
             }
             demo::summary(store, run, started, out).await?;
+            if served {
+                // Without a terminal (or after Ctrl-C) the page stops with the demo: say so,
+                // and how to keep it.
+                writeln!(
+                    out,
+                    "the admin page stopped with the demo; `workdo up --demo --serve` keeps it serving, or `workdo serve --open` serves it alone"
+                )?;
+            }
             if private {
                 writeln!(
                     out,

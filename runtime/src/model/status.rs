@@ -33,6 +33,10 @@ pub enum Status {
     Skipped,
     /// Failed for good (attempt limit reached, or not retryable); waits for a person.
     Error,
+    /// A failure a robot reported as an exception (seed 000's own word, `status="exception"`):
+    /// an error in every way (its attempts counted, retried with the errors, alerted on,
+    /// listed by `--errors`) that keeps its name when read back.
+    Exception,
     /// Failed, and will be ready again after its back-off.
     Retrying,
     /// A status the template declares for this step.
@@ -40,7 +44,7 @@ pub enum Status {
 }
 
 impl Status {
-    pub const BUILTIN: [&'static str; 8] = [
+    pub const BUILTIN: [&'static str; 9] = [
         "waiting",
         "ready",
         "scheduled",
@@ -49,6 +53,7 @@ impl Status {
         "skipped",
         "error",
         "retrying",
+        "exception",
     ];
 
     /// A built-in status by name, or a well-formed custom one; `None` for malformed text.
@@ -60,8 +65,8 @@ impl Status {
             "started" => Status::Started,
             "completed" => Status::Completed,
             "skipped" => Status::Skipped,
-            // The seed's own word for it ("status=exception") is the same status.
-            "error" | "exception" => Status::Error,
+            "error" => Status::Error,
+            "exception" => Status::Exception,
             "retrying" => Status::Retrying,
             other if Status::valid_custom(other) => Status::Custom(other.to_string()),
             _ => return None,
@@ -80,6 +85,11 @@ impl Status {
         !matches!(self, Status::Custom(_))
     }
 
+    /// In error: failed for good, waiting for a person (`error`, or a robot's `exception`).
+    pub fn is_error(&self) -> bool {
+        matches!(self, Status::Error | Status::Exception)
+    }
+
     /// Completed or skipped: dependants may go on.
     pub fn is_finished(&self) -> bool {
         matches!(self, Status::Completed | Status::Skipped)
@@ -94,6 +104,7 @@ impl Status {
             Status::Completed => "completed",
             Status::Skipped => "skipped",
             Status::Error => "error",
+            Status::Exception => "exception",
             Status::Retrying => "retrying",
             Status::Custom(s) => s,
         }
@@ -130,8 +141,8 @@ impl Status {
         self.as_str() == expected
             || self.workdo_name() == expected
             || (expected == "queued" && *self == Status::Ready)
-            // The names `parse` takes for it too (`exception` for `error`).
-            || Status::parse(expected).is_some_and(|e| e == *self)
+            // `error` names the class: an exception is an error too.
+            || (expected == "error" && self.is_error())
     }
 }
 
@@ -184,5 +195,14 @@ mod tests {
         assert!(!Status::Started.matches("waiting"));
         assert!(Status::Completed.is_finished() && Status::Skipped.is_finished());
         assert!(!Status::Error.is_finished());
+    }
+
+    #[test]
+    fn an_exception_is_an_error_that_keeps_its_name() {
+        let e = Status::parse("exception").expect("parses");
+        assert_eq!(e.as_str(), "exception");
+        assert!(e.is_error() && Status::Error.is_error() && !Status::Retrying.is_error());
+        assert!(e.matches("exception") && e.matches("error"));
+        assert!(!Status::Error.matches("exception"));
     }
 }

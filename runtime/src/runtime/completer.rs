@@ -177,7 +177,7 @@ async fn commit(store: &Store, batch: &[StepResult], actor: &str, stop: &Cancell
         match committed {
             Ok(applied) => {
                 if !applied.lost.is_empty() {
-                    warn!(steps = ?applied.lost, "results dropped: their steps no longer hold these leases (they expired, or these results were committed by an earlier try whose answer was lost)");
+                    warn!(steps = ?applied.lost, "results dropped: their steps no longer hold these leases: changed from outside while they ran (skipped, retried or set by an operator or a robot; see each step's events), their leases expired, or an earlier try committed them and its answer was lost");
                 }
                 return;
             }

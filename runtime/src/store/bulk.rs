@@ -250,7 +250,7 @@ async fn matching_ids(
                  or s.workflow_id in (select w.id from workdo.workflows w where w.object_id = any($1)))
             and ($2::text is null or s.template = $2)
             and ($3::text is null or s.name = $3)
-            and ($4::text is null or s.status = $4)
+            and ($4::text is null or s.status = $4 or ($4 = 'error' and s.status = 'exception'))
             and ($7::bigint is null or s.workflow_id = $7)
             and ($9::bigint[] is null or s.id = any($9))
             and ($5::text is null or exists (

@@ -51,7 +51,7 @@ impl Store {
             "select * from workdo.lease(p_ids => array(
                 select s.id from workdo.steps s join workdo.workflows w on w.id = s.workflow_id
                  where w.template = $1 and s.name = $2 and w.object_id = any($3) and s.active
-                   and s.status in ('ready', 'scheduled', 'retrying', 'error')
+                   and s.status in ('ready', 'scheduled', 'retrying', 'error', 'exception')
                    -- a step in error or retrying may wait for prerequisites a recomposition
                    -- gave it since it ran (store/recompose.rs)
                    and s.pending = 0

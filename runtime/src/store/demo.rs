@@ -47,7 +47,7 @@ impl Store {
         Ok(sqlx::query_as(
             "select s.template, s.name, count(*) as total,
                     count(*) filter (where s.status in ('completed', 'skipped')) as finished,
-                    count(*) filter (where s.status = 'error') as errors,
+                    count(*) filter (where s.status in ('error', 'exception')) as errors,
                     count(*) filter (where s.status in ('ready', 'started', 'scheduled', 'retrying')) as running
                from workdo.steps s join workdo.objects o on o.id = s.object_id
               where s.active and o.properties -> 'demo_run' = $1
@@ -76,7 +76,7 @@ impl Store {
          select s.template, s.name,
                 count(*) filter (where s.status = 'completed') as completed,
                 count(*) filter (where s.status = 'skipped') as skipped,
-                count(*) filter (where s.status = 'error') as errors,
+                count(*) filter (where s.status in ('error', 'exception')) as errors,
                 coalesce(max(e.retries), 0) as retries,
                 coalesce(max(e.deferrals), 0) as deferrals,
                 percentile_cont(0.5) within group (order by s.elapsed)
@@ -104,7 +104,7 @@ impl Store {
         let (workflows_completed, workflows_failed): (i64, i64) = sqlx::query_as(
             "select count(*) filter (where w.status = 'completed'),
                 count(*) filter (where w.status = 'active' and exists (
-                    select 1 from workdo.steps s where s.workflow_id = w.id and s.status = 'error'))
+                    select 1 from workdo.steps s where s.workflow_id = w.id and s.status in ('error', 'exception')))
            from workdo.workflows w join workdo.objects o on o.id = w.object_id
           where w.active and o.properties -> 'demo_run' = $1",
         )

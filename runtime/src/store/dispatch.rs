@@ -344,7 +344,11 @@ pub(super) async fn record_observed(
             continue;
         };
         let (spec, bricklets) = (o.spec, o.bricklets);
-        w.record["observed"][o.observer] = json!(o.matches);
+        // An undo rule counts what went away since the last observation (seed 001).
+        let previous: Vec<RuleMatch> =
+            serde_json::from_value(w.record["observed"][o.observer].clone()).unwrap_or_default();
+        let matches = crate::model::dispatch::undo_removals(&previous, o.matches);
+        w.record["observed"][o.observer] = json!(matches);
         // Copies: a recomposition below changes the record while these are read.
         let observed = w.record["observed"]
             .as_object()
@@ -375,8 +379,7 @@ pub(super) async fn record_observed(
             w.record["actsets"][&g.name] = json!(set);
             changed.insert(g.name.clone(), json!(set));
         }
-        let matched: Vec<Value> = o
-            .matches
+        let matched: Vec<Value> = matches
             .iter()
             .filter(|m| m.fragments > 0)
             .map(|m| {
@@ -390,7 +393,7 @@ pub(super) async fn record_observed(
                 .template(&w.template)
                 .version(w.version)
                 .step(o.observer)
-                .detail(json!({"matched": matched, "rules": o.matches.len(), "actsets": changed})),
+                .detail(json!({"matched": matched, "rules": matches.len(), "actsets": changed})),
         );
     }
     write_workflows(tx, workflows).await

@@ -251,7 +251,7 @@ impl Store {
                     (array_agg(error_text order by updated_at desc))[1] as text,
                     (array_agg(coalesce(error_message, '') order by updated_at desc))[1] as example,
                     array_agg(id order by id) as ids
-               from workdo.steps where status = 'error' and active
+               from workdo.steps where status in ('error', 'exception') and active
               group by template, name, regexp_replace(coalesce(error_message, ''), '[0-9]+', '#', 'g')
               order by count(*) desc, template, name",
         )

@@ -34,7 +34,7 @@ mod queries;
 mod queues;
 mod recompose;
 mod redact;
-pub use queues::NamedQueue;
+pub use queues::{NamedQueue, queue_sql};
 mod results;
 mod schedules;
 pub mod session;

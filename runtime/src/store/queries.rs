@@ -421,8 +421,9 @@ impl Store {
                 ),
                 _ => "marked started from outside; waiting for its robot to report".into(),
             }),
-            "error" => reasons.push(format!(
-                "error after {} of {} attempts: {}; `workdo retry --object {} --template {} --step {}` puts it back",
+            "error" | "exception" => reasons.push(format!(
+                "{} after {} of {} attempts: {}; `workdo retry --object {} --template {} --step {}` puts it back",
+                s.status,
                 s.attempts,
                 s.max_attempts,
                 s.error_message.as_deref().unwrap_or("no message"),

@@ -50,6 +50,49 @@ fn step_predicate(step: &str) -> &'static str {
     }
 }
 
+/// The statement of a queue read ([`Store::queue_waiting_with`]); binds: template, step, lane,
+/// the completed scopes' templates and steps, limit, properties. Public for the test that
+/// holds its plan to the live rows (`tests/engine/engine_queues.rs`).
+///
+/// Each status is its own arm of an OR, so that each is found through the partial index that
+/// holds it (`steps_open` for waiting, scheduled and retrying, `steps_claim` for ready): a
+/// list of statuses that no one partial index covers had the planner walk every row of the
+/// step, finished ones included, so the read grew with history (issue 47).
+pub fn queue_sql(step: &str, ready_too: bool, filtered: bool) -> String {
+    let property_predicate = if filtered {
+        "and s.object_id in (select o.id from workdo.objects o where o.properties @> $7)"
+    } else {
+        "and $7::jsonb is null"
+    };
+    let statuses = if ready_too {
+        "(s.status = 'waiting' or s.status = 'ready'
+              or (s.status = 'scheduled' and s.run_at <= now())
+              or (s.status = 'retrying' and s.run_at <= now()))"
+    } else {
+        "(s.status = 'waiting' or s.status = 'scheduled')"
+    };
+    format!(
+        "select s.object_id, s.version, s.lane,
+                case when s.status in ('scheduled', 'retrying') then 'ready' else s.status end as status,
+                s.priority, s.run_at
+           from workdo.steps s
+          where s.template = $1 and {} and s.active
+            and {statuses}
+            and ($3::text is null or s.lane = $3)
+            and (select count(distinct (r.template, r.name))
+                   from unnest($4::text[], $5::text[]) as r(template, name)
+                   join workdo.workflows cw
+                     on cw.object_id = s.object_id and cw.template = r.template and cw.active
+                   join workdo.steps c on c.workflow_id = cw.id and c.name = r.name
+                  where c.status in ('completed', 'skipped'))
+                = (select count(distinct (t, n)) from unnest($4::text[], $5::text[]) as q(t, n))
+            {property_predicate}
+          order by s.priority desc, s.run_at, s.id
+          limit $6",
+        step_predicate(step)
+    )
+}
+
 impl Store {
     /// Objects whose step `template:step` waits (in the queue or for its prerequisites) and whose
     /// steps in `completed` (pairs of template and step) are all completed or skipped; active
@@ -142,39 +185,9 @@ impl Store {
     async fn queue_read(&self, q: QueueRead<'_>) -> Result<Vec<QueueEntry>> {
         let (ct, cs): (Vec<String>, Vec<String>) = q.completed.iter().cloned().unzip();
         let filtered = q.properties.as_object().is_some_and(|m| !m.is_empty());
-        let property_predicate = if filtered {
-            "and s.object_id in (select o.id from workdo.objects o where o.properties @> $7)"
-        } else {
-            "and $7::jsonb is null"
-        };
         // SQL NULL when unfiltered (a JSON `null` would be a value).
         let properties: Option<&Value> = filtered.then_some(q.properties);
-        let statuses = if q.ready_too {
-            "(s.status in ('waiting', 'ready')
-              or (s.status in ('scheduled', 'retrying') and s.run_at <= now()))"
-        } else {
-            "s.status in ('waiting', 'scheduled')"
-        };
-        let sql = format!(
-            "select s.object_id, s.version, s.lane,
-                    case when s.status in ('scheduled', 'retrying') then 'ready' else s.status end as status,
-                    s.priority, s.run_at
-               from workdo.steps s
-              where s.template = $1 and {} and s.active
-                and {statuses}
-                and ($3::text is null or s.lane = $3)
-                and (select count(distinct (r.template, r.name))
-                       from unnest($4::text[], $5::text[]) as r(template, name)
-                       join workdo.workflows cw
-                         on cw.object_id = s.object_id and cw.template = r.template and cw.active
-                       join workdo.steps c on c.workflow_id = cw.id and c.name = r.name
-                      where c.status in ('completed', 'skipped'))
-                    = (select count(distinct (t, n)) from unnest($4::text[], $5::text[]) as q(t, n))
-                {property_predicate}
-              order by s.priority desc, s.run_at, s.id
-              limit $6",
-            step_predicate(q.step)
-        );
+        let sql = queue_sql(q.step, q.ready_too, filtered);
         let rows = sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .bind(q.template)
             .bind(q.step)
@@ -231,7 +244,7 @@ impl Store {
     ) -> Result<Vec<StepRow>> {
         let sql = format!(
             "select s.* from workdo.steps s
-              where s.template = $1 and {} and s.active and s.status = 'error'
+              where s.template = $1 and {} and s.active and s.status in ('error', 'exception')
               order by s.updated_at desc limit $3",
             step_predicate(step)
         );
@@ -256,7 +269,7 @@ impl Store {
             return Ok(Vec::new());
         }
         let statuses = if ready_too {
-            "s.status in ('waiting', 'ready')"
+            "(s.status = 'waiting' or s.status = 'ready')"
         } else {
             "s.status = 'waiting'"
         };

@@ -32,7 +32,14 @@ use crate::model::status::Status;
 use crate::model::template::Template;
 
 /// Statuses of a step that has not started (and is not running).
-const NOT_STARTED: [&str; 5] = ["waiting", "ready", "scheduled", "retrying", "error"];
+const NOT_STARTED: [&str; 6] = [
+    "waiting",
+    "ready",
+    "scheduled",
+    "retrying",
+    "error",
+    "exception",
+];
 
 fn finished(status: &str) -> bool {
     status == "completed" || status == "skipped"

@@ -357,7 +357,7 @@ impl Store {
         change.error_text = req.error_text.clone();
         change.lifecycle = req.lifecycle.clone();
         change.elapsed = req.elapsed;
-        change.attempts_delta = i32::from(status == Status::Error);
+        change.attempts_delta = i32::from(status.is_error());
         let applied = Self::steps_apply(&mut tx, &[change], &req.actor).await?;
         // A machine's call step ended by hand tells its job, as the runtime's end of it does.
         if current != status && req.step.starts_with("call/") {

@@ -112,7 +112,10 @@ pub(super) async fn act(State(s): State<AppState>, headers: HeaderMap, body: Str
             )
         )
     } else if changed == n {
-        format!("{verb} {changed} steps.")
+        format!(
+            "{verb} {}.",
+            crate::output::plural(changed, "step", "steps")
+        )
     } else {
         format!(
             "{verb} {changed} of the {n} chosen steps; the others had moved on (finished, or no longer in that status)."

@@ -254,7 +254,8 @@ pub(super) fn page(title: &str, v: Option<&Viewer>, body: Markup) -> Html<String
                             a href="/ui/schedules" { "schedules and alerts" }
                         }
                         (search::form(""))
-                        @if let Some(v) = v {
+                        // Under `--open` there is no token to sign out of.
+                        @if let Some(v) = v.filter(|v| v.csrf != csrf_of("open")) {
                             form.who method="post" action="/signout" {
                                 span { (v.role.as_str()) } " "
                                 input type="hidden" name="csrf" value=(v.csrf);

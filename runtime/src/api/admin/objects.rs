@@ -21,6 +21,8 @@ pub(super) struct History {
     after: Option<i64>,
     /// Only events of this kind (comma-separated kinds allowed).
     kind: Option<String>,
+    /// What a step row's action did (the form comes back here).
+    done: Option<String>,
 }
 
 /// Events on one page of an object's history.
@@ -36,7 +38,7 @@ pub(super) async fn object(
         Ok(v) => v,
         Err(r) => return r,
     };
-    let (after, kinds) = match h {
+    let (after, kinds, done) = match h {
         Ok(Query(h)) => (
             h.after,
             h.kind
@@ -46,6 +48,7 @@ pub(super) async fn object(
                 .filter(|k| !k.is_empty())
                 .map(str::to_string)
                 .collect::<Vec<_>>(),
+            h.done.filter(|d| !d.trim().is_empty()),
         ),
         Err(e) => return unusable(&e),
     };
@@ -119,6 +122,7 @@ pub(super) async fn object(
     };
     let now = chrono::Utc::now();
     let body = html! {
+        @if let Some(d) = &done { p.done role="status" { (d) } }
         p { "version " (view.version) }
         h2 { "Properties" }
         pre #properties { (serde_json::to_string_pretty(&view.properties).unwrap_or_default()) }
@@ -131,7 +135,7 @@ pub(super) async fn object(
         }
         @for (w, drawn) in view.workflows.iter().zip(&machines) {
             section.workflow id={ "wf-" (w.workflow.id) } data-live {
-                h2 { (w.workflow.template) " (workflow " (w.workflow.id) ", "
+                h2 { (w.workflow.template) " (workflow " a href={ "/ui/workflows/" (w.workflow.id) } { (w.workflow.id) } ", "
                     @if w.machine.as_ref().is_some_and(|m| m.cancelled) { "cancelled with its parent" } @else { (w.workflow.status) } ")" }
                 @if let Some(m) = &w.machine {
                     p { "state " b.state { (m.state) } }
@@ -154,9 +158,9 @@ pub(super) async fn object(
                 @if !w.steps.is_empty() {
                     table {
                         @if w.functions.is_empty() {
-                            (head(&["step", "status", "#attempts", "note / error"]))
+                            (head(&["step", "status", "#attempts", "note / error", ""]))
                         } @else {
-                            (head(&["step", "status", "#attempts", "note / error", "function"]))
+                            (head(&["step", "status", "#attempts", "note / error", "", "function"]))
                         }
                         tbody {
                             @for st in &w.steps {
@@ -165,6 +169,7 @@ pub(super) async fn object(
                                     td class=(st.status) { (st.status) }
                                     td.n { (st.attempts) "/" (st.max_attempts) }
                                     td { (crate::output::step_remark(&st.status, st.error_message.as_deref(), st.note.as_deref(), st.run_at, now)) }
+                                    td.acts { (row_actions(&v, &here, st)) }
                                     @if !w.functions.is_empty() {
                                         td.function {
                                             @if let Some(f) = w.functions.iter().find(|f| f.step == st.name) {
@@ -236,6 +241,27 @@ pub(super) async fn object(
         }
     };
     page(&view.id, Some(&v), body).into_response()
+}
+
+/// A step row's own actions, where the operator looks at it: Retry on a failed step, Skip
+/// on an unfinished one (the bulk actions' form, for this one step, coming back here).
+fn row_actions(v: &super::Viewer, here: &str, st: &crate::store::StepRow) -> maud::Markup {
+    let failed = matches!(st.status.as_str(), "error" | "exception" | "retrying");
+    let unfinished = !matches!(st.status.as_str(), "completed" | "skipped");
+    html! {
+        @if v.role >= Role::Robot && unfinished {
+            form.inline method="post" action="/ui/steps/act" {
+                input type="hidden" name="csrf" value=(v.csrf);
+                input type="hidden" name="id" value=(st.id);
+                input type="hidden" name="back" value=(here);
+                @if failed {
+                    button.small name="action" value="retry" { "Retry" }
+                    " "
+                }
+                button.small name="action" value="skip" { "Skip" }
+            }
+        }
+    }
 }
 
 async fn document_text(store: &Store, object: &str, name: &str) -> String {

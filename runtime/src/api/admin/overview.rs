@@ -17,13 +17,14 @@ use crate::api::AppState;
 use crate::store::{FacetFilter, Role, StepThroughput, queue_key};
 
 /// The statuses as columns, in the order a step goes through them.
-pub(super) const COLUMNS: [&str; 8] = [
+pub(super) const COLUMNS: [&str; 9] = [
     "waiting",
     "scheduled",
     "ready",
     "started",
     "retrying",
     "error",
+    "exception",
     "completed",
     "skipped",
 ];

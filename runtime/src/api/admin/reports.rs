@@ -246,6 +246,13 @@ pub(super) async fn schedules_alerts(State(s): State<AppState>, headers: HeaderM
         .await
         .unwrap_or_default();
     let acts = v.role >= Role::Admin;
+    // Mail pending with no attempt for over a minute: nothing is sending it (a runtime sends
+    // within seconds of a failure when it has somewhere to send).
+    let minute_ago = chrono::Utc::now() - chrono::Duration::minutes(1);
+    let untried = outbox
+        .iter()
+        .filter(|r| r.status == "pending" && r.attempts == 0 && r.created_at < minute_ago)
+        .count();
     let when = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%d %H:%M:%S UTC").to_string();
     let body = html! {
         h2 { "Schedules" }
@@ -280,6 +287,13 @@ pub(super) async fn schedules_alerts(State(s): State<AppState>, headers: HeaderM
             }
         }
         h2 { "Alert outbox" }
+        @if untried > 0 {
+            p.note #outbox-untried {
+                (untried) " " (if untried == 1 { "message waits" } else { "messages wait" })
+                " over a minute with no attempt: no running runtime sends mail. `workdo up` sends it \
+                 only with WORKDO_SMTP_URL and WORKDO_ALERT_TO set (docs/alerts-and-schedules.md)."
+            }
+        }
         table #outbox {
             (head(&["created", "kind", "about", "status", "#attempts", "last error"]))
             tbody {

@@ -46,6 +46,78 @@ pub struct RuleMatch {
     /// result; a node over [`MAX_FRAGMENT_BYTES`] is kept as `null`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub matched: Vec<Option<String>>,
+    /// For an `undo` rule, what its XPath matches in the document now, as `fragments` and
+    /// `matched` are for other rules: the next observation compares against it
+    /// ([`undo_removals`]). `fragments` and `matched` of an undo rule are the fragments removed
+    /// since the first observation, which its compensation undoes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub present: Option<Present>,
+}
+
+/// What an `undo` rule's XPath matched in the document at the last observation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Present {
+    pub fragments: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub matched: Vec<Option<String>>,
+}
+
+/// Seed 001's `undo`: the compensating bricklets are appended "to roll back operations B_j
+/// after a data fragment was removed from the document". So an undo rule counts the fragments
+/// its XPath matched at an earlier observation and matches no more, not those it matches now:
+/// `current` (this observation's matches, as [`observe`] found them) becomes, for each undo
+/// rule, the fragments removed since the workflow's first observation (`previous`, as last
+/// recorded), with what matches now kept in [`RuleMatch::present`] for the next comparison.
+/// Fragments are compared by their XML text, as a multiset; a rule whose result is a count (a
+/// boolean, a number) compares counts. The first observation removes nothing. Other rules are
+/// returned as they are.
+pub fn undo_removals(previous: &[RuleMatch], current: &[RuleMatch]) -> Vec<RuleMatch> {
+    current
+        .iter()
+        .map(|m| {
+            if m.op != Op::Undo {
+                return m.clone();
+            }
+            let now = Present {
+                fragments: m.fragments,
+                matched: m.matched.clone(),
+            };
+            let before = previous
+                .iter()
+                .find(|p| p.rule == m.rule && p.op == Op::Undo);
+            let (mut removed, mut count) = match before {
+                Some(p) if p.present.is_some() => (p.matched.clone(), p.fragments),
+                _ => (Vec::new(), 0),
+            };
+            if let Some(was) = before.and_then(|p| p.present.as_ref()) {
+                let by_text = was.matched.len() == was.fragments as usize
+                    && now.matched.len() == now.fragments as usize
+                    && (was.fragments > 0 || now.fragments > 0);
+                if by_text {
+                    let mut left = now.matched.clone();
+                    for f in &was.matched {
+                        match left.iter().position(|l| l == f) {
+                            Some(i) => {
+                                left.swap_remove(i);
+                            }
+                            None => {
+                                removed.push(f.clone());
+                                count = count.saturating_add(1);
+                            }
+                        }
+                    }
+                } else {
+                    count = count.saturating_add(was.fragments.saturating_sub(now.fragments));
+                }
+            }
+            RuleMatch {
+                fragments: count,
+                matched: removed,
+                present: Some(now),
+                ..m.clone()
+            }
+        })
+        .collect()
 }
 
 /// The largest matched node kept as a fragment, as XML text (64 KiB).
@@ -182,6 +254,7 @@ pub fn observe(observe: &Observe, document: &str) -> Result<Vec<RuleMatch>, Stri
             bricklets: rule.bricklets.clone(),
             fragments,
             matched,
+            present: None,
         });
     }
     Ok(out)

@@ -137,6 +137,7 @@ fn operations_change_the_activation_set() {
         bricklets: bricklets.iter().map(|s| s.to_string()).collect(),
         fragments,
         matched: Vec::new(),
+        present: None,
     };
     let mut a = Actset::new();
     apply(&mut a, &m(Op::Add, &["video", "text"], 2), &comp);
@@ -318,6 +319,7 @@ fn fragment_counts_saturate() {
         bricklets: vec!["b".into()],
         fragments,
         matched: Vec::new(),
+        present: None,
     };
     apply(&mut actset, &m(u32::MAX), &|_| None);
     apply(&mut actset, &m(2), &|_| None);
@@ -346,6 +348,7 @@ fn fragments_follow_the_operations_instance_by_instance() {
         bricklets: bricklets.iter().map(|b| b.to_string()).collect(),
         fragments: matched.len() as u32,
         matched: matched.iter().map(|x| Some(x.to_string())).collect(),
+        present: None,
     };
     let mut f = Fragments::new();
     let comp = |b: &str| (b == "audio").then(|| "purge".to_string());
@@ -464,4 +467,43 @@ fn nesting_is_measured_by_tags_not_by_what_looks_like_them() {
         assert_eq!(nests_deeper(open, 10), Nesting::Unclosed, "{open}");
     }
     assert_eq!(nests_deeper("</a></b><c/>", 1), Nesting::Within);
+}
+
+/// Seed 001's undo counts fragments removed since the first observation, not those matched now.
+#[test]
+fn undo_counts_the_fragments_that_went_away() {
+    let undo = |matched: &[&str]| RuleMatch {
+        rule: 3,
+        op: Op::Undo,
+        generator: "g".into(),
+        bricklets: vec!["audio".into()],
+        fragments: matched.len() as u32,
+        matched: matched.iter().map(|x| Some(x.to_string())).collect(),
+        present: None,
+    };
+    // First observation: two recordings; nothing removed, nothing to compensate.
+    let first = undo_removals(&[], &[undo(&["<a n='1'/>", "<a n='2'/>"])]);
+    assert_eq!((first[0].fragments, first[0].matched.len()), (0, 0));
+    // One recording deleted: one compensation, with the fragment that went away.
+    let second = undo_removals(&first, &[undo(&["<a n='2'/>"])]);
+    assert_eq!(second[0].fragments, 1);
+    assert_eq!(second[0].matched, vec![Some("<a n='1'/>".to_string())]);
+    // Nothing changes: the compensation stays (the activation set is recomputed each time).
+    let third = undo_removals(&second, &[undo(&["<a n='2'/>"])]);
+    assert_eq!(third[0].fragments, 1);
+    // A new recording added, the last old one removed: one more.
+    let fourth = undo_removals(&third, &[undo(&["<a n='3'/>"])]);
+    assert_eq!(fourth[0].fragments, 2);
+    // A rule that counts (a boolean): a count that falls.
+    let mut yes = undo(&[]);
+    yes.fragments = 1;
+    let mut no = undo(&[]);
+    no.fragments = 0;
+    let a = undo_removals(&[], &[yes]);
+    let b = undo_removals(&a, &[no]);
+    assert_eq!(b[0].fragments, 1);
+    // Other rules pass as they are.
+    let mut add = undo(&["<a/>"]);
+    add.op = Op::Add;
+    assert_eq!(undo_removals(&[], std::slice::from_ref(&add)), vec![add]);
 }

@@ -59,7 +59,7 @@ pub(crate) async fn calls_ended(tx: &mut Transaction<'_, Postgres>, ids: &[i64])
     let ended: Vec<Ended> = sqlx::query_as(
         "select s.id, s.workflow_id, s.name, s.status::text as status, s.note, s.error_message
            from workdo.steps s join workdo.workflows w on w.id = s.workflow_id
-          where s.id = any($1) and s.status in ('completed', 'error')
+          where s.id = any($1) and s.status in ('completed', 'error', 'exception')
             and starts_with(s.name, 'call/') and w.machine is not null
           order by s.id",
     )
