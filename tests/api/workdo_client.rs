@@ -204,6 +204,26 @@ async fn the_clients_calls_get_the_services_answers() {
     )
     .expect("JSON context");
     assert_eq!(ctx, context);
+    // create_workflow_spec.rb, "with non hash context": a string is kept and read back as
+    // JSON text (the service's `context&.to_json`).
+    let (code, body) = c
+        .send(
+            Method::POST,
+            "objects/druid:dd111ff2222/workflows/accessionWF?version=1",
+            Some("application/json"),
+            &json!({"context": "not JSON"}).to_string(),
+        )
+        .await;
+    assert_eq!(code, StatusCode::CREATED, "{body}");
+    let (_, xml2) = c
+        .get("objects/druid:dd111ff2222/workflows/accessionWF")
+        .await;
+    assert_eq!(
+        process_attr(&xml2, "start-accession", "context").as_deref(),
+        Some("\"not JSON\""),
+        "{xml2}"
+    );
+    assert!(xml2.contains(r#"context="&quot;not JSON&quot;""#), "{xml2}");
     for attr in [
         "laneId",
         "elapsed",

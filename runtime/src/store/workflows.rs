@@ -115,11 +115,13 @@ impl Store {
         req: &StartRequest,
     ) -> Result<Vec<Started>> {
         check_lane(&req.lane)?;
-        if !req.context.is_object() {
+        // A string too: the workflow service keeps one as it is given (its clients may send
+        // one), and gives it back as JSON text.
+        if !req.context.is_object() && !req.context.is_string() {
             return Err(StoreError::Invalid {
                 field: "context",
                 value: req.context.to_string().chars().take(80).collect(),
-                reason: "must be a JSON object",
+                reason: "must be a JSON object (or a string)",
             });
         }
         // Postgres stores no NUL in jsonb: said by name, not as its "unsupported Unicode escape".

@@ -1,7 +1,5 @@
 //! The WorkDo workflow-service routes, XML in and out as existing robots and clients expect.
 
-use std::fmt::Write as _;
-
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
@@ -56,7 +54,7 @@ pub fn router() -> Router<AppState> {
         .route("/workflow_templates/{name}", get(template_processes))
 }
 
-use render::{Specs, esc, from_wire, workflow_xml, xml};
+use render::{Specs, Tag, close, from_wire, workflow_xml, xml};
 
 /// An object id in its one spelling ([`crate::model::object_id`]: the same rule as the CLI's and
 /// the JSON API's, so `bb123cd4567` is `druid:bb123cd4567`); anything else is a 400.
@@ -104,7 +102,10 @@ pub(super) async fn workflows_of_object(
         Err(e) => return Err(e.into()),
     };
     let specs = specs_of(&s.store, &views).await?;
-    let mut out = format!(r#"<workflows objectId="{}">"#, esc(&object));
+    let mut out = String::new();
+    let end = Tag::open(&mut out, "workflows")
+        .attr("objectId", &object)
+        .start();
     // By name, as the service lists them.
     let mut names: Vec<&str> = views.iter().map(|v| v.workflow.template.as_str()).collect();
     names.sort_unstable();
@@ -116,7 +117,7 @@ pub(super) async fn workflows_of_object(
             .collect();
         workflow_xml(&mut out, &object, name, &of, &specs);
     }
-    out.push_str("</workflows>");
+    close(&mut out, end);
     Ok(xml(out))
 }
 
@@ -192,10 +193,12 @@ pub(super) async fn create(
         match v.get("context") {
             None | Some(Value::Null) => None,
             Some(Value::String(t)) if t.is_empty() => Some(json!({})),
-            Some(ctx) if ctx.is_object() => Some(ctx.clone()),
+            // A string is kept as it is, and read back as JSON text (create_workflow_spec.rb:
+            // "with non hash context").
+            Some(ctx) if ctx.is_object() || ctx.is_string() => Some(ctx.clone()),
             Some(_) => {
                 return Err(ApiError::bad_request(
-                    "`context` must be a JSON object (or \"\" to clear it)",
+                    "`context` must be a JSON object or a string (\"\" clears it)",
                 ));
             }
         }
@@ -446,17 +449,17 @@ pub(super) async fn lifecycle(
     } else {
         s.store.milestones_of_steps(&object).await?
     };
-    let mut out = format!(r#"<lifecycle objectId="{}">"#, esc(&object));
+    let mut out = String::new();
+    let end = Tag::open(&mut out, "lifecycle")
+        .attr("objectId", &object)
+        .start();
     for m in milestones {
-        let _ = write!(
-            out,
-            r#"<milestone date="{}" version="{}">{}</milestone>"#,
-            render::service_time(&m.at),
-            m.version,
-            esc(&m.name)
-        );
+        Tag::open(&mut out, "milestone")
+            .attr("date", render::service_time(&m.at))
+            .attr("version", m.version)
+            .text(&m.name);
     }
-    out.push_str("</lifecycle>");
+    close(&mut out, end);
     Ok(xml(out))
 }
 
@@ -477,9 +480,8 @@ mod tests {
 
     #[test]
     fn escapes() {
-        assert_eq!(
-            super::esc(r#"<a href="x">&'"#),
-            "&lt;a href=&quot;x&quot;&gt;&amp;&apos;"
-        );
+        let mut out = String::new();
+        super::Tag::open(&mut out, "m").text(r#"<a href="x">&'"#);
+        assert_eq!(out, "<m>&lt;a href=&quot;x&quot;&gt;&amp;&apos;</m>");
     }
 }

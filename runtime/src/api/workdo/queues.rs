@@ -1,12 +1,10 @@
 //! The workflow service's queue routes: the objects waiting at a step (with prerequisites
 //! completed), in error, or with a step completed; a step's lanes; every queued step.
 
-use std::fmt::Write as _;
-
 use axum::extract::{RawQuery, State};
 use axum::response::Response;
 
-use super::render::{esc, xml};
+use super::render::{Tag, close, xml};
 use crate::api::{
     ApiError, ApiResult, AppState, Caller, int_param, param, query_pairs, split_step,
 };
@@ -81,11 +79,14 @@ pub(crate) async fn workflow_queue(
         .map(|r| r.object_id)
         .collect()
     };
-    let mut out = format!(r#"<objects count="{}">"#, ids.len());
+    let mut out = String::new();
+    let end = Tag::open(&mut out, "objects")
+        .attr("count", ids.len())
+        .start();
     for id in &ids {
-        let _ = write!(out, r#"<object id="{}"/>"#, esc(id));
+        Tag::open(&mut out, "object").attr("id", id).empty();
     }
-    out.push_str("</objects>");
+    close(&mut out, end);
     Ok(xml(out))
 }
 
@@ -116,11 +117,12 @@ pub(crate) async fn lane_ids(
     let step = param(&pairs, "step").ok_or_else(|| ApiError::bad_request("give step=WF:STEP"))?;
     let (t, st) = split_step(step)?;
     let ready_too = !ready_reads_queued(&s, &t, &st).await?;
-    let mut out = String::from("<lanes>");
+    let mut out = String::new();
+    let end = Tag::open(&mut out, "lanes").start();
     for lane in s.store.queue_lanes(&t, &st, ready_too).await? {
-        let _ = write!(out, r#"<lane id="{}"/>"#, esc(&lane));
+        Tag::open(&mut out, "lane").attr("id", &lane).empty();
     }
-    out.push_str("</lanes>");
+    close(&mut out, end);
     Ok(xml(out))
 }
 
@@ -147,17 +149,16 @@ pub(crate) async fn all_queued(
         .queue_all_queued(older_than, crate::api::limit_param(&pairs, 1000)?, handoff)
         .await?;
     // The service's shape (`all_queued_spec.rb`): workflow, process, druid and lane.
-    let mut out = String::from("<workflows>");
+    let mut out = String::new();
+    let end = Tag::open(&mut out, "workflows").start();
     for r in &rows {
-        let _ = write!(
-            out,
-            r#"<workflow name="{}" process="{}" druid="{}" laneId="{}"/>"#,
-            esc(&r.template),
-            esc(&r.name),
-            esc(&r.object_id),
-            esc(&r.lane),
-        );
+        Tag::open(&mut out, "workflow")
+            .attr("name", &r.template)
+            .attr("process", &r.name)
+            .attr("druid", &r.object_id)
+            .attr("laneId", &r.lane)
+            .empty();
     }
-    out.push_str("</workflows>");
+    close(&mut out, end);
     Ok(xml(out))
 }

@@ -36,8 +36,8 @@ pub(super) fn from_wire(status: &str, handoff: bool) -> &str {
     }
 }
 
-/// Escape text for an XML attribute or element.
-pub(super) fn esc(s: &str) -> String {
+/// Escape text for an XML attribute or element (for [`Tag`]; nothing else writes XML text).
+fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -60,6 +60,62 @@ pub(super) fn esc(s: &str) -> String {
 /// surrogates).
 fn is_xml_char(c: char) -> bool {
     matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{FFFD}' | '\u{10000}'..)
+}
+
+/// An XML element being written, its attribute values and text escaped by construction: a
+/// caller gives raw values, never escaped text, so no value can be written unescaped (the
+/// page's maud templates hold the same rule).
+pub(super) struct Tag<'a> {
+    out: &'a mut String,
+    name: &'static str,
+}
+
+impl<'a> Tag<'a> {
+    /// `<name` opened on `out`.
+    pub(super) fn open(out: &'a mut String, name: &'static str) -> Self {
+        out.push('<');
+        out.push_str(name);
+        Tag { out, name }
+    }
+
+    /// ` key="value"`, the value escaped.
+    pub(super) fn attr(self, key: &str, value: impl std::fmt::Display) -> Self {
+        let _ = write!(self.out, r#" {key}=""#);
+        self.out.push_str(&esc(&value.to_string()));
+        self.out.push('"');
+        self
+    }
+
+    /// The attribute when there is a value.
+    pub(super) fn attr_if(self, key: &str, value: Option<impl std::fmt::Display>) -> Self {
+        match value {
+            Some(v) => self.attr(key, v),
+            None => self,
+        }
+    }
+
+    /// `/>`: an element without content.
+    pub(super) fn empty(self) {
+        self.out.push_str("/>");
+    }
+
+    /// `>text</name>`, the text escaped.
+    pub(super) fn text(self, text: &str) {
+        self.out.push('>');
+        self.out.push_str(&esc(text));
+        let _ = write!(self.out, "</{}>", self.name);
+    }
+
+    /// `>`, and the element's end to write with [`close`] once its content is written.
+    pub(super) fn start(self) -> &'static str {
+        self.out.push('>');
+        self.name
+    }
+}
+
+/// `</name>`.
+pub(super) fn close(out: &mut String, name: &'static str) {
+    let _ = write!(out, "</{name}>");
 }
 
 pub(super) fn xml(body: String) -> Response {
@@ -113,32 +169,26 @@ fn elapsed_text(elapsed: Option<f64>, status: &str) -> String {
 /// there are. workdo's own fields (priority, its count of attempts, microseconds) are on its
 /// JSON API: here `attempts` is the service's, which nothing but a client's PUT sets (0).
 fn process_xml(out: &mut String, s: &StepRow, context: &str, status: &str) {
-    let _ = write!(
-        out,
-        r#"<process version="{}" note="{}" lifecycle="{}" laneId="{}" elapsed="{}" attempts="0" datetime="{}" context="{}" status="{}" name="{}""#,
-        s.version,
-        esc(s.note.as_deref().unwrap_or("")),
-        esc(s.lifecycle.as_deref().unwrap_or("")),
-        esc(&s.lane),
-        elapsed_text(s.elapsed, &s.status),
-        service_time(&s.updated_at),
-        esc(context),
-        esc(status),
-        esc(&s.name),
-    );
     // A step queued or running again keeps its last error for workdo's own views; the
     // service's clients see errors on steps in error only, as the service shows them.
     let again = matches!(
         Status::parse(&s.status),
         Some(Status::Ready | Status::Started)
     );
-    if let Some(m) = s.error_message.as_ref().filter(|_| !again) {
-        let _ = write!(out, r#" errorMessage="{}""#, esc(m));
-    }
-    if let Some(t) = s.error_text.as_ref().filter(|_| !again) {
-        let _ = write!(out, r#" errorText="{}""#, esc(t));
-    }
-    out.push_str("/>");
+    Tag::open(out, "process")
+        .attr("version", s.version)
+        .attr("note", s.note.as_deref().unwrap_or(""))
+        .attr("lifecycle", s.lifecycle.as_deref().unwrap_or(""))
+        .attr("laneId", &s.lane)
+        .attr("elapsed", elapsed_text(s.elapsed, &s.status))
+        .attr("attempts", 0)
+        .attr("datetime", service_time(&s.updated_at))
+        .attr("context", context)
+        .attr("status", status)
+        .attr("name", &s.name)
+        .attr_if("errorMessage", s.error_message.as_ref().filter(|_| !again))
+        .attr_if("errorText", s.error_text.as_ref().filter(|_| !again))
+        .empty();
 }
 
 /// `<workflow objectId id>` with every step of `views` (all versions, oldest first).
@@ -149,12 +199,11 @@ pub(super) fn workflow_xml(
     views: &[&WorkflowView],
     specs: &Specs,
 ) {
-    let _ = write!(
-        out,
-        r#"<workflow repository="dor" objectId="{}" id="{}">"#,
-        esc(object),
-        esc(template)
-    );
+    let end = Tag::open(out, "workflow")
+        .attr("repository", "dor")
+        .attr("objectId", object)
+        .attr("id", template)
+        .start();
     for v in views {
         let context = context_text(&v.workflow.context);
         let spec = specs.templates.get(&v.workflow.template_id);
@@ -166,12 +215,25 @@ pub(super) fn workflow_xml(
             process_xml(out, s, &context, &status);
         }
     }
-    out.push_str("</workflow>");
+    close(out, end);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tags_escape_what_they_are_given() {
+        let mut out = String::new();
+        let end = Tag::open(&mut out, "a").attr("b", "<\"&'>").start();
+        Tag::open(&mut out, "c").text("x < y");
+        Tag::open(&mut out, "d").attr_if("e", None::<&str>).empty();
+        close(&mut out, end);
+        assert_eq!(
+            out,
+            r#"<a b="&lt;&quot;&amp;&apos;&gt;"><c>x &lt; y</c><d/></a>"#
+        );
+    }
 
     #[test]
     fn characters_xml_cannot_carry_are_replaced() {
