@@ -46,6 +46,11 @@ struct Bouncer {
 }
 
 async fn pgbouncer(url: &str, mode: &str) -> Bouncer {
+    pgbouncer_with(url, mode, "").await
+}
+
+/// [`pgbouncer`] with more `[pgbouncer]` settings (`extra`, lines of `key = value`).
+async fn pgbouncer_with(url: &str, mode: &str, extra: &str) -> Bouncer {
     let exe = ["pgbouncer", "/usr/sbin/pgbouncer"]
         .into_iter()
         .find(|c| Command::new(c).arg("--version").output().is_ok())
@@ -54,7 +59,13 @@ async fn pgbouncer(url: &str, mode: &str) -> Bouncer {
     let dir = tempfile::tempdir().expect("tempdir");
     // PgBouncer refuses to run as root: as root it runs as `postgres`, which must write here.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
-    let ini = write_ini(dir.path(), &host, &port, &password, mode);
+    let ini = write_ini(
+        dir.path(),
+        &host,
+        &port,
+        &password,
+        &format!("{mode}\n{extra}"),
+    );
     let mut cmd = Command::new(exe);
     let root = Command::new("id")
         .arg("-u")
@@ -240,20 +251,14 @@ async fn a_transaction_pooler_is_refused_with_what_to_configure() {
     assert_eq!(s.status, "ready", "nothing was claimed through the pooler");
 }
 
-/// `workdo up` says at start when the server cannot hold the connections it may open.
-#[tokio::test]
-async fn up_warns_when_the_server_has_no_room_for_its_connections() {
+/// The first line `workdo up ARGS` (on `url`) writes to stderr that contains `needle`.
+fn up_says(url: &str, args: &[&str], needle: &str) -> String {
     use std::io::BufRead;
-    let t = db().await;
-    let max: i64 = sqlx::query_scalar("select current_setting('max_connections')::bigint")
-        .fetch_one(t.pool())
-        .await
-        .expect("max_connections");
-    let asked = (max + 10).to_string();
     let mut up = Killed(
         Command::new(env!("CARGO_BIN_EXE_workdo"))
-            .args(["up", "--no-api", "--max-connections", &asked])
-            .env("DATABASE_URL", &t.url)
+            .arg("up")
+            .args(args)
+            .env("DATABASE_URL", url)
             .env("RUST_LOG", "error")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -273,18 +278,53 @@ async fn up_warns_when_the_server_has_no_room_for_its_connections() {
         }
     });
     let deadline = Instant::now() + Duration::from_secs(30);
-    let warned = loop {
+    loop {
         match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(line) if line.contains("database connections") => break line,
+            Ok(line) if line.contains(needle) => return line,
             Ok(_) => {}
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                assert!(Instant::now() < deadline, "no warning about connections");
+                assert!(Instant::now() < deadline, "workdo up never said {needle:?}");
             }
-            Err(e) => panic!("workdo up ended without warning: {e}"),
+            Err(e) => panic!("workdo up ended without saying {needle:?}: {e}"),
         }
-    };
+    }
+}
+
+/// `workdo up` says at start when the server cannot hold the connections it may open.
+#[tokio::test]
+async fn up_warns_when_the_server_has_no_room_for_its_connections() {
+    let t = db().await;
+    let max: i64 = sqlx::query_scalar("select current_setting('max_connections')::bigint")
+        .fetch_one(t.pool())
+        .await
+        .expect("max_connections");
+    let asked = (max + 10).to_string();
+    let warned = up_says(
+        &t.url,
+        &["--no-api", "--max-connections", &asked],
+        "database connections",
+    );
     assert!(
         warned.contains(&format!("up to {}", max + 10 + 1)) && warned.contains("max_connections"),
+        "{warned}"
+    );
+}
+
+/// Through PgBouncer, `workdo up` reads the pool's size from its console and says when the
+/// process may hold more connections than the pool gives (issue 47: a pool of 20 under two
+/// processes took 11 times as long as one of 40).
+#[tokio::test]
+async fn up_warns_when_pgbouncers_pool_is_smaller_than_its_connections() {
+    let t = db().await;
+    let bouncer = pgbouncer_with(&t.url, "session", "default_pool_size = 4").await;
+    let warned = up_says(
+        &bouncer.url,
+        &["--no-api", "--max-connections", "6"],
+        "default_pool_size",
+    );
+    assert!(
+        warned.contains("up to 7 database connections")
+            && warned.contains("PgBouncer pools 4 server connections"),
         "{warned}"
     );
 }

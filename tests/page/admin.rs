@@ -171,10 +171,11 @@ async fn operators_see_counts_retry_errors_and_read_objects_in_a_browser() {
     );
     shot(&c, "errors-grouped").await;
     click(&c, Locator::Css("button.retry-group"), "retry the group").await;
-    // The confirmation names the count; accept it as a person would.
+    // The confirmation names the count, the step and the message (issue 50); accept it as a
+    // person would.
     assert_eq!(
         c.get_alert_text().await.expect("a confirmation"),
-        "Retry 1 steps?"
+        "Retry 1 step of pageWF:scan failed with “lamp failed”?"
     );
     c.accept_alert().await.expect("confirm");
     wait_text(

@@ -228,6 +228,8 @@ async fn machines_history_archive_and_schedules_on_the_page() {
             == 1
     })
     .await;
+    // The page says what the fire did (issue 50).
+    wait_text(&c, "started its workflow on 1 object.", "the fire's report").await;
     let next = &t.store.schedules_list().await.expect("list")[0];
     assert!(
         next.next_fire_at > chrono::Utc::now(),

@@ -167,6 +167,16 @@ pub fn budget_warning(budget: u32, max: i64, reserved: i64, open: i64) -> Option
     })
 }
 
+/// A warning when PgBouncer's pool (`default_pool_size` server connections for each user and
+/// database) is smaller than what this process may hold.
+pub fn pooler_warning(budget: u32, pool: i64) -> Option<String> {
+    (i64::from(budget) > pool).then(|| {
+        format!(
+            "workdo: this process may hold up to {budget} database connections, but PgBouncer pools {pool} server connections for this user and database (default_pool_size): in session mode the rest wait for one; set default_pool_size to at least the sum of every workdo process's connections, or give each a smaller --max-connections (docs/operations.md, Poolers)"
+        )
+    })
+}
+
 pub(super) async fn up(
     store: &Store,
     args: UpArgs,
@@ -190,6 +200,21 @@ pub(super) async fn up(
                 max,
                 reserved,
                 open,
+            )
+        {
+            eprintln!("{w}");
+        }
+        // Through PgBouncer in session mode each client connection holds a server connection
+        // of the pool: a budget over the pool's size waits for them (issue 47: two processes
+        // on a pool of 20 took 11 times as long as on 40).
+        if let Some(pool) = store.pooler_pool_size().await
+            && let Some(w) = pooler_warning(
+                connection_budget(
+                    args.runtime.max_connections.unwrap_or(16),
+                    server.is_some(),
+                    followed,
+                ),
+                pool,
             )
         {
             eprintln!("{w}");

@@ -348,6 +348,27 @@ impl Store {
         .await?)
     }
 
+    /// When the database is reached through PgBouncer and its console answers this user (an
+    /// `admin_users` or `stats_users` name, or `auth_type = any`): the server connections it
+    /// pools for each user and database (`default_pool_size`). `None` when there is no
+    /// PgBouncer in between, or it does not say.
+    pub async fn pooler_pool_size(&self) -> Option<i64> {
+        use sqlx::{ConnectOptions, Row};
+        let opts = (*self.pool.connect_options()).clone().database("pgbouncer");
+        let mut conn = tokio::time::timeout(std::time::Duration::from_secs(3), opts.connect())
+            .await
+            .ok()?
+            .ok()?;
+        // The console speaks the simple protocol only.
+        let rows = sqlx::raw_sql("SHOW CONFIG").fetch_all(&mut conn).await.ok();
+        let _ = sqlx::Connection::close(conn).await;
+        rows?.iter().find_map(|r| {
+            let key: String = r.try_get("key").ok()?;
+            let value: String = r.try_get("value").ok()?;
+            (key == "default_pool_size").then(|| value.trim().parse().ok())?
+        })
+    }
+
     /// Whether the database answers a trivial query.
     ///
     /// # Errors

@@ -208,4 +208,33 @@ async fn a_mistyped_filter_is_named_not_shown_as_none() {
         body.contains("There is no page 41: these steps fill 1 page now."),
         "{body}"
     );
+
+    // Issue 50 item 4: "all matching" sits at the top, above the page's own actions, and its
+    // question names every filter the steps are chosen by, the property's included.
+    sqlx::query(
+        "update workdo.objects set properties = '{\"collection\": \"walk4\"}' where id = 'obj:o1'",
+    )
+    .execute(t.pool())
+    .await
+    .expect("property");
+    let body = reqwest::get(format!(
+        "{base}/ui/steps?template=accessionWF&step=shelve&status=ready&property=collection%3Dwalk4"
+    ))
+    .await
+    .expect("page")
+    .text()
+    .await
+    .expect("body");
+    let question = body
+        .split("id=\"all-skip\"")
+        .nth(1)
+        .and_then(|r| r.split("data-confirm=\"").nth(1))
+        .and_then(|r| r.split('"').next())
+        .unwrap_or_default();
+    assert_eq!(
+        question, "Skip all 1 step of accessionWF:shelve in ready where collection = walk4?",
+        "{body}"
+    );
+    let (all, own) = (body.find("id=\"all-skip\""), body.find("id=\"act\""));
+    assert!(all.is_some() && own.is_some() && all < own, "{body}");
 }

@@ -71,7 +71,7 @@ pub(super) async fn errors(
                         td { (g.last.format("%Y-%m-%d %H:%M:%S")) }
                         td {
                             @if acts {
-                                form method="post" action="/ui/steps/act" data-confirm={ "Retry " (g.count) " steps?" } {
+                                form method="post" action="/ui/steps/act" data-confirm={ "Retry " (g.count) (if g.count == 1 { " step of " } else { " steps of " }) (g.template) ":" (g.step) " failed with “" (g.message) "”?" } {
                                     input type="hidden" name="csrf" value=(v.csrf);
                                     input type="hidden" name="back" value="/ui/errors";
                                     input type="hidden" name="action" value="retry";
@@ -225,10 +225,18 @@ pub(super) async fn timings(
 
 /// Schedules with their next fire time (enable, disable, fire now), the alert outbox (pending,
 /// sent, failed) and the hand-off to Sidekiq.
-pub(super) async fn schedules_alerts(State(s): State<AppState>, headers: HeaderMap) -> Response {
+pub(super) async fn schedules_alerts(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    d: Result<Query<Done>, axum::extract::rejection::QueryRejection>,
+) -> Response {
     let v = match viewer(&s, &headers).await {
         Ok(v) => v,
         Err(r) => return r,
+    };
+    let done = match d {
+        Ok(Query(d)) => d.done.filter(|d| !d.is_empty()),
+        Err(e) => return unusable(&e),
     };
     let schedules = match s.store.schedules_list().await {
         Ok(r) => r,
@@ -255,6 +263,7 @@ pub(super) async fn schedules_alerts(State(s): State<AppState>, headers: HeaderM
         .count();
     let when = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%d %H:%M:%S UTC").to_string();
     let body = html! {
+        @if let Some(d) = &done { p.done role="status" { (d) } }
         h2 { "Schedules" }
         table #schedules {
             (head(&["schedule", "cron", "template", "enabled", "next fire", "last fired", ""]))
@@ -369,14 +378,42 @@ pub(super) async fn schedule_act(
     let Some(name) = super::field(&pairs, "name") else {
         return failure("the form names no schedule");
     };
+    // What was done, said on the page it comes back to (a fire: how many workflows started or
+    // jobs signalled).
     let done = match super::field(&pairs, "action") {
-        Some("enable") => s.store.schedule_enable(name, true).await,
-        Some("disable") => s.store.schedule_enable(name, false).await,
-        Some("fire") => s.store.schedule_fire_now(name).await.map(|_| ()),
+        Some("enable") => s
+            .store
+            .schedule_enable(name, true)
+            .await
+            .map(|()| format!("Schedule {name} enabled.")),
+        Some("disable") => s
+            .store
+            .schedule_enable(name, false)
+            .await
+            .map(|()| format!("Schedule {name} disabled.")),
+        Some("fire") => s.store.schedule_fire_now(name).await.map(|fired| {
+            let (started, signalled) = fired
+                .iter()
+                .fold((0, 0), |(a, b), f| (a + f.started, b + f.signalled));
+            if signalled > 0 {
+                format!(
+                    "Fired {name}: sent its signal to {}.",
+                    crate::output::plural(signalled, "job", "jobs")
+                )
+            } else {
+                format!(
+                    "Fired {name}: started its workflow on {}.",
+                    crate::output::plural(started, "object", "objects")
+                )
+            }
+        }),
         other => return failure(&format!("unknown schedule action {other:?}")),
     };
     match done {
-        Ok(()) => axum::response::Redirect::to("/ui/schedules").into_response(),
+        Ok(said) => {
+            axum::response::Redirect::to(&format!("/ui/schedules?done={}", super::enc(&said)))
+                .into_response()
+        }
         Err(e) => failure(&e.to_string()),
     }
 }

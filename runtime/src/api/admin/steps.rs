@@ -109,6 +109,8 @@ pub(super) async fn steps(
             }
         }
         @if let Some(done) = given(&q.done) { p.done role="status" { (done) } }
+        // Acting on everything that matches, at the top with the page's own actions.
+        @if acts && total > 0 { (act_on_all(&v.csrf, &here, &q, &f, total)) }
         @if acts {
             form #act method="post" action="/ui/steps/act" data-chosen {
                 input type="hidden" name="csrf" value=(v.csrf);
@@ -129,7 +131,6 @@ pub(super) async fn steps(
             (table(&rows, acts, now))
         }
         (pager)
-        @if acts && total > 0 { (act_on_all(&v.csrf, &here, &q, &f, total)) }
     };
     page(
         &format!("{}:{} {}", q.template, q.step, q.status),
@@ -184,7 +185,20 @@ fn pager(base: &[(&'static str, String)], page_no: i64, pages: i64) -> Markup {
 /// them again when the form arrives, and the browser first asks, naming how many.
 fn act_on_all(csrf: &str, back: &str, q: &FacetQuery, f: &Filters, total: i64) -> Markup {
     let n = count(total);
-    let what = format!("{}:{} in {}", q.template, q.step, q.status);
+    // The question names every filter the steps are chosen by, the property's included.
+    let mut what = format!("{}:{} in {}", q.template, q.step, q.status);
+    let narrowed: Vec<String> = f
+        .carried()
+        .into_iter()
+        .map(|(name, v)| match (name, v.split_once('=')) {
+            ("property", Some((k, val))) => format!("{} = {}", k.trim(), val.trim()),
+            ("milestone", _) => format!("milestone {v} reached"),
+            _ => format!("{name} {v}"),
+        })
+        .collect();
+    if !narrowed.is_empty() {
+        what = format!("{what} where {}", narrowed.join(" and "));
+    }
     let more = if total > ALL_MAX {
         format!(" (the first {} of them)", count(ALL_MAX))
     } else {
@@ -203,7 +217,7 @@ fn act_on_all(csrf: &str, back: &str, q: &FacetQuery, f: &Filters, total: i64) -
     html! {
         div.all-matching {
             @for (action, verb) in [("retry", "Retry"), ("skip", "Skip"), ("prioritize", "Prioritize")] {
-                form.inline id={ "all-" (action) } method="post" action="/ui/steps/act" data-confirm={ (verb) " all " (n) " steps of " (what) (more) "?" } {
+                form.inline id={ "all-" (action) } method="post" action="/ui/steps/act" data-confirm={ (verb) " all " (n) (if total == 1 { " step of " } else { " steps of " }) (what) (more) "?" } {
                     (hidden)
                     input type="hidden" name="action" value=(action);
                     @if action == "prioritize" {
