@@ -283,6 +283,7 @@ const PAGE_ROUTES: &[&str] = &[
     "/ui/steps/act",
     "/ui/objects/{id}",
     "/ui/objects/{id}/signal",
+    "/ui/objects/{id}/suspend",
     "/ui/errors",
     "/ui/templates",
     "/ui/timings",

@@ -204,8 +204,8 @@ async fn the_clients_calls_get_the_services_answers() {
     )
     .expect("JSON context");
     assert_eq!(ctx, context);
-    // create_workflow_spec.rb, "with non hash context": a string is kept and read back as
-    // JSON text (the service's `context&.to_json`).
+    // create_workflow_spec.rb:64-75, "with non hash context": a string is kept and read back
+    // as JSON text (the service's `workflow_step.rb:105`, `context&.to_json`).
     let (code, body) = c
         .send(
             Method::POST,

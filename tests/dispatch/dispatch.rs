@@ -204,6 +204,20 @@ async fn a_second_observation_of_a_changed_document_changes_the_subnet() {
         generated_names(&t, obj).await,
         vec!["gen/audio#1/run", "gen/audio-purge#1/run"]
     );
+    // The timings count generated steps under their bricklet step, as the overview does.
+    let timed: Vec<String> = t
+        .store
+        .timings(1.0)
+        .await
+        .expect("timings")
+        .into_iter()
+        .filter(|r| r.template == "contentWF")
+        .map(|r| r.step)
+        .collect();
+    assert!(
+        timed.contains(&"gen/audio/run".to_string()) && timed.iter().all(|n| !n.contains('#')),
+        "{timed:?}"
+    );
     assert!(
         edges(&t, obj)
             .await

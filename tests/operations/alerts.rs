@@ -420,3 +420,51 @@ async fn the_stuck_step_monitor_raises_one_alert_per_interval() {
         "a human step waiting is not stuck"
     );
 }
+
+/// The outbox on the schedules page: a page at a time, and when mail waits with no attempt, the
+/// page says nothing sends it and what to set (issue 50).
+#[tokio::test]
+async fn the_outbox_says_when_nothing_sends_mail_and_is_paged() {
+    let t = db().await;
+    sqlx::query(
+        "insert into workdo.alert_outbox (created_at, kind, template, step, object_id, payload)
+         select now() - interval '1 hour', 'step_error', 'oneWF', 'work', 'obj:m' || i, '{}'
+           from generate_series(1, 60) i",
+    )
+    .execute(t.pool())
+    .await
+    .expect("outbox rows");
+    let base = support::serve_api(&t.store, workdo::api::Access::Open).await;
+    let get = |path: &'static str| {
+        let url = format!("{base}{path}");
+        async move {
+            reqwest::get(url)
+                .await
+                .expect("page")
+                .text()
+                .await
+                .expect("html")
+        }
+    };
+    let first = get("/ui/schedules").await;
+    assert!(
+        first.contains("60 messages wait over a minute with no attempt")
+            && first.contains("WORKDO_SMTP_URL"),
+        "{first}"
+    );
+    let rows = |html: &str| {
+        html.split("id=\"outbox\"")
+            .nth(1)
+            .and_then(|t| t.split("</table>").next())
+            .and_then(|t| t.split("<tbody>").nth(1))
+            .map_or(0, |t| t.matches("<tr>").count())
+    };
+    assert_eq!(rows(&first), 50, "a page of the outbox");
+    assert!(
+        first.contains("id=\"outbox-older\""),
+        "a link to older rows"
+    );
+    let second = get("/ui/schedules?outbox=2").await;
+    assert_eq!(rows(&second), 10, "the rest");
+    assert!(!second.contains("id=\"outbox-older\""));
+}

@@ -12,5 +12,6 @@ mod cli;
 mod compose;
 mod failover;
 mod pooler;
+mod redis_urls;
 mod schedules;
 mod sidekiq;

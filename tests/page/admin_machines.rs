@@ -87,6 +87,18 @@ async fn machines_history_archive_and_schedules_on_the_page() {
         alarms.contains("close") && alarms.contains("Open"),
         "{alarms}"
     );
+    // Act where you look (issue 50): the running job is suspended and resumed from its page.
+    click(&c, Locator::Css("button[value=suspend]"), "Suspend").await;
+    wait_text(&c, "its signals wait until it is resumed", "the suspension").await;
+    let suspended: bool = sqlx::query_scalar(
+        "select coalesce((machine ->> 'suspended')::boolean, false) from workdo.workflows where object_id = 'obj:hall' and template = 'hallWF'",
+    )
+    .fetch_one(t.pool())
+    .await
+    .expect("suspended");
+    assert!(suspended, "the job is suspended");
+    click(&c, Locator::Css("button[value=resume]"), "Resume").await;
+    wait_text(&c, "Resumed workflow", "the resumption").await;
     // The archived workflow is listed, and opens with its steps and history.
     click(&c, Locator::Css("#archived a"), "the archived workflow").await;
     wait_text(&c, "Archived workflow", "the archived workflow's page").await;

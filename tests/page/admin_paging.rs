@@ -121,6 +121,21 @@ async fn ten_thousand_steps_page_and_act_as_one() {
         .expect("results");
     assert_eq!(found.len(), 10, "obj:item00010 … obj:item00019");
     shot(&c, "search-prefix").await;
+    // A search past one page says how many in all and pages them, to the last (issue 50).
+    c.goto(&search("obj:item")).await.expect("prefix");
+    wait_text(
+        &c,
+        "10,000 objects whose id starts with",
+        "the search's total",
+    )
+    .await;
+    click(&c, Locator::LinkText("50"), "the last page").await;
+    wait_text(&c, "showing 9,801–10,000", "the last page").await;
+    let found = c
+        .find_all(Locator::Css("#results tbody tr"))
+        .await
+        .expect("results");
+    assert_eq!(found.len(), 200);
     c.goto(&search("barcode=3610500043"))
         .await
         .expect("property");

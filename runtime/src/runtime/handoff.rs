@@ -4,13 +4,12 @@
 //! pushes them: `SADD queues Q` and `LPUSH queue:Q JOB`, with JOB
 //! `{"retry":true,"queue":Q,"class":C,"args":[DRUID],"jid":…,"created_at":…,"enqueued_at":…}`.
 //!
-//! Redis is spoken to directly (RESP over TCP or a Unix socket, with AUTH and SELECT from the
-//! URL): two commands, integer replies, no client library needed. While Redis is down, rows are
-//! retried with back-off and wait in the outbox (the admin page shows them).
+//! Redis is reached through the `redis` crate: TCP, `rediss://` over TLS (rustls), or a Unix
+//! socket, with an ACL user name, password and database from the URL. While Redis is down, rows
+//! are retried with back-off and wait in the outbox (the admin page shows them).
 
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufStream};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -20,7 +19,8 @@ use crate::store::{Store, StoreError};
 /// Where jobs go and how they are named.
 #[derive(Debug, Clone)]
 pub struct HandoffConfig {
-    /// `redis://[:password@]host[:port][/db]` or `unix:///path/to/socket[?db=N]`.
+    /// `redis://[user:password@]host[:port][/db]`, `rediss://…` (TLS) or
+    /// `unix:///path/to/socket[?db=N]`.
     pub redis_url: String,
     pub rules: Rules,
     /// A push still `queued` after this long is taken as lost in Redis and pushed again (the
@@ -34,139 +34,55 @@ pub const PUSH_AGAIN_AFTER: Duration = Duration::from_secs(12 * 3600);
 #[derive(Debug, thiserror::Error)]
 pub enum RedisError {
     #[error(
-        "bad Redis URL {0:?}: expected redis://[:password@]host[:port][/db] or unix:///path[?db=N]"
+        "bad Redis URL {url:?}: {why} (give redis://[user:password@]host[:port][/db], rediss://… for TLS, or unix:///path[?db=N])"
     )]
-    Url(String),
+    Url { url: String, why: String },
     #[error("Redis: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("Redis answered an error: {0}")]
-    Reply(String),
+    Redis(#[from] redis::RedisError),
 }
 
-/// A Redis address parsed from its URL.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RedisAddr {
-    tcp: Option<(String, u16)>,
-    unix: Option<String>,
-    password: Option<String>,
-    db: Option<u32>,
-}
+/// A Redis server to push to, from its URL: the `redis` crate's client (RESP, ACL user names,
+/// `rediss://` TLS through rustls, Unix sockets), which opens connections on demand.
+#[derive(Debug, Clone)]
+pub struct RedisAddr(redis::Client);
 
 impl RedisAddr {
     /// # Errors
-    /// A URL of another form.
+    /// A URL of another form, or one the client cannot use, with the reason.
     pub fn parse(url: &str) -> Result<RedisAddr, RedisError> {
-        let bad = || RedisError::Url(url.to_string());
-        if let Some(rest) = url.strip_prefix("unix://") {
-            let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-            let db = query
-                .split('&')
-                .find_map(|kv| kv.strip_prefix("db="))
-                .map(|d| d.parse().map_err(|_| bad()))
-                .transpose()?;
-            if path.is_empty() {
-                return Err(bad());
-            }
-            return Ok(RedisAddr {
-                tcp: None,
-                unix: Some(path.to_string()),
-                password: None,
-                db,
-            });
+        let bad = |why: String| RedisError::Url {
+            url: crate::store::db::redact(url),
+            why,
+        };
+        if !["redis://", "rediss://", "unix://", "redis+unix://"]
+            .iter()
+            .any(|s| url.starts_with(s))
+        {
+            return Err(bad("not a Redis URL".into()));
         }
-        let rest = url.strip_prefix("redis://").ok_or_else(bad)?;
-        let (auth, rest) = match rest.rsplit_once('@') {
-            Some((a, r)) => (Some(a), r),
-            None => (None, rest),
-        };
-        let password = auth
-            .map(|a| a.split_once(':').map_or(a, |(_, p)| p))
-            .filter(|p| !p.is_empty())
-            .map(str::to_string);
-        let (hostport, db) = match rest.split_once('/') {
-            Some((h, d)) if !d.is_empty() => (h, Some(d.parse().map_err(|_| bad())?)),
-            Some((h, _)) => (h, None),
-            None => (rest, None),
-        };
-        let (host, port) = match hostport.rsplit_once(':') {
-            Some((h, p)) => (h, p.parse().map_err(|_| bad())?),
-            None => (hostport, 6379),
-        };
-        if host.is_empty() {
-            return Err(bad());
-        }
-        Ok(RedisAddr {
-            tcp: Some((host.to_string(), port)),
-            unix: None,
-            password,
-            db,
-        })
+        redis::Client::open(url)
+            .map(RedisAddr)
+            .map_err(|e| bad(e.to_string()))
     }
 }
 
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
-
 /// One connection to Redis.
-struct Redis(BufStream<Box<dyn Io>>);
+struct Redis(redis::aio::MultiplexedConnection);
 
 impl Redis {
     async fn connect(addr: &RedisAddr) -> Result<Redis, RedisError> {
-        let io: Box<dyn Io> = match (&addr.tcp, &addr.unix) {
-            (Some((h, p)), _) => Box::new(tokio::net::TcpStream::connect((h.as_str(), *p)).await?),
-            (None, Some(path)) => Box::new(tokio::net::UnixStream::connect(path).await?),
-            (None, None) => return Err(RedisError::Url(String::new())),
-        };
-        let mut r = Redis(BufStream::new(io));
-        if let Some(p) = &addr.password {
-            r.command(&["AUTH", p]).await?;
-        }
-        if let Some(db) = addr.db {
-            r.command(&["SELECT", &db.to_string()]).await?;
-        }
-        Ok(r)
+        Ok(Redis(addr.0.get_multiplexed_async_connection().await?))
     }
 
-    fn encode(out: &mut Vec<u8>, args: &[&str]) {
-        out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-        for a in args {
-            out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-            out.extend_from_slice(a.as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
-    }
-
-    /// One reply line: `+…` and `:…` are fine, `-…` an error (bulk replies are not expected).
-    async fn reply(&mut self) -> Result<String, RedisError> {
-        let mut line = String::new();
-        if self.0.read_line(&mut line).await? == 0 {
-            return Err(RedisError::Io(std::io::ErrorKind::UnexpectedEof.into()));
-        }
-        let line = line.trim_end().to_string();
-        match line.chars().next() {
-            Some('-') => Err(RedisError::Reply(line[1..].to_string())),
-            Some('+' | ':') => Ok(line[1..].to_string()),
-            _ => Err(RedisError::Reply(format!("unexpected reply {line:?}"))),
-        }
-    }
-
-    async fn command(&mut self, args: &[&str]) -> Result<String, RedisError> {
-        let mut out = Vec::new();
-        Self::encode(&mut out, args);
-        self.0.write_all(&out).await?;
-        self.0.flush().await?;
-        self.reply().await
-    }
-
-    /// `SADD queues Q` and `LPUSH queue:Q JOB`, pipelined.
+    /// `SADD queues Q` and `LPUSH queue:Q JOB`, pipelined, as `Sidekiq::Client.push` does.
     async fn push(&mut self, queue: &str, job: &str) -> Result<(), RedisError> {
-        let mut out = Vec::new();
-        Self::encode(&mut out, &["SADD", "queues", queue]);
-        Self::encode(&mut out, &["LPUSH", &format!("queue:{queue}"), job]);
-        self.0.write_all(&out).await?;
-        self.0.flush().await?;
-        self.reply().await?;
-        self.reply().await?;
+        redis::pipe()
+            .sadd("queues", queue)
+            .ignore()
+            .lpush(format!("queue:{queue}"), job)
+            .ignore()
+            .query_async::<()>(&mut self.0)
+            .await?;
         Ok(())
     }
 }
@@ -329,19 +245,22 @@ mod tests {
 
     #[test]
     fn redis_urls() {
-        let a = RedisAddr::parse("redis://:s3cret@cache.example.org:6380/2").expect("url");
-        assert_eq!(a.tcp, Some(("cache.example.org".into(), 6380)));
-        assert_eq!((a.password.as_deref(), a.db), (Some("s3cret"), Some(2)));
-        let a = RedisAddr::parse("redis://127.0.0.1").expect("url");
-        assert_eq!(a.tcp, Some(("127.0.0.1".into(), 6379)));
-        let a = RedisAddr::parse("unix:///run/redis.sock?db=3").expect("url");
-        assert_eq!(
-            (a.unix.as_deref(), a.db),
-            (Some("/run/redis.sock"), Some(3))
-        );
-        for bad in ["http://x", "redis://", "redis://h:port", "unix://"] {
-            assert!(RedisAddr::parse(bad).is_err(), "{bad}");
+        for good in [
+            "redis://:s3cret@cache.example.org:6380/2",
+            "redis://robot:s3cret@127.0.0.1",
+            "rediss://cache.example.org:6380/0",
+            "unix:///run/redis.sock?db=3",
+        ] {
+            assert!(RedisAddr::parse(good).is_ok(), "{good}");
         }
+        for bad in ["http://x", "redis://h:port", "unix://", "cache:6379"] {
+            let e = RedisAddr::parse(bad).expect_err(bad).to_string();
+            assert!(e.starts_with("bad Redis URL"), "{e}");
+        }
+        let e = RedisAddr::parse("http://u:hunter2@x")
+            .expect_err("scheme")
+            .to_string();
+        assert!(!e.contains("hunter2"), "{e}");
     }
 
     #[test]

@@ -8,7 +8,23 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use sqlx::{Postgres, Transaction};
 
+use serde::Serialize;
+
 use super::{Result, Store};
+
+/// An alert outbox row, for the admin page.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct OutboxEntry {
+    pub id: i64,
+    pub created_at: DateTime<Utc>,
+    pub kind: String,
+    pub template: Option<String>,
+    pub step: Option<String>,
+    pub object_id: Option<String>,
+    pub status: String,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+}
 
 /// A pending outbox row.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -217,4 +233,31 @@ async fn set_sent(tx: &mut Transaction<'_, Postgres>, key: &str) -> Result<()> {
     .execute(&mut **tx)
     .await?;
     Ok(())
+}
+
+/// The outbox as the admin page shows it.
+impl Store {
+    /// Mail in the outbox still pending with no attempt, created before `before`: nothing has
+    /// tried to send it.
+    pub async fn outbox_untried(&self, before: DateTime<Utc>) -> Result<i64> {
+        Ok(sqlx::query_scalar(
+            "select count(*) from workdo.alert_outbox
+              where status = 'pending' and attempts = 0 and created_at < $1",
+        )
+        .bind(before)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    /// The alert outbox, newest first, from the `offset`th.
+    pub async fn outbox_recent(&self, limit: i64, offset: i64) -> Result<Vec<OutboxEntry>> {
+        Ok(sqlx::query_as(
+            "select id, created_at, kind, template, step, object_id, status, attempts, last_error
+               from workdo.alert_outbox order by id desc limit $1 offset $2",
+        )
+        .bind(limit.clamp(1, 10_000))
+        .bind(offset.max(0))
+        .fetch_all(&self.pool)
+        .await?)
+    }
 }

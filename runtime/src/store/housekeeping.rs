@@ -18,6 +18,10 @@ pub struct ObjectRow {
     pub workflows: i64,
     pub active_workflows: i64,
     pub updated_at: DateTime<Utc>,
+    /// How many a search found in all (its page's rows carry it).
+    #[sqlx(default)]
+    #[serde(skip)]
+    pub total: i64,
 }
 
 /// A workflow in a list.
@@ -65,20 +69,6 @@ pub struct Timing {
     pub wait_p99: Option<f64>,
 }
 
-/// An alert outbox row, for the admin page.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
-pub struct OutboxEntry {
-    pub id: i64,
-    pub created_at: DateTime<Utc>,
-    pub kind: String,
-    pub template: Option<String>,
-    pub step: Option<String>,
-    pub object_id: Option<String>,
-    pub status: String,
-    pub attempts: i32,
-    pub last_error: Option<String>,
-}
-
 /// What one archive or purge run moved.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Archived {
@@ -122,28 +112,35 @@ impl Store {
         &self,
         prefixes: &[String],
         property: Option<(&str, &str)>,
-        limit: i64,
-    ) -> Result<Vec<ObjectRow>> {
+        (limit, offset): (i64, i64),
+    ) -> Result<(i64, Vec<ObjectRow>)> {
         let (key, value) = property.unzip();
-        Ok(sqlx::query_as(
+        let rows: Vec<ObjectRow> = sqlx::query_as(
             "select o.id, o.version, o.properties,
                     (select count(*) from workdo.workflows w where w.object_id = o.id) as workflows,
                     (select count(*) from workdo.workflows w
                       where w.object_id = o.id and w.active and w.status = 'active') as active_workflows,
-                    o.updated_at
+                    o.updated_at, count(*) over () as total
                from workdo.objects o
               where (cardinality($1::text[]) = 0 or o.id like any(
                         select replace(replace(replace(p, '\\', '\\\\'), '%', '\\%'), '_', '\\_') || '%'
                           from unnest($1::text[]) p))
                 and ($2::text is null or o.properties ->> $2 = $3)
-              order by o.id limit $4",
+              order by o.id limit $4 offset $5",
         )
         .bind(prefixes)
         .bind(key)
         .bind(value)
         .bind(limit.clamp(1, 10_000))
+        .bind(offset.max(0))
         .fetch_all(&self.pool)
-        .await?)
+        .await?;
+        // Past the last page there is no row to carry the count: ask again from the start.
+        if rows.is_empty() && offset > 0 {
+            let (total, _) = Box::pin(self.objects_find(prefixes, property, (1, 0))).await?;
+            return Ok((total, rows));
+        }
+        Ok((rows.first().map_or(0, |r| r.total), rows))
     }
 
     /// Workflows by id after `after` (paging), filtered.
@@ -184,7 +181,7 @@ impl Store {
         offset: i64,
     ) -> Result<Vec<super::StepRow>> {
         let (key, value) = filter.property_parts();
-        let names = names_clause(step);
+        let names = facet_clause(template, step);
         Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "select * from workdo.steps s where {names} and {STEPS_IN}
               order by updated_at desc, id limit $8 offset $9"
@@ -213,7 +210,7 @@ impl Store {
         ids_limit: i64,
     ) -> Result<(i64, Vec<i64>)> {
         let (key, value) = filter.property_parts();
-        let names = names_clause(step);
+        let names = facet_clause(template, step);
         Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "select count(*), coalesce((array_agg(s.id order by s.id) filter (where $8 > 0))[1:$8], '{{}}')
                from workdo.steps s where {names} and {STEPS_IN}"
@@ -227,17 +224,6 @@ impl Store {
         .bind(value)
         .bind(ids_limit.max(0))
         .fetch_one(&self.pool)
-        .await?)
-    }
-
-    /// The alert outbox, newest first.
-    pub async fn outbox_recent(&self, limit: i64) -> Result<Vec<OutboxEntry>> {
-        Ok(sqlx::query_as(
-            "select id, created_at, kind, template, step, object_id, status, attempts, last_error
-               from workdo.alert_outbox order by id desc limit $1",
-        )
-        .bind(limit.clamp(1, 10_000))
-        .fetch_all(&self.pool)
         .await?)
     }
 
@@ -263,7 +249,7 @@ impl Store {
     /// time) and wait (ready to started) at p50, p95 and p99.
     pub async fn timings(&self, hours: f64) -> Result<Vec<Timing>> {
         Ok(sqlx::query_as(
-            "select template, name as step, count(*) as finished,
+            "select template, workdo.facet_name(name) as step, count(*) as finished,
                     percentile_cont(0.5) within group (order by elapsed) as elapsed_p50,
                     percentile_cont(0.95) within group (order by elapsed) as elapsed_p95,
                     percentile_cont(0.99) within group (order by elapsed) as elapsed_p99,
@@ -272,7 +258,7 @@ impl Store {
                     percentile_cont(0.99) within group (order by extract(epoch from started_at - run_at)) as wait_p99
                from workdo.steps
               where finished_at > now() - make_interval(secs => $1) and status = 'completed'
-              group by template, name order by template, name",
+              group by template, workdo.facet_name(name) order by template, 2",
         )
         .bind(hours * 3600.0)
         .fetch_all(&self.pool)
@@ -584,9 +570,25 @@ fn names_clause(step: &str) -> &'static str {
     }
 }
 
-/// The steps a facet names ($1 template, $3 status; the step, $2, by [`names_clause`]),
+/// The template ($1) and step ($2) a facet names; either empty: any (one status across
+/// templates, `/ui/steps?status=waiting`).
+fn facet_clause(template: &str, step: &str) -> String {
+    let t = if template.is_empty() {
+        "$1::text = ''"
+    } else {
+        "s.template = $1"
+    };
+    let n = if step.is_empty() {
+        "$2::text = ''"
+    } else {
+        names_clause(step)
+    };
+    format!("{t} and {n}")
+}
+
+/// The steps a facet names ($3 status; the template $1 and step $2 by [`facet_clause`]),
 /// narrowed by lane ($4), milestone reached ($5) and property $6 = $7.
-const STEPS_IN: &str = "template = $1 and status = $3 and active
+const STEPS_IN: &str = "status = $3 and active
     and ($4::text is null or lane = $4)
     and ($5::text is null or exists (select 1 from workdo.milestones m
                                       where m.object_id = s.object_id and m.name = $5))

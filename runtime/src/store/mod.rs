@@ -48,11 +48,12 @@ pub use alerts::{FoldedRow, Outbox, OutboxMark, OutboxRow};
 pub use demo::{DemoProgress, DemoSummary, DemoTotals};
 pub use schedules::{Fired, ScheduleRow};
 
+pub use alerts::OutboxEntry;
 pub use bulk::StepFilter;
 pub use counts::{FacetFilter, StepThroughput, Throughput};
 pub use dispatch::{Bricklets, Dispatch, activation};
 pub use handoff::{Handoff, HandoffEntry, HandoffRow};
-pub use housekeeping::{Archived, ErrorGroup, ObjectRow, OutboxEntry, Timing, WorkflowListRow};
+pub use housekeeping::{Archived, ErrorGroup, ObjectRow, Timing, WorkflowListRow};
 pub use idempotency::{Claim, IDEMPOTENCY_HOURS};
 pub(crate) use machine::call_end_data;
 pub use machine::{

@@ -182,10 +182,6 @@ async fn a_mistyped_filter_is_named_not_shown_as_none() {
             "/ui/steps?template=accessionWF&step=shelve&status=ready&page=x",
             "the parameter page takes a whole number from 1",
         ),
-        (
-            "/ui/steps?status=waiting",
-            "this address needs the parameter template",
-        ),
         ("/?property=barcode", "is not key=value"),
     ] {
         let r = reqwest::get(format!("{base}{path}")).await.expect("page");
@@ -206,6 +202,19 @@ async fn a_mistyped_filter_is_named_not_shown_as_none() {
     .expect("body");
     assert!(
         body.contains("There is no page 41: these steps fill 1 page now."),
+        "{body}"
+    );
+
+    // Issue 50 item 2: one status across every template.
+    let body = reqwest::get(format!("{base}/ui/steps?status=ready"))
+        .await
+        .expect("page")
+        .text()
+        .await
+        .expect("body");
+    assert!(
+        body.contains("1 step of <b>every template</b> in <b>ready</b>")
+            && body.contains("accessionWF:shelve"),
         "{body}"
     );
 

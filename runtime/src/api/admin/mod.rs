@@ -51,6 +51,7 @@ pub fn router() -> Router<AppState> {
         .route("/ui/archive/{id}", get(archive::workflow))
         .route("/ui/objects/{id}", get(objects::object))
         .route("/ui/objects/{id}/signal", post(objects::signal))
+        .route("/ui/objects/{id}/suspend", post(objects::suspend))
         .route("/ui/errors", get(reports::errors))
         .route("/ui/templates", get(reports::templates))
         .route("/ui/timings", get(reports::timings))

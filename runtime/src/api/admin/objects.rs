@@ -140,6 +140,18 @@ pub(super) async fn object(
                 @if let Some(m) = &w.machine {
                     p { "state " b.state { (m.state) } }
                     (super::machine::details(m))
+                    // Suspend a running job, resume a suspended one (admins, as on the API).
+                    @if v.role >= Role::Admin && w.workflow.status == "active" {
+                        form.inline method="post" action={ (here) "/suspend" } {
+                            input type="hidden" name="csrf" value=(v.csrf);
+                            input type="hidden" name="workflow" value=(w.workflow.id);
+                            @if m.suspended {
+                                button.small name="action" value="resume" { "Resume" }
+                            } @else {
+                                button.small name="action" value="suspend" { "Suspend" }
+                            }
+                        }
+                    }
                     @if v.role >= Role::Robot && !m.accepts.is_empty() {
                         form method="post" action={ (here) "/signal" } {
                             input type="hidden" name="csrf" value=(v.csrf);
@@ -306,4 +318,44 @@ pub(super) async fn signal(
         return failure(&e.to_string());
     }
     Redirect::to(&object_url(&id)).into_response()
+}
+
+/// Suspend or resume a machine job from its object's page: the API's rule (admins), decided by
+/// `access::decide`.
+pub(super) async fn suspend(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: String,
+) -> Response {
+    let pairs = form_pairs(&body);
+    let v = match actor(&s, &headers, &pairs).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let caller = crate::api::Caller(v.role, None);
+    let act = crate::api::access::Act::Change(Role::Admin);
+    if crate::api::access::decide(&s, &caller, act).await.is_err() {
+        return (
+            StatusCode::FORBIDDEN,
+            "suspending a job needs the admin role",
+        )
+            .into_response();
+    }
+    let workflow: i64 = field(&pairs, "workflow")
+        .and_then(|w| w.parse().ok())
+        .unwrap_or(0);
+    let suspend = field(&pairs, "action") != Some("resume");
+    let who = format!("ui:{}", v.role.as_str());
+    match s.store.machine_suspend(workflow, suspend, &who).await {
+        Ok(_) => {
+            let said = if suspend {
+                format!("Suspended workflow {workflow}: its signals wait until it is resumed.")
+            } else {
+                format!("Resumed workflow {workflow}.")
+            };
+            Redirect::to(&format!("{}?done={}", object_url(&id), super::enc(&said))).into_response()
+        }
+        Err(e) => failure(&e.to_string()),
+    }
 }

@@ -16,6 +16,8 @@ use crate::store::Role;
 #[derive(Deserialize)]
 pub(super) struct Done {
     done: Option<String>,
+    /// The page of the alert outbox shown (schedules page), from 1.
+    outbox: Option<i64>,
 }
 
 impl Done {
@@ -207,8 +209,10 @@ pub(super) async fn timings(
             tbody {
                 @for r in &rows {
                     tr {
-                        td { (r.template) ":" (r.step) }
-                        td.n { (r.finished) }
+                        // Generated and call steps as the overview counts them (one row for
+                        // every instance); their instances one click away.
+                        td { a href=(super::overview::url("/ui/steps", &[("template", r.template.clone()), ("step", r.step.clone()), ("status", "completed".to_string())])) { (r.template) ":" (r.step) } }
+                        td.n { (super::overview::count(r.finished)) }
                         td.n { (ms(r.elapsed_p50)) }
                         td.n { (ms(r.elapsed_p95)) }
                         td.n { (ms(r.elapsed_p99)) }
@@ -223,6 +227,9 @@ pub(super) async fn timings(
     page("Timings", Some(&v), body).into_response()
 }
 
+/// Alert outbox rows on one page of the schedules page.
+const OUTBOX_PAGE: i64 = 50;
+
 /// Schedules with their next fire time (enable, disable, fire now), the alert outbox (pending,
 /// sent, failed) and the hand-off to Sidekiq.
 pub(super) async fn schedules_alerts(
@@ -234,15 +241,27 @@ pub(super) async fn schedules_alerts(
         Ok(v) => v,
         Err(r) => return r,
     };
-    let done = match d {
-        Ok(Query(d)) => d.done.filter(|d| !d.is_empty()),
+    let (done, outbox_page) = match d {
+        Ok(Query(d)) => (
+            d.done.filter(|d| !d.is_empty()),
+            d.outbox.unwrap_or(1).max(1),
+        ),
         Err(e) => return unusable(&e),
     };
     let schedules = match s.store.schedules_list().await {
         Ok(r) => r,
         Err(e) => return failure(&e.to_string()),
     };
-    let outbox = match s.store.outbox_recent(200).await {
+    // A page of the outbox at a time, so the schedules stay in sight (one more row read says
+    // whether there is an older page).
+    let mut outbox = match s
+        .store
+        .outbox_recent(
+            OUTBOX_PAGE + 1,
+            (outbox_page - 1).saturating_mul(OUTBOX_PAGE),
+        )
+        .await
+    {
         Ok(r) => r,
         Err(e) => return failure(&e.to_string()),
     };
@@ -253,14 +272,13 @@ pub(super) async fn schedules_alerts(
         .handoff_queued_over(crate::runtime::handoff::PUSH_AGAIN_AFTER, 200)
         .await
         .unwrap_or_default();
+    let older = outbox.len() as i64 > OUTBOX_PAGE;
+    outbox.truncate(OUTBOX_PAGE as usize);
     let acts = v.role >= Role::Admin;
     // Mail pending with no attempt for over a minute: nothing is sending it (a runtime sends
     // within seconds of a failure when it has somewhere to send).
     let minute_ago = chrono::Utc::now() - chrono::Duration::minutes(1);
-    let untried = outbox
-        .iter()
-        .filter(|r| r.status == "pending" && r.attempts == 0 && r.created_at < minute_ago)
-        .count();
+    let untried = s.store.outbox_untried(minute_ago).await.unwrap_or(0);
     let when = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%d %H:%M:%S UTC").to_string();
     let body = html! {
         @if let Some(d) = &done { p.done role="status" { (d) } }
@@ -301,6 +319,13 @@ pub(super) async fn schedules_alerts(
                 (untried) " " (if untried == 1 { "message waits" } else { "messages wait" })
                 " over a minute with no attempt: no running runtime sends mail. `workdo up` sends it \
                  only with WORKDO_SMTP_URL and WORKDO_ALERT_TO set (docs/alerts-and-schedules.md)."
+            }
+        }
+        @if outbox_page > 1 || older {
+            nav.pager aria-label="outbox pages" {
+                @if outbox_page > 1 { a rel="prev" href={ "/ui/schedules?outbox=" (outbox_page - 1) } { "← newer" } " " }
+                span { "page " (outbox_page) } " "
+                @if older { a #outbox-older rel="next" href={ "/ui/schedules?outbox=" (outbox_page + 1) } { "older →" } }
             }
         }
         table #outbox {

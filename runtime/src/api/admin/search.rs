@@ -15,9 +15,11 @@ use crate::api::AppState;
 #[derive(Deserialize)]
 pub(super) struct Search {
     q: Option<String>,
+    /// The page of the results, from 1.
+    page: Option<i64>,
 }
 
-/// Objects one search lists at most.
+/// Objects on one page of a search.
 const FOUND_MAX: i64 = 200;
 
 /// The search box, as the header of every page shows it.
@@ -38,8 +40,11 @@ pub(super) async fn search(
         Ok(v) => v,
         Err(r) => return r,
     };
-    let q = match q {
-        Ok(Query(q)) => q.q.unwrap_or_default().trim().to_string(),
+    let (q, page_no) = match q {
+        Ok(Query(q)) => (
+            q.q.unwrap_or_default().trim().to_string(),
+            q.page.unwrap_or(1).max(1),
+        ),
         Err(e) => return unusable(&e),
     };
     if q.is_empty() {
@@ -67,34 +72,58 @@ pub(super) async fn search(
             (prefixes, None)
         }
     };
-    let found = match s
+    let (total, found) = match s
         .store
         .objects_find(
             &prefixes,
             property.as_ref().map(|(k, v)| (k.as_str(), v.as_str())),
-            FOUND_MAX + 1,
+            (FOUND_MAX, (page_no - 1).saturating_mul(FOUND_MAX)),
         )
         .await
     {
         Ok(f) => f,
         Err(e) => return failure(&e.to_string()),
     };
-    let more = found.len() as i64 > FOUND_MAX;
+    let pages = ((total + FOUND_MAX - 1) / FOUND_MAX).max(1);
+    let first = (page_no - 1) * FOUND_MAX + 1;
+    let link =
+        |n: i64| super::overview::url("/ui/search", &[("q", q.clone()), ("page", n.to_string())]);
+    let pager = html! {
+        @if pages > 1 {
+            nav.pager aria-label="pages" {
+                @if page_no > 1 { a rel="prev" href=(link(page_no - 1)) { "← previous" } " " }
+                @for n in page_numbers(page_no, pages) {
+                    @if n == page_no { b { (n) } } @else { a href=(link(n)) { (n) } }
+                    " "
+                }
+                @if page_no < pages { a #page-next rel="next" href=(link(page_no + 1)) { "next →" } }
+            }
+        }
+    };
     let body = html! {
         p #found {
-            @if more { "More than " }
-            (found.len().min(FOUND_MAX as usize)) " objects "
+            (super::overview::count(total)) (if total == 1 { " object " } else { " objects " })
             @match &property {
                 Some((k, val)) => { "whose " b { (k) } " is " b { (val) } }
                 None => { "whose id starts with " b { (q) } }
             }
+            @if !found.is_empty() {
+                "; showing " (super::overview::count(first)) "–" (super::overview::count(first + found.len() as i64 - 1))
+            }
             "."
         }
+        @if page_no > pages {
+            p.error role="status" {
+                "There is no page " (page_no) ": the results fill " (pages) (if pages == 1 { " page. " } else { " pages. " })
+                a href=(link(pages)) { "The last page" }
+            }
+        }
+        (pager)
         @if !found.is_empty() {
             table #results {
                 (head(&["object", "#workflows", "#active", "properties", "changed"]))
                 tbody {
-                    @for o in found.iter().take(FOUND_MAX as usize) {
+                    @for o in &found {
                         tr {
                             td { a href=(object_url(&o.id)) { (o.id) } }
                             td.n { (o.workflows) }
@@ -106,6 +135,28 @@ pub(super) async fn search(
                 }
             }
         }
+        (pager)
     };
     page(&format!("Search: {q}"), Some(&v), body).into_response()
+}
+
+/// The page numbers a pager shows: the first, the last, and those next to the current one.
+fn page_numbers(current: i64, pages: i64) -> Vec<i64> {
+    let mut out: Vec<i64> = [1, current - 1, current, current + 1, pages]
+        .into_iter()
+        .filter(|n| (1..=pages).contains(n))
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_pager_shows_the_ends_and_the_neighbours() {
+        assert_eq!(super::page_numbers(1, 1), vec![1]);
+        assert_eq!(super::page_numbers(5, 40), vec![1, 4, 5, 6, 40]);
+        assert_eq!(super::page_numbers(40, 40), vec![1, 39, 40]);
+    }
 }

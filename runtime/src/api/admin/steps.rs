@@ -16,7 +16,10 @@ use crate::store::Role;
 
 #[derive(Deserialize)]
 pub(super) struct FacetQuery {
+    /// Empty or absent: every template (one status across them all).
+    #[serde(default)]
     template: String,
+    #[serde(default)]
     step: String,
     status: String,
     lane: Option<String>,
@@ -26,6 +29,18 @@ pub(super) struct FacetQuery {
     page: Option<i64>,
     /// What the last action did (set by its redirect).
     done: Option<String>,
+}
+
+impl FacetQuery {
+    /// What the list holds: `T:S`, `T (every step)`, or every template's steps.
+    fn label(&self) -> String {
+        match (self.template.is_empty(), self.step.is_empty()) {
+            (false, false) => format!("{}:{}", self.template, self.step),
+            (false, true) => format!("{} (every step)", self.template),
+            (true, false) => format!("every template's {}", self.step),
+            (true, true) => "every template".to_string(),
+        }
+    }
 }
 
 /// Rows on one page of a facet's steps.
@@ -91,7 +106,7 @@ pub(super) async fn steps(
     let now = chrono::Utc::now();
     let body = html! {
         p #summary data-live data-total=(total) {
-            (count(total)) " steps of " b { (q.template) ":" (q.step) } " in " b { (q.status) }
+            (count(total)) (if total == 1 { " step of " } else { " steps of " }) b { (q.label()) } " in " b { (q.status) }
             @if let Some(l) = &filter.lane { ", lane " b { (l) } }
             @if let Some(m) = &filter.milestone { ", reached " b { (m) } }
             @if let Some((k, val)) = &filter.property { ", " b { (k) } " = " b { (val) } }
@@ -124,23 +139,22 @@ pub(super) async fn steps(
                     " " button #prioritize name="action" value="prioritize" data-verb="Prioritize" { "Prioritize chosen" }
                 }
                 (pager)
-                (table(&rows, acts, now))
+                (table(&rows, (acts, q.template.is_empty()), now))
             }
         } @else {
             (pager)
-            (table(&rows, acts, now))
+            (table(&rows, (acts, q.template.is_empty()), now))
         }
         (pager)
     };
-    page(
-        &format!("{}:{} {}", q.template, q.step, q.status),
-        Some(&v),
-        body,
-    )
-    .into_response()
+    page(&format!("{} {}", q.label(), q.status), Some(&v), body).into_response()
 }
 
-fn table(rows: &[crate::store::StepRow], acts: bool, now: chrono::DateTime<chrono::Utc>) -> Markup {
+fn table(
+    rows: &[crate::store::StepRow],
+    (acts, across): (bool, bool),
+    now: chrono::DateTime<chrono::Utc>,
+) -> Markup {
     html! {
         table #rows data-live {
             (head(&["", "object", "#workflow", "step", "lane", "#attempts", "message", "changed"]))
@@ -150,7 +164,8 @@ fn table(rows: &[crate::store::StepRow], acts: bool, now: chrono::DateTime<chron
                         td { @if acts { input type="checkbox" name="id" value=(r.id) aria-label={ "choose " (r.object_id) }; } }
                         td { a href=(object_url(&r.object_id)) { (r.object_id) } }
                         td.n { (r.workflow_id) }
-                        td { (r.name) }
+                        // Across templates, each step says whose it is.
+                        td { @if across { (r.template) ":" } (r.name) }
                         td { (r.lane) }
                         td.n { (r.attempts) "/" (r.max_attempts) }
                         td { (crate::output::step_remark(&r.status, r.error_message.as_deref(), r.note.as_deref(), r.run_at, now)) }
@@ -186,7 +201,7 @@ fn pager(base: &[(&'static str, String)], page_no: i64, pages: i64) -> Markup {
 fn act_on_all(csrf: &str, back: &str, q: &FacetQuery, f: &Filters, total: i64) -> Markup {
     let n = count(total);
     // The question names every filter the steps are chosen by, the property's included.
-    let mut what = format!("{}:{} in {}", q.template, q.step, q.status);
+    let mut what = format!("{} in {}", q.label(), q.status);
     let narrowed: Vec<String> = f
         .carried()
         .into_iter()
