@@ -11,15 +11,17 @@ use crate::store::Role;
 
 pub(super) async fn act(State(s): State<AppState>, headers: HeaderMap, body: String) -> Response {
     let pairs = form_pairs(&body);
-    let v = match actor(&s, &headers, &pairs).await {
+    // As `POST /api/priority`: injecting priority is the admin's (decided before any step
+    // is looked up).
+    let need = match field(&pairs, "action") {
+        Some("prioritize") => Role::Admin,
+        _ => Role::Robot,
+    };
+    let why = "giving steps a priority needs the admin role";
+    let v = match super::actor_for(&s, &headers, &pairs, need, why).await {
         Ok(v) => v,
         Err(r) => return r,
     };
-    // As `POST /api/priority`: injecting priority is the admin's (decided before any step
-    // is looked up).
-    if field(&pairs, "action") == Some("prioritize") && v.role < Role::Admin {
-        return super::forbidden("giving steps a priority needs the admin role");
-    }
     // "All matching": the facet's steps found again now, not the page's rows.
     let all = field(&pairs, "scope") == Some("all");
     let ids: Vec<i64> = if all {

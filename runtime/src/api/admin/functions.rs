@@ -83,11 +83,9 @@ pub(super) async fn rollback(
     body: String,
 ) -> Response {
     let pairs = super::form_pairs(&body);
-    let who = match super::actor(&s, &headers, &pairs).await {
+    let need = "rolling back a function needs the admin role";
+    let who = match super::actor_for(&s, &headers, &pairs, Role::Admin, need).await {
         Err(r) => return r,
-        Ok(v) if v.role < Role::Admin => {
-            return super::forbidden("rolling back a function needs the admin role");
-        }
         Ok(v) => format!("ui:{}", v.role.as_str()),
     };
     let Some(name) = super::field(&pairs, "name") else {

@@ -294,10 +294,35 @@ pub(super) async fn actor(
     if field(pairs, "csrf") != Some(v.csrf.as_str()) {
         return Err(forbidden("the form's CSRF token is missing or wrong"));
     }
-    if v.role < Role::Robot {
+    // The one access decision the API's routes take too (`api::access::decide`).
+    if !allowed(s, &v, Role::Robot).await {
         return Err(forbidden("a viewer token cannot act; robot or admin can"));
     }
     Ok(v)
+}
+
+/// [`actor`], allowed an action that needs `need` (prioritizing, a schedule, a rollback, a
+/// job's suspension: the admin's), or 403 saying `why`.
+pub(super) async fn actor_for(
+    s: &AppState,
+    headers: &HeaderMap,
+    pairs: &[(String, String)],
+    need: Role,
+    why: &str,
+) -> Result<Viewer, Response> {
+    let v = actor(s, headers, pairs).await?;
+    if !allowed(s, &v, need).await {
+        return Err(forbidden(why));
+    }
+    Ok(v)
+}
+
+/// Whether `access::decide` lets the viewer change what needs `need`.
+async fn allowed(s: &AppState, v: &Viewer, need: Role) -> bool {
+    let caller = crate::api::Caller(v.role, None);
+    crate::api::access::decide(s, &caller, crate::api::access::Act::Change(need))
+        .await
+        .is_ok()
 }
 
 /// 403 with a page saying why.

@@ -329,19 +329,11 @@ pub(super) async fn suspend(
     body: String,
 ) -> Response {
     let pairs = form_pairs(&body);
-    let v = match actor(&s, &headers, &pairs).await {
+    let why = "suspending a job needs the admin role";
+    let v = match super::actor_for(&s, &headers, &pairs, Role::Admin, why).await {
         Ok(v) => v,
         Err(r) => return r,
     };
-    let caller = crate::api::Caller(v.role, None);
-    let act = crate::api::access::Act::Change(Role::Admin);
-    if crate::api::access::decide(&s, &caller, act).await.is_err() {
-        return (
-            StatusCode::FORBIDDEN,
-            "suspending a job needs the admin role",
-        )
-            .into_response();
-    }
     let workflow: i64 = field(&pairs, "workflow")
         .and_then(|w| w.parse().ok())
         .unwrap_or(0);

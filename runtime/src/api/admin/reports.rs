@@ -391,14 +391,11 @@ pub(super) async fn schedule_act(
     body: String,
 ) -> Response {
     let pairs = super::form_pairs(&body);
-    match super::actor(&s, &headers, &pairs).await {
-        Err(r) => return r,
-        // A schedule starts workflows or sends signals as itself, past a machine's access
-        // rules: only an admin changes or fires one (the CLI needs the database itself).
-        Ok(v) if v.role < Role::Admin => {
-            return super::forbidden("changing or firing a schedule needs the admin role");
-        }
-        Ok(_) => {}
+    // A schedule starts workflows or sends signals as itself, past a machine's access rules:
+    // only an admin changes or fires one (the CLI needs the database itself).
+    let need = "changing or firing a schedule needs the admin role";
+    if let Err(r) = super::actor_for(&s, &headers, &pairs, Role::Admin, need).await {
+        return r;
     }
     let Some(name) = super::field(&pairs, "name") else {
         return failure("the form names no schedule");
