@@ -167,11 +167,19 @@ async fn archive_finished(
         - chrono::Duration::from_std(finished_before).context("--finished-before is too long")?;
     // A batch at a time, with a progress bar on a terminal (none when stderr is not one).
     let pending = store.archive_pending(before).await?;
+    // The rate as a whole number a second (indicatif's own `{per_sec}` writes four decimals:
+    // `1029.8555/s`).
     let bar = indicatif::ProgressBar::new(u64::try_from(pending).unwrap_or(0)).with_style(
         indicatif::ProgressStyle::with_template(
-            "{msg} {wide_bar} {pos}/{len} workflows ({per_sec}, {eta} left)",
+            "{msg} {wide_bar} {human_pos}/{human_len} workflows ({rate}, {eta} left)",
         )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .with_key(
+            "rate",
+            |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.0}/s", state.per_sec());
+            },
+        ),
     );
     bar.set_message(if purge { "purging" } else { "archiving" });
     let mut done = crate::store::Archived::default();

@@ -232,13 +232,13 @@ impl Store {
     pub async fn errors_grouped(&self) -> Result<Vec<ErrorGroup>> {
         Ok(sqlx::query_as(
             "select template, name as step,
-                    regexp_replace(coalesce(error_message, ''), '[0-9]+', '#', 'g') as message,
+                    regexp_replace(coalesce(error_message, ''), '\\m[0-9]+\\M', '#', 'g') as message,
                     count(*) as count, min(updated_at) as first, max(updated_at) as last,
                     (array_agg(error_text order by updated_at desc))[1] as text,
                     (array_agg(coalesce(error_message, '') order by updated_at desc))[1] as example,
                     array_agg(id order by id) as ids
                from workdo.steps where status in ('error', 'exception') and active
-              group by template, name, regexp_replace(coalesce(error_message, ''), '[0-9]+', '#', 'g')
+              group by template, name, regexp_replace(coalesce(error_message, ''), '\\m[0-9]+\\M', '#', 'g')
               order by count(*) desc, template, name",
         )
         .fetch_all(&self.pool)

@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
 use serde_json::Value;
 
-use super::{failure, head, json_text as text, object_url, page, viewer};
+use super::{failure, head, json_text as text, json_time, object_url, page, viewer};
 use crate::api::AppState;
 use crate::store::{ArchivedRow, Store};
 
@@ -61,7 +61,7 @@ pub(super) async fn workflow(
         p {
             "Archived workflow " (id) " of " a href=(object_url(&object)) { (object) } ": "
             (text(&w["template"])) " version " (text(&w["version"])) ", " (text(&w["status"]))
-            " (started " (text(&w["created_at"])) ", completed " (text(&w["completed_at"])) ")."
+             " (started " (json_time(&w["created_at"])) ", completed " (json_time(&w["completed_at"])) ")."
         }
         h2 { "Steps" }
         table #steps {
@@ -84,7 +84,7 @@ pub(super) async fn workflow(
             tbody {
                 @for e in &events {
                     tr {
-                        td { (text(&e["at"])) }
+                        td { (json_time(&e["at"])) }
                         td { span.kind { (text(&e["kind"])) } }
                         td {
                             @match (e["template"].as_str(), e["step"].as_str()) {

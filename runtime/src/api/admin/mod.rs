@@ -156,6 +156,20 @@ pub(super) fn json_text(v: &serde_json::Value) -> String {
     }
 }
 
+/// A time as every page writes one: `2026-11-29 10:30:01`, in UTC.
+pub(super) fn when(t: &chrono::DateTime<chrono::Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S").to_string()
+}
+
+/// A JSON value that may hold a time (an archived row's `created_at`): written as [`when`]
+/// writes times, anything else as [`json_text`] writes it.
+pub(super) fn json_time(v: &serde_json::Value) -> String {
+    v.as_str()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| when(&t.with_timezone(&chrono::Utc)))
+        .unwrap_or_else(|| json_text(v))
+}
+
 /// A table's header row, a cell a column: a name starting with `#` is a number column
 /// (right-aligned), an empty one a column without a heading (a row's boxes or buttons).
 pub(super) fn head(columns: &[&str]) -> Markup {

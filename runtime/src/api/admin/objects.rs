@@ -244,7 +244,7 @@ pub(super) async fn object(
             tbody {
                 @for e in &view.events {
                     tr data-kind=(e.kind) {
-                        td { (e.at.format("%Y-%m-%d %H:%M:%S%.3f")) }
+                        td { (super::when(&e.at)) }
                         td { span.kind { (e.kind) } }
                         td { (happened(e)) }
                     }
