@@ -224,7 +224,8 @@ async fn refused(store: &Store, r: &StepResult, actor: &str, reason: &str) {
     // A machine's call still tells its job it failed: without a signal the job waited for ever.
     let signal = r.effects.signal.as_ref().map(|(_, data)| {
         let step = data["step"].as_str().unwrap_or_default();
-        let data = crate::store::call_end_data(step, None, change.error_message.as_deref());
+        let data =
+            crate::model::machine::call_end_data(step, None, change.error_message.as_deref());
         ("error".to_string(), data)
     });
     let failed = StepResult {

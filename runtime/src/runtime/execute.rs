@@ -173,7 +173,7 @@ pub(crate) async fn execute(
     }
     // A machine's function action: its end goes back to the job as a signal.
     if binding.machine_call {
-        let data = crate::store::call_end_data(
+        let data = crate::model::machine::call_end_data(
             &c.name,
             result.change.note.as_deref(),
             result.change.error_message.as_deref(),

@@ -55,7 +55,6 @@ pub use dispatch::{Bricklets, Dispatch, activation};
 pub use handoff::{Handoff, HandoffEntry, HandoffRow};
 pub use housekeeping::{Archived, ErrorGroup, ObjectRow, Timing, WorkflowListRow};
 pub use idempotency::{Claim, IDEMPOTENCY_HOURS};
-pub(crate) use machine::call_end_data;
 pub use machine::{
     MAX_SELF_RUN, MAX_SIGNAL_DATA_BYTES, MachineView, SIGNAL_CHANNEL, Signalled, Suspension,
 };

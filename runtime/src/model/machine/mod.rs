@@ -6,10 +6,12 @@
 //! `call` actions run as steps, and who may start it and send which signal (`access`). The store
 //! runs transitions (`store/machine/`); this module parses, validates and plans them.
 
+mod call_end;
 pub mod expr;
 pub mod plan;
 mod validate;
 
+pub use call_end::{MAX_SIGNAL_DATA_BYTES, call_end_data};
 pub use validate::validate;
 
 use std::collections::BTreeMap;

@@ -35,7 +35,7 @@ use actions::Effects;
 use machine::plan::Effect;
 use row::{Job, load_job};
 use taken::alarm_left;
-pub(crate) use taken::{call_end_data, calls_ended};
+pub(crate) use taken::calls_ended;
 pub(crate) use unlocked::WrittenJobs;
 use unlocked::plan_for;
 
@@ -43,7 +43,7 @@ use unlocked::plan_for;
 pub const SIGNAL_CHANNEL: &str = "workdo_signal";
 
 /// The largest a signal's data may be, as JSON (64 KiB): a larger one is refused.
-pub const MAX_SIGNAL_DATA_BYTES: usize = 64 * 1024;
+pub use crate::model::machine::MAX_SIGNAL_DATA_BYTES;
 
 /// The longest a signal's name may be, in characters: a longer one is refused before anything is
 /// written (a name is stored in the inbox and in every event of its transition).
