@@ -161,3 +161,54 @@ async fn a_new_object_is_registered() {
     assert_eq!(s, StatusCode::OK);
     assert!(!xml.contains(">registered<"), "{xml}");
 }
+
+/// `queued` is a robot's word: on a step a workdo function runs it means back in the queue
+/// (`ready`), as before the hand-off setting, so the step runs; on a robot's step it is kept.
+/// And a function's context update on a workflow whose context is a string replaces it (a
+/// JSON string `||` an object would be an array, which the database refuses).
+#[tokio::test]
+async fn queued_on_a_function_step_runs_it_and_a_string_context_takes_an_update() {
+    let a = api().await;
+    support::load(
+        &a.t.store,
+        "q.yaml",
+        "name: qWF\nsteps:\n  - name: robot\n  - name: run\n    function: { exec: [sh, -c, \"cat >/dev/null; echo '{\\\"status\\\":\\\"completed\\\",\\\"context\\\":{\\\"seen\\\":true}}'\"] }\n",
+    )
+    .await;
+    let path = format!("/objects/{DRUID}/workflows/qWF");
+    let (s, body) = a
+        .post_json(&path, &a.robot, serde_json::json!({"context": "a string"}))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{body}");
+    for step in ["robot", "run"] {
+        let (s, body) = a
+            .put_xml(
+                &format!("{path}/{step}"),
+                &format!(r#"<process name="{step}" status="queued"/>"#),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{step}: {body}");
+    }
+    assert_eq!(
+        support::step(a.t.pool(), DRUID, "robot").await.status,
+        "queued"
+    );
+    assert_eq!(
+        support::step(a.t.pool(), DRUID, "run").await.status,
+        "ready"
+    );
+    let rt = support::start(&a.t.store, support::config()).await;
+    support::wait_until(
+        a.t.pool(),
+        "select count(*) = 1 from workdo.steps where name = 'run' and status = 'completed'",
+        30,
+    )
+    .await;
+    rt.stop().await;
+    let context: serde_json::Value =
+        sqlx::query_scalar("select context from workdo.workflows where template = 'qWF'")
+            .fetch_one(a.t.pool())
+            .await
+            .expect("context");
+    assert_eq!(context, serde_json::json!({"seen": true}));
+}

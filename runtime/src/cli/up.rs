@@ -403,9 +403,12 @@ pub(super) async fn serve(store: Store, args: &super::args::ApiArgs) -> Result<(
         std::time::Duration::from_secs(1),
         stop.clone(),
     ));
+    // A session found shared is checked again and cleared here too, as in `up`.
+    let session = tokio::spawn(runtime::session::watch(store.clone(), stop.clone()));
     let served = api::serve(store, args.address(), args.access(), stop.clone()).await;
     stop.cancel();
     let _ = folding.await;
+    let _ = session.await;
     served?;
     Ok(())
 }

@@ -37,7 +37,7 @@ mod listener;
 mod machines;
 mod maintenance;
 mod scheduler;
-mod session;
+pub mod session;
 mod worker;
 mod workers;
 
@@ -520,7 +520,11 @@ pub async fn run(
             Ok(Ok(b)) => set.reconcile(with_queue(b, shared.config.queue.as_ref())),
             Ok(Err(e)) => warn!(error = %e, "reading templates failed; workers unchanged"),
             Err(e) => {
-                crate::store::session::mark_lost();
+                // A panic in the driver on a row of the wrong shape: the session is checked
+                // now, not taken as lost (a panic of another cause would stop claims each time).
+                if let Ok(Some(_)) = shared.store.session_shared().await {
+                    crate::store::session::mark_lost();
+                }
                 warn!(error = %e, "reading templates failed; workers unchanged");
             }
         }

@@ -16,8 +16,9 @@ const CHECK_EVERY: Duration = Duration::from_secs(1);
 /// pooler may hand two connections two server connections by chance, not five times running.
 const SOUND_IN_A_ROW: u32 = 5;
 
-/// Check the session every [`CHECK_EVERY`] until `stop`.
-pub(super) async fn watch(store: Store, stop: CancellationToken) {
+/// Check the session every [`CHECK_EVERY`] until `stop`: in every long-lived process (`up`,
+/// `worker`, `serve`), so a mark set there is cleared once the session is sound again.
+pub async fn watch(store: Store, stop: CancellationToken) {
     let mut sound = 0;
     loop {
         tokio::select! {

@@ -284,11 +284,18 @@ impl Store {
                 .await?;
             }
             if !fx.context.is_empty() {
-                sqlx::query("update workdo.workflows set context = context || $2 where id = $1")
-                    .bind(r.workflow_id)
-                    .bind(Value::Object(fx.context.clone()))
-                    .execute(&mut *tx)
-                    .await?;
+                // A string context (the workflow service's clients may set one) is replaced by
+                // the function's object: `||` would make an array of the two.
+                sqlx::query(
+                    "update workdo.workflows
+                        set context = case when jsonb_typeof(context) = 'object'
+                                           then context || $2 else $2 end
+                      where id = $1",
+                )
+                .bind(r.workflow_id)
+                .bind(Value::Object(fx.context.clone()))
+                .execute(&mut *tx)
+                .await?;
             }
             if !fx.start.is_empty() {
                 let (priority, lane, own): (i32, String, String) = sqlx::query_as(

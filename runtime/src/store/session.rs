@@ -21,22 +21,14 @@
 //! in place of the raw statement error.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::watch;
 
-/// Whether a session of this process was found shared; the watch wakes waiters on a change.
-struct Mark {
-    lost: AtomicBool,
-    changed: watch::Sender<bool>,
-}
-
-fn mark() -> &'static Mark {
-    static MARK: OnceLock<Mark> = OnceLock::new();
-    MARK.get_or_init(|| Mark {
-        lost: AtomicBool::new(false),
-        changed: watch::Sender::new(false),
-    })
+/// Whether a session of this process was found shared: one watch channel, its value the one
+/// truth (a flag beside it could disagree with it for a moment), waking waiters on a change.
+fn mark() -> &'static watch::Sender<bool> {
+    static MARK: OnceLock<watch::Sender<bool>> = OnceLock::new();
+    MARK.get_or_init(|| watch::Sender::new(false))
 }
 
 /// What is said when the session is lost: what happened and what to configure.
@@ -68,10 +60,8 @@ pub fn shows_lost_session(e: &sqlx::Error) -> bool {
 
 /// Mark the session lost (see the module's text); `true` when it was not marked before.
 pub fn mark_lost() -> bool {
-    let m = mark();
-    let first = !m.lost.swap(true, Ordering::SeqCst);
+    let first = mark().send_if_modified(|lost| !std::mem::replace(lost, true));
     if first {
-        m.changed.send_replace(true);
         tracing::error!("{LOST_SESSION}");
     }
     first
@@ -79,28 +69,26 @@ pub fn mark_lost() -> bool {
 
 /// The session is sound again: claiming may resume.
 pub fn mark_sound() {
-    let m = mark();
-    if m.lost.swap(false, Ordering::SeqCst) {
-        m.changed.send_replace(false);
+    if mark().send_if_modified(|lost| std::mem::replace(lost, false)) {
         tracing::info!("the database session is its own again; claiming resumes");
     }
 }
 
 /// Whether the session is marked lost now.
 pub fn is_lost() -> bool {
-    mark().lost.load(Ordering::SeqCst)
+    *mark().borrow()
 }
 
 /// Returns once the session is not marked lost (at once when it is not).
 pub async fn sound() {
-    let mut rx = mark().changed.subscribe();
+    let mut rx = mark().subscribe();
     // `wait_for` fails only when the sender is gone, and it lives for the process.
     let _ = rx.wait_for(|lost| !*lost).await;
 }
 
 /// Returns once the session is marked lost.
 pub async fn lost() {
-    let mut rx = mark().changed.subscribe();
+    let mut rx = mark().subscribe();
     let _ = rx.wait_for(|lost| *lost).await;
 }
 

@@ -283,10 +283,20 @@ impl Store {
         .fetch_one(&mut *tx)
         .await?;
         let spec = self.spec_by_id(&mut *tx, template_id, &sha256).await?;
-        // `queued` is the workflow service's word for a step a robot took into its queue: any
-        // step may be set to it (with no hand-off in use, robots that poll set it themselves).
-        let Some(status) = Status::parse(&req.status)
-            .filter(|_| req.status == "queued" || spec.allows_status(&req.step, &req.status))
+        // `queued` is the workflow service's word for a step a robot took into its queue (with
+        // no hand-off in use, robots that poll set it themselves). A step a workdo function
+        // runs, or one kept out of queues, has no robot to take it: there `queued` is `ready`,
+        // as it always was, or it would wait for ever.
+        let robot_step = spec
+            .step(&req.step)
+            .is_some_and(|s| !s.is_run() && !s.skip_queue);
+        let wanted = if req.status == "queued" && !robot_step {
+            "ready"
+        } else {
+            req.status.as_str()
+        };
+        let Some(status) = Status::parse(wanted)
+            .filter(|_| wanted == "queued" || spec.allows_status(&req.step, wanted))
         else {
             let declared = spec
                 .step(&req.step)

@@ -102,7 +102,7 @@ async fn the_overview_tells_queued_from_not_queued_and_outside_work() {
         .expect("body");
     let row = |step: &str| {
         page.split("<tr>")
-            .find(|r| r.contains(&format!("<td>{step}")))
+            .find(|r| r.contains(&format!("<span class=\"name\">{step}</span>")))
             .unwrap_or_default()
             .to_string()
     };

@@ -258,7 +258,8 @@ pub(super) async fn object(
 /// A step row's own actions, where the operator looks at it: Retry on a failed step, Skip
 /// on an unfinished one (the bulk actions' form, for this one step, coming back here).
 fn row_actions(v: &super::Viewer, here: &str, st: &crate::store::StepRow) -> maud::Markup {
-    let failed = matches!(st.status.as_str(), "error" | "exception" | "retrying");
+    // What `retry` takes: a step in error (a `retrying` one runs again by itself).
+    let failed = matches!(st.status.as_str(), "error" | "exception");
     let unfinished = !matches!(st.status.as_str(), "completed" | "skipped");
     html! {
         @if v.role >= Role::Robot && unfinished {

@@ -260,7 +260,8 @@ pub(super) async fn overview(
                         tr {
                             td { (t) }
                             td {
-                                (st)
+                                // A step's name stays on one line (it broke at its hyphen).
+                                span.name { (st) }
                                 @if let Some(p) = pause {
                                     " "
                                     span.paused data-paused={ (t) ":" (st) } title={ "paused " (p.paused_at.format("%Y-%m-%d %H:%M")) " by " (p.paused_by) (p.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()) } { "paused" }
@@ -384,4 +385,25 @@ pub(super) fn count(n: i64) -> String {
         out.push(c);
     }
     if n < 0 { format!("-{out}") } else { out }
+}
+
+/// The page numbers a pager shows: the first, the last, and those next to the current one.
+pub(super) fn page_numbers(current: i64, pages: i64) -> Vec<i64> {
+    let mut out: Vec<i64> = [1, current - 1, current, current + 1, pages]
+        .into_iter()
+        .filter(|n| (1..=pages).contains(n))
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+#[cfg(test)]
+mod pager_tests {
+    #[test]
+    fn a_pager_shows_the_ends_and_the_neighbours() {
+        assert_eq!(super::page_numbers(1, 1), vec![1]);
+        assert_eq!(super::page_numbers(5, 40), vec![1, 4, 5, 6, 40]);
+        assert_eq!(super::page_numbers(40, 40), vec![1, 39, 40]);
+    }
 }

@@ -43,7 +43,8 @@ pub(super) async fn search(
     let (q, page_no) = match q {
         Ok(Query(q)) => (
             q.q.unwrap_or_default().trim().to_string(),
-            q.page.unwrap_or(1).max(1),
+            // Past any real page (a million of 200) is the same as far past the end.
+            q.page.unwrap_or(1).clamp(1, 1_000_000),
         ),
         Err(e) => return unusable(&e),
     };
@@ -92,7 +93,7 @@ pub(super) async fn search(
         @if pages > 1 {
             nav.pager aria-label="pages" {
                 @if page_no > 1 { a rel="prev" href=(link(page_no - 1)) { "← previous" } " " }
-                @for n in page_numbers(page_no, pages) {
+                @for n in super::overview::page_numbers(page_no, pages) {
                     @if n == page_no { b { (n) } } @else { a href=(link(n)) { (n) } }
                     " "
                 }
@@ -138,25 +139,4 @@ pub(super) async fn search(
         (pager)
     };
     page(&format!("Search: {q}"), Some(&v), body).into_response()
-}
-
-/// The page numbers a pager shows: the first, the last, and those next to the current one.
-fn page_numbers(current: i64, pages: i64) -> Vec<i64> {
-    let mut out: Vec<i64> = [1, current - 1, current, current + 1, pages]
-        .into_iter()
-        .filter(|n| (1..=pages).contains(n))
-        .collect();
-    out.sort_unstable();
-    out.dedup();
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_pager_shows_the_ends_and_the_neighbours() {
-        assert_eq!(super::page_numbers(1, 1), vec![1]);
-        assert_eq!(super::page_numbers(5, 40), vec![1, 4, 5, 6, 40]);
-        assert_eq!(super::page_numbers(40, 40), vec![1, 39, 40]);
-    }
 }

@@ -191,6 +191,14 @@ fn pager(base: &[(&'static str, String)], page_no: i64, pages: i64) -> Markup {
                 @if page_no > 1 { a #page-prev rel="prev" href=(link((page_no - 1).min(pages))) { "← newer" } }
                 " " span { "page " (count(page_no)) " of " (count(pages)) } " "
                 @if page_no < pages { a #page-next rel="next" href=(link(page_no + 1)) { "older →" } }
+                // Numbers to jump by: the first, the last, and those next to this one.
+                @if pages > 2 {
+                    " · "
+                    @for n in super::overview::page_numbers(page_no, pages) {
+                        @if n == page_no { b { (count(n)) } } @else { a.page href=(link(n)) { (count(n)) } }
+                        " "
+                    }
+                }
             }
         }
     }

@@ -90,9 +90,13 @@ pub fn undo_removals(previous: &[RuleMatch], current: &[RuleMatch]) -> Vec<RuleM
                 _ => (Vec::new(), 0),
             };
             if let Some(was) = before.and_then(|p| p.present.as_ref()) {
-                let by_text = was.matched.len() == was.fragments as usize
-                    && now.matched.len() == now.fragments as usize
-                    && (was.fragments > 0 || now.fragments > 0);
+                // By text only when every fragment was kept on both sides: one over the size
+                // limits is `None`, and two `None`s would compare equal (or a kept one turned
+                // `None` would count as removed).
+                let whole = |p: &Present| {
+                    p.matched.len() == p.fragments as usize && p.matched.iter().all(Option::is_some)
+                };
+                let by_text = whole(was) && whole(&now) && (was.fragments > 0 || now.fragments > 0);
                 if by_text {
                     let mut left = now.matched.clone();
                     for f in &was.matched {

@@ -507,3 +507,23 @@ fn undo_counts_the_fragments_that_went_away() {
     add.op = Op::Add;
     assert_eq!(undo_removals(&[], std::slice::from_ref(&add)), vec![add]);
 }
+
+/// Fragments over the size limits are kept as `None`: such a rule is compared by count, never
+/// by text, so a kept fragment turning `None` is no removal.
+#[test]
+fn undo_compares_counts_when_a_fragment_was_not_kept() {
+    let undo = |matched: Vec<Option<String>>| RuleMatch {
+        rule: 0,
+        op: Op::Undo,
+        generator: "g".into(),
+        bricklets: vec!["audio".into()],
+        fragments: matched.len() as u32,
+        matched,
+        present: None,
+    };
+    let first = undo_removals(&[], &[undo(vec![Some("<a/>".into()), Some("<b/>".into())])]);
+    let second = undo_removals(&first, &[undo(vec![None, None])]);
+    assert_eq!(second[0].fragments, 0, "the same two, only not kept");
+    let third = undo_removals(&second, &[undo(vec![None])]);
+    assert_eq!(third[0].fragments, 1, "one fewer: one removed");
+}
