@@ -25,7 +25,7 @@ pub struct NamedQueue {
 /// Which steps a queue's `step` names: a template step by name; a name with a `/` — a generated
 /// step (`GENERATOR/BRICKLET#N/STEP`) or a machine's call step — by name, or every instance
 /// of a bricklet's step (`BRICKLET/STEP`, or `call/FUNCTION`) by its claim key.
-/// One read of a queue: [`Store::queue_waiting_with`] and [`Store::queue_waiting_unqueued`].
+/// One read of a queue ([`Store::queue_waiting_as`]).
 struct QueueRead<'a> {
     template: &'a str,
     step: &'a str,
@@ -145,30 +145,22 @@ impl Store {
         properties: &Value,
         limit: i64,
     ) -> Result<Vec<QueueEntry>> {
-        let read = QueueRead {
-            template,
-            step,
-            completed,
-            lane,
-            properties,
-            limit,
-            ready_too: true,
-        };
-        self.queue_read(read).await
+        self.queue_waiting_as((template, step), completed, lane, properties, limit, true)
+            .await
     }
 
-    /// [`Store::queue_waiting_with`] in the workflow service's words with the Sidekiq hand-off
-    /// in use: a ready step is `queued` there (handed to a robot queue), so only steps still
-    /// waiting for their prerequisites or their start time are listed, as the service lists
-    /// them (`objects_for_step_spec.rb` 24, 109).
-    pub async fn queue_waiting_unqueued(
+    /// [`Store::queue_waiting_with`], or with `ready_too` false in the workflow service's words
+    /// with the Sidekiq hand-off in use: a ready step is `queued` there (handed to a robot
+    /// queue), so only steps still waiting for their prerequisites or their start time are
+    /// listed, as the service lists them (`objects_for_step_spec.rb` 24, 109).
+    pub async fn queue_waiting_as(
         &self,
-        template: &str,
-        step: &str,
+        (template, step): (&str, &str),
         completed: &[(String, String)],
         lane: Option<&str>,
         properties: &Value,
         limit: i64,
+        ready_too: bool,
     ) -> Result<Vec<QueueEntry>> {
         let read = QueueRead {
             template,
@@ -177,7 +169,7 @@ impl Store {
             lane,
             properties,
             limit,
-            ready_too: false,
+            ready_too,
         };
         self.queue_read(read).await
     }

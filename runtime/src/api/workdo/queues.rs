@@ -65,19 +65,14 @@ pub(crate) async fn workflow_queue(
         // With the hand-off in use a ready step is `queued` (handed to a robot queue) and the
         // service lists only steps still `waiting`; without it, ready steps read `waiting` and
         // are listed, for robots that poll.
+        let ready_too = !ready_reads_queued(&s, &t, &st).await?;
         let lane = param(&pairs, "lane-id");
-        if ready_reads_queued(&s, &t, &st).await? {
-            s.store
-                .queue_waiting_unqueued(&t, &st, &completed, lane, &properties, limit)
-                .await?
-        } else {
-            s.store
-                .queue_waiting_with(&t, &st, &completed, lane, &properties, limit)
-                .await?
-        }
-        .into_iter()
-        .map(|r| r.object_id)
-        .collect()
+        s.store
+            .queue_waiting_as((&t, &st), &completed, lane, &properties, limit, ready_too)
+            .await?
+            .into_iter()
+            .map(|r| r.object_id)
+            .collect()
     };
     let mut out = String::new();
     let end = Tag::open(&mut out, "objects")
