@@ -263,10 +263,37 @@ async fn the_page_follows_the_work_narrows_by_url_and_draws_graphs() {
         .expect("object");
     wait_text(
         &c,
-        "The latest 50 events",
+        "The latest 50 events, newest first",
         "the history says it is the latest page",
     )
     .await;
+    // Newest first (issue 50): "Older 50" goes on down to the object's first event, which
+    // is its page's last row (the notes, written last, come first).
+    click(&c, Locator::LinkText("Older 50"), "the older page").await;
+    wait_text(&c, "Newest", "the older page links back").await;
+    let mut kinds = Vec::new();
+    for row in c
+        .find_all(Locator::Css("#history tbody tr"))
+        .await
+        .expect("rows")
+    {
+        kinds.push(
+            row.attr("data-kind")
+                .await
+                .expect("attr")
+                .unwrap_or_default(),
+        );
+    }
+    assert_eq!(kinds.first().map(String::as_str), Some("note"), "{kinds:?}");
+    assert_ne!(kinds.last().map(String::as_str), Some("note"), "{kinds:?}");
+    let older = kinds.len() as i64;
+    let total: i64 =
+        sqlx::query_scalar("select count(*) from workdo.events where object_id = 'obj:live2'")
+            .fetch_one(t.pool())
+            .await
+            .expect("count");
+    assert_eq!(older, total - 50, "the older page holds the rest");
+    click(&c, Locator::LinkText("Newest"), "back to the newest").await;
     click(
         &c,
         Locator::LinkText("From the beginning"),
@@ -285,11 +312,6 @@ async fn the_page_follows_the_work_narrows_by_url_and_draws_graphs() {
         .for_element(Locator::LinkText("Latest"))
         .await
         .expect("the last page");
-    let total: i64 =
-        sqlx::query_scalar("select count(*) from workdo.events where object_id = 'obj:live2'")
-            .fetch_one(t.pool())
-            .await
-            .expect("count");
     let rest = c
         .find_all(Locator::Css("#history tbody tr"))
         .await

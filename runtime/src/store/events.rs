@@ -223,6 +223,37 @@ impl ReadyKeys {
     }
 }
 
+impl super::Store {
+    /// An object's events newest first: the latest `limit`, or those older than `before`;
+    /// only of `kinds` when some are given (the object page's history).
+    ///
+    /// # Errors
+    /// When the database cannot be read.
+    pub async fn events_newest_first(
+        &self,
+        object: &str,
+        before: Option<i64>,
+        limit: i64,
+        kinds: &[String],
+    ) -> Result<Vec<super::EventRow>> {
+        Ok(sqlx::query_as(
+            "select id, at, workflow_id, template, version, step, kind, status, attempt, actor, detail
+               from workdo.events
+              where object_id = $1
+                and ($2::bigint is null or id < $2)
+                and (cardinality($4::text[]) = 0 or kind = any($4))
+              order by id desc
+              limit $3",
+        )
+        .bind(object)
+        .bind(before)
+        .bind(limit.clamp(1, 1000))
+        .bind(kinds)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::distinct;

@@ -23,6 +23,8 @@ pub(super) struct History {
     kind: Option<String>,
     /// What a step row's action did (the form comes back here).
     done: Option<String>,
+    /// The history's page of events older than this one, newest first.
+    before: Option<i64>,
 }
 
 /// Events on one page of an object's history.
@@ -38,9 +40,10 @@ pub(super) async fn object(
         Ok(v) => v,
         Err(r) => return r,
     };
-    let (after, kinds, done) = match h {
+    let (after, before, kinds, done) = match h {
         Ok(Query(h)) => (
             h.after,
+            h.before,
             h.kind
                 .unwrap_or_default()
                 .split(',')
@@ -56,13 +59,8 @@ pub(super) async fn object(
         Ok(view) => view,
         Err(e) => return failure(&e.to_string()),
     };
-    // Paging forward from `after` (from the start when narrowed to kinds); without it, the
-    // latest page.
-    let after = if kinds.is_empty() {
-        after
-    } else {
-        Some(after.unwrap_or(0))
-    };
+    // Paging forward from `after` (oldest first, "From the beginning"); otherwise the newest
+    // first: the latest page, or the page older than `before`, narrowed to kinds if asked.
     if let Some(after) = after {
         view.events = match s
             .store
@@ -72,6 +70,17 @@ pub(super) async fn object(
             Ok(events) => events,
             Err(e) => return failure(&e.to_string()),
         };
+    } else if before.is_some() || !kinds.is_empty() {
+        view.events = match s
+            .store
+            .events_newest_first(&view.id, before, HISTORY_PAGE, &kinds)
+            .await
+        {
+            Ok(events) => events,
+            Err(e) => return failure(&e.to_string()),
+        };
+    } else {
+        view.events.reverse();
     }
     // Everything the page needs from the database, before it is written.
     let mut documents = Vec::with_capacity(view.documents.len());
@@ -119,6 +128,12 @@ pub(super) async fn object(
         String::new()
     } else {
         format!("&kind={}", enc(&kinds.join(",")))
+    };
+    // The latest page, narrowed as this one is.
+    let newest = if kinds.is_empty() {
+        here.clone()
+    } else {
+        format!("{here}?kind={}", enc(&kinds.join(",")))
     };
     let now = chrono::Utc::now();
     let body = html! {
@@ -230,9 +245,14 @@ pub(super) async fn object(
             button { "Show" }
         }
         @match (after, view.events.last()) {
-            (None, _) if full => {
-                p { "The latest " (HISTORY_PAGE) " events. " a href={ (here) "?after=0" (kq) } { "From the beginning" } }
+            (None, Some(oldest)) if full => {
+                p {
+                    @if before.is_some() { a href=(newest) { "Newest" } " · " } @else { "The latest " (HISTORY_PAGE) " events, newest first. " }
+                    a rel="next" href={ (here) "?before=" (oldest.id) (kq) } { "Older " (HISTORY_PAGE) }
+                    " · " a href={ (here) "?after=0" (kq) } { "From the beginning" }
+                }
             }
+            (None, _) if before.is_some() => { p { a href=(newest) { "Newest" } } }
             (Some(_), Some(last)) if full => {
                 p { a href=(here) { "Latest" } " · " a rel="next" href={ (here) "?after=" (last.id) (kq) } { "Next " (HISTORY_PAGE) } }
             }
