@@ -10,6 +10,7 @@
 //! figures were measured.
 
 use crate::support;
+use support::Killed;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -96,15 +97,6 @@ impl Drop for Server {
                 .args(["stop", "-D", &pgdata, "-m", "immediate"])
                 .output();
         }
-    }
-}
-
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

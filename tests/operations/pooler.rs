@@ -4,21 +4,13 @@
 //! connecting), migrates, listens and runs a workflow to the end through the pooler.
 
 use crate::support;
+use support::Killed;
 
 use std::os::unix::fs::PermissionsExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::db;
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Host, port, database and password of a `postgres://user[:password]@host:port/db` URL (the
 /// private cluster asks for its password; a server given by DATABASE_URL may not).

@@ -3,24 +3,15 @@
 //! certificate made for the test. Each run pushes one step's job, read back from Redis.
 
 use crate::support;
+use support::Killed;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::{config, db, wait_until};
 use workdo::model::handoff::Rules;
 use workdo::runtime::handoff::HandoffConfig;
 use workdo::store::StartRequest;
-
-/// A process of the test's (a redis-server, a `workdo up`), killed when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn redis_server(args: &[&str]) -> Killed {
     Killed(

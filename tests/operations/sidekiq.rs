@@ -4,8 +4,9 @@
 //! through accessionWF, every step pushed once per readiness and worked once.
 
 use crate::support;
+use support::Killed;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::{config, db, wait_until};
@@ -13,15 +14,6 @@ use workdo::api::Access;
 use workdo::model::handoff::Rules;
 use workdo::runtime::handoff::HandoffConfig;
 use workdo::store::{Role, StartRequest};
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A redis-server of the test's own, listening on the Unix socket `socket` only.
 fn redis_on(socket: &std::path::Path) -> Killed {

@@ -491,3 +491,14 @@ pub async fn lock_waiters(pool: &PgPool) -> i64 {
     )
     .await
 }
+
+/// A process of a test's (a server it started, a `workdo up`), killed when dropped: at the
+/// test's end or while a failed one unwinds.
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

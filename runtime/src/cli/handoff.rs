@@ -42,7 +42,7 @@ pub(super) async fn handoff(
     json: bool,
     out: &mut impl Write,
 ) -> Result<()> {
-    let actor = format!("cli:{}", whoami());
+    let actor = super::actor();
     let changed = match &cmd {
         HandoffCmd::Enable { target } => store.handoff_set(Some(target), &actor).await?,
         HandoffCmd::Disable => store.handoff_set(None, &actor).await?,
@@ -64,9 +64,4 @@ pub(super) async fn handoff(
             if changed { ", disabled now" } else { "" }
         ),
     })?)
-}
-
-/// The user running the command, for the log.
-fn whoami() -> String {
-    std::env::var("USER").unwrap_or_else(|_| "unknown".into())
 }

@@ -261,11 +261,11 @@ fn session_options(
     settings: String,
 ) -> PgPoolOptions {
     // While the session is marked lost (a transaction pooler switched on under this process,
-    // `session`), no connection is handed out or taken back: each is closed, so no statement
-    // prepared on it is used again, and the pool opens new ones.
-    let options = PgPoolOptions::new()
-        .max_connections(max_connections)
-        .after_release(|_conn, _meta| Box::pin(async { Ok(!super::session::is_lost()) }));
+    // `session`), no idle connection is handed out again: each is closed when next asked for,
+    // so no statement prepared on it is used again, and the pool opens new ones. (Checked on
+    // the way out only: a released connection is idle until then, and a hook on every release
+    // boxed a future per statement.)
+    let options = PgPoolOptions::new().max_connections(max_connections);
     let options = match ping {
         Ping::Always => options
             .test_before_acquire(true)
@@ -353,32 +353,21 @@ async fn refuse_transaction_pooler(
     opts: &PgConnectOptions,
     first: &mut sqlx::PgConnection,
 ) -> Result<(), DbError> {
-    async fn backend(conn: &mut sqlx::PgConnection) -> Result<i32, sqlx::Error> {
-        use sqlx::Row;
-        sqlx::raw_sql("select pg_backend_pid()")
-            .fetch_one(conn)
-            .await?
-            .try_get::<i32, _>(0)
-    }
     let mut second = match tokio::time::timeout(Duration::from_secs(10), opts.connect()).await {
         Ok(Ok(c)) => c,
         // The server has no room for a second session now: nothing to learn from it here, and
         // the pool says so soon enough if it stays that way.
         _ => return Ok(()),
     };
-    for _ in 0..2 {
-        let a = backend(first).await?;
-        let b = backend(&mut second).await?;
-        if a == b {
-            let _ = second.close().await;
-            return Err(DbError::TransactionPooler {
-                url: redact(url),
-                pid: a,
-            });
-        }
-    }
+    let shared = super::session::shared_backend(first, &mut second, 2).await;
     let _ = second.close().await;
-    Ok(())
+    match shared? {
+        Some(pid) => Err(DbError::TransactionPooler {
+            url: redact(url),
+            pid,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Drop `name` on the server behind `admin_url` if it exists, disconnecting its sessions.

@@ -111,7 +111,20 @@ impl Store {
             tx: self.pool.begin().await?,
         })
     }
+}
 
+/// The latest push (`o`) of each handed-off step still ready (`queued` to the service's
+/// clients) more than `$1` seconds after it, oldest push first, at most `$2`: read from the
+/// ready steps, not from the outbox's history. The page's list and the pusher's sweep share it.
+const QUEUED_OVER: &str = "from workdo.handoff_steps h
+       join workdo.steps s on s.template = h.template and s.name = h.step
+                          and s.status = 'ready' and s.active
+       cross join lateral (select * from workdo.handoff_outbox o
+                            where o.step_id = s.id order by o.id desc limit 1) o
+      where o.pushed_at < now() - make_interval(secs => $1)
+      order by o.pushed_at limit $2";
+
+impl Store {
     /// Handed-off steps still ready (`queued`) more than `after` after their latest push,
     /// oldest push first: jobs lost in Redis, or robots not taking them (the page and
     /// `workdo status` show them; the pusher pushes them again).
@@ -120,17 +133,10 @@ impl Store {
         after: std::time::Duration,
         limit: i64,
     ) -> Result<Vec<HandoffEntry>> {
-        Ok(sqlx::query_as(
+        Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "select o.id, o.object_id, o.template, o.step, o.lane, o.created_at, o.pushed_at,
-                    o.queue, o.jid, o.attempts, o.last_error
-               from workdo.handoff_steps h
-               join workdo.steps s on s.template = h.template and s.name = h.step
-                                  and s.status = 'ready' and s.active
-               cross join lateral (select * from workdo.handoff_outbox o
-                                    where o.step_id = s.id order by o.id desc limit 1) o
-              where o.pushed_at < now() - make_interval(secs => $1)
-              order by o.pushed_at limit $2",
-        )
+                    o.queue, o.jid, o.attempts, o.last_error {QUEUED_OVER}"
+        )))
         .bind(after.as_secs_f64())
         .bind(limit)
         .fetch_all(&self.pool)
@@ -171,20 +177,12 @@ impl Handoff {
     /// jobs were lost in Redis (a restart without persistence) or never taken. Read from the
     /// ready steps, not from the outbox's history.
     pub async fn lost(&mut self, limit: i64, after_secs: f64) -> Result<Vec<HandoffRow>> {
-        let ids: Vec<i64> = sqlx::query_scalar(
-            "select o.id
-               from workdo.handoff_steps h
-               join workdo.steps s on s.template = h.template and s.name = h.step
-                                  and s.status = 'ready' and s.active
-               cross join lateral (select o.id, o.pushed_at from workdo.handoff_outbox o
-                                    where o.step_id = s.id order by o.id desc limit 1) o
-              where o.pushed_at < now() - make_interval(secs => $2)
-              order by o.pushed_at limit $1",
-        )
-        .bind(limit)
-        .bind(after_secs)
-        .fetch_all(&mut *self.tx)
-        .await?;
+        let ids: Vec<i64> =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("select o.id {QUEUED_OVER}")))
+                .bind(after_secs)
+                .bind(limit)
+                .fetch_all(&mut *self.tx)
+                .await?;
         Ok(sqlx::query_as(
             "select id, object_id, template, step, lane, attempts from workdo.handoff_outbox
               where id = any($1) and pushed_at < now() - make_interval(secs => $2)

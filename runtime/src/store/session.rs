@@ -92,6 +92,30 @@ pub async fn lost() {
     let _ = rx.wait_for(|lost| *lost).await;
 }
 
+/// Whether two sessions, both held, are served by one server connection: `times` comparisons
+/// of their backends, `Some(pid)` at the first that is the same. Simple-protocol queries only,
+/// so the check itself works through any pooler. Used at connect and by the session watch.
+pub(super) async fn shared_backend(
+    a: &mut sqlx::PgConnection,
+    b: &mut sqlx::PgConnection,
+    times: usize,
+) -> Result<Option<i32>, sqlx::Error> {
+    async fn backend(conn: &mut sqlx::PgConnection) -> Result<i32, sqlx::Error> {
+        use sqlx::Row;
+        sqlx::raw_sql("select pg_backend_pid()")
+            .fetch_one(conn)
+            .await?
+            .try_get::<i32, _>(0)
+    }
+    for _ in 0..times {
+        let pid = backend(a).await?;
+        if backend(b).await? == pid {
+            return Ok(Some(pid));
+        }
+    }
+    Ok(None)
+}
+
 /// How many times in a row two held connections are compared in one check.
 const COMPARISONS: usize = 3;
 
@@ -104,26 +128,12 @@ impl super::Store {
     /// # Errors
     /// When the database cannot be reached.
     pub async fn session_shared(&self) -> super::Result<Option<i32>> {
-        async fn backend(conn: &mut sqlx::PgConnection) -> Result<i32, sqlx::Error> {
-            use sqlx::Row;
-            sqlx::raw_sql("select pg_backend_pid()")
-                .fetch_one(conn)
-                .await?
-                .try_get::<i32, _>(0)
-        }
         let mut first = self.pool.acquire().await?;
         let second =
             tokio::time::timeout(std::time::Duration::from_secs(1), self.pool.acquire()).await;
         let Ok(second) = second else { return Ok(None) };
         let mut second = second?;
-        for _ in 0..COMPARISONS {
-            let a = backend(&mut first).await?;
-            let b = backend(&mut second).await?;
-            if a == b {
-                return Ok(Some(a));
-            }
-        }
-        Ok(None)
+        Ok(shared_backend(&mut first, &mut second, COMPARISONS).await?)
     }
 }
 

@@ -283,14 +283,16 @@ impl Store {
         .fetch_one(&mut *tx)
         .await?;
         let spec = self.spec_by_id(&mut *tx, template_id, &sha256).await?;
-        // `queued` is the workflow service's word for a step a robot took into its queue (with
-        // no hand-off in use, robots that poll set it themselves). A step a workdo function
-        // runs, or one kept out of queues, has no robot to take it: there `queued` is `ready`,
-        // as it always was, or it would wait for ever.
+        // `queued` is the workflow service's word for a step a robot took into its queue. The
+        // one place it is decided: with the hand-off in use (the service's routes say so) a
+        // ready step is queued already, so `queued` is `ready`; a step a workdo function runs,
+        // or one kept out of queues, has no robot to take it, so `queued` is `ready` there too
+        // (it would wait for ever); otherwise a robot that polls keeps it as a status of its own.
         let robot_step = spec
             .step(&req.step)
             .is_some_and(|s| !s.is_run() && !s.skip_queue);
-        let wanted = if req.status == "queued" && !robot_step {
+        let handed_off = req.service_words == Some(true);
+        let wanted = if req.status == "queued" && (handed_off || !robot_step) {
             "ready"
         } else {
             req.status.as_str()

@@ -54,7 +54,7 @@ pub fn router() -> Router<AppState> {
         .route("/workflow_templates/{name}", get(template_processes))
 }
 
-use render::{Specs, Tag, close, from_wire, workflow_xml, xml};
+use render::{Specs, Tag, close, workflow_xml, xml};
 
 /// An object id in its one spelling ([`crate::model::object_id`]: the same rule as the CLI's and
 /// the JSON API's, so `bb123cd4567` is `druid:bb123cd4567`); anything else is a 400.
@@ -266,7 +266,7 @@ pub(super) async fn update_process(
         .attribute("status")
         .ok_or_else(|| ApiError::bad_request("the <process> element has no status attribute"))?;
     let handoff = s.store.handoff_enabled().await?;
-    let status = from_wire(status, handoff);
+
     if Status::parse(status).is_none() {
         return Err(ApiError::bad_request(format!("invalid status {status:?}")));
     }

@@ -25,17 +25,6 @@ pub(super) fn wire_status(status: &str, skip_queue: bool, handoff: bool) -> Stri
     }
 }
 
-/// A status the workflow service's clients send, as workdo's. With the hand-off in use,
-/// `queued` is `ready` (the engine makes it `waiting` again if prerequisites are not done);
-/// without it, a robot's `queued` is kept as it is: the step is taken off `?waiting=` and reads
-/// `queued` until the robot starts or finishes it.
-pub(super) fn from_wire(status: &str, handoff: bool) -> &str {
-    match status {
-        "queued" if handoff => "ready",
-        other => other,
-    }
-}
-
 /// Escape text for an XML attribute or element (for [`Tag`]; nothing else writes XML text).
 fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -268,8 +257,5 @@ mod tests {
         assert_eq!(wire_status("retrying", false, true), "retrying");
         assert_eq!(wire_status("IN PROCESS", false, true), "IN PROCESS");
         assert_eq!(wire_status("queued", false, false), "queued");
-        assert_eq!(from_wire("queued", true), "ready");
-        assert_eq!(from_wire("queued", false), "queued");
-        assert_eq!(from_wire("started", true), "started");
     }
 }
