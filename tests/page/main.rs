@@ -10,4 +10,5 @@ mod admin;
 mod admin_live;
 mod admin_machines;
 mod admin_paging;
+mod drawings;
 mod operator;

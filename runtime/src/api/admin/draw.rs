@@ -66,6 +66,19 @@ fn svg(id: &str, title: &str, nodes: &[Node], edges: &[Edge], roots: &[usize]) -
         .iter()
         .map(|e| (e.from, e.to, e.label.as_deref()))
         .collect();
+    // Subnets: a dashed frame round each generator's steps, behind them, named.
+    let mut members: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        if let Some(g) = &n.group {
+            members.entry(g).or_default().push(i);
+        }
+    }
+    let frame_names: Vec<String> = members.keys().map(|g| format!("subnet of {g}")).collect();
+    let groups: Vec<(Vec<usize>, usize)> = members
+        .values()
+        .zip(&frame_names)
+        .map(|(m, name)| (m.clone(), name.chars().count()))
+        .collect();
     let l = layout::layout(&layout::Input {
         // The second line is smaller (11 px against 13).
         widths: nodes
@@ -75,22 +88,9 @@ fn svg(id: &str, title: &str, nodes: &[Node], edges: &[Edge], roots: &[usize]) -
             .collect(),
         edges: &spec,
         roots,
+        groups: &groups,
     });
     let (width, height) = (l.width.ceil(), l.height.ceil());
-    // Subnets: a dashed frame round each generator's steps, behind them.
-    let mut groups: BTreeMap<&str, (f64, f64, f64, f64)> = BTreeMap::new();
-    for (i, n) in nodes.iter().enumerate() {
-        if let Some(g) = &n.group {
-            let (x, y, w) = l.boxes[i];
-            let r = groups.entry(g).or_insert((x, y, x + w, y + layout::H));
-            *r = (
-                r.0.min(x),
-                r.1.min(y),
-                r.2.max(x + w),
-                r.3.max(y + layout::H),
-            );
-        }
-    }
     let arrow = format!("url(#{id}-arrow)");
     let d = |path: &[(f64, f64)]| -> String {
         path.iter()
@@ -100,7 +100,16 @@ fn svg(id: &str, title: &str, nodes: &[Node], edges: &[Edge], roots: &[usize]) -
             .join(" ")
     };
     let h = layout::H;
+    // Pan and zoom (app.js): the buttons or Ctrl and the wheel zoom, dragging or scrolling pans;
+    // until then the drawing fits the page's width.
     html! {
+        div.graph-frame data-graph=(id) {
+        div.zoom role="group" aria-label={ "zoom " (title) } {
+            button.small type="button" data-zoom="out" title="Zoom out" { "−" }
+            button.small type="button" data-zoom="fit" title="Fit the width" { "Fit" }
+            button.small type="button" data-zoom="in" title="Zoom in" { "+" }
+        }
+        div.graph-view {
         svg.graph id=(id) role="img" viewBox={ "0 0 " (width) " " (height) } width=(width) height=(height) xmlns="http://www.w3.org/2000/svg" {
             title { (title) }
             defs {
@@ -108,10 +117,10 @@ fn svg(id: &str, title: &str, nodes: &[Node], edges: &[Edge], roots: &[usize]) -
                     path d="M0,0L10,5L0,10z" fill="currentColor" {}
                 }
             }
-            @for (g, (x0, y0, x1, y1)) in &groups {
+            @for ((g, name), ((x0, y0, x1, y1), (tx, ty))) in members.keys().zip(&frame_names).zip(&l.frames) {
                 g.subnet data-subnet=(g) {
-                    rect x=(format!("{:.0}", x0 - 6.0)) y=(format!("{:.0}", y0 - 14.0)) width=(format!("{:.0}", x1 - x0 + 12.0)) height=(format!("{:.0}", y1 - y0 + 20.0)) rx="8" {}
-                    text.sub x=(format!("{:.0}", x0 - 2.0)) y=(format!("{:.0}", y0 - 4.0)) font-size="10" { "subnet of " (g) }
+                    rect x=(format!("{x0:.1}")) y=(format!("{y0:.1}")) width=(format!("{:.1}", x1 - x0)) height=(format!("{:.1}", y1 - y0)) rx="8" {}
+                    text.sub x=(format!("{tx:.1}")) y=(format!("{ty:.1}")) font-size="10" { (name) }
                 }
             }
             @for (e, path) in edges.iter().zip(&l.paths) {
@@ -131,6 +140,8 @@ fn svg(id: &str, title: &str, nodes: &[Node], edges: &[Edge], roots: &[usize]) -
                     text.sub x=(format!("{:.1}", x + w / 2.0)) y=(format!("{:.1}", y + 33.0)) font-size="11" text-anchor="middle" { (n.sub) }
                 }
             }
+        }
+        }
         }
     }
 }

@@ -2,8 +2,11 @@
 //! longest path for a DAG, breadth-first from the initial state for a machine), a dummy node
 //! wherever an edge spans more than one layer so that no edge crosses a box, crossing reduction
 //! by barycenters swept down and up, boxes as wide as their labels, and edge labels placed so
-//! that they do not cover each other. Edges that go back up (a machine's loops) run round the
-//! right of the drawing, each in a lane of its own.
+//! that they cover no line, arrowhead, box or other label (`place.rs`). Edges that go back up
+//! (a machine's loops) run through dummies of their own; the ends meeting a box spread along
+//! its side; self-loops sit side by side over a box's top right.
+
+use super::place;
 
 /// Box height, the gaps between boxes and between layers, and the narrowest box.
 pub const H: f64 = 42.0;
@@ -12,18 +15,24 @@ const GAP_Y: f64 = 56.0;
 const MIN_W: f64 = 120.0;
 const MARGIN: f64 = 12.0;
 /// Room above the first layer for a self-loop and its label.
-const TOP: f64 = 30.0;
+const TOP: f64 = 36.0;
+/// More room above a layer with self-loops.
+const LOOP_ROOM: f64 = 28.0;
 /// Average advance of a character at the label's font size (13 px system sans), generous.
 const CHAR_13: f64 = 7.6;
 /// And at the edge labels' 11 px.
 const CHAR_11: f64 = 6.4;
+/// And at a subnet's name's 10 px.
+pub const CHAR_10: f64 = 5.9;
 
 /// What to lay out: each node's label width in characters (its longest line), edges as
-/// (from, to, label), and for a machine its initial nodes.
+/// (from, to, label), for a machine its initial nodes, and the subnets framed round their
+/// members with a name of so many characters.
 pub struct Input<'a> {
     pub widths: Vec<usize>,
     pub edges: &'a [(usize, usize, Option<&'a str>)],
     pub roots: &'a [usize],
+    pub groups: &'a [(Vec<usize>, usize)],
 }
 
 /// Where everything goes.
@@ -36,6 +45,8 @@ pub struct Layout {
     pub paths: Vec<Vec<(f64, f64)>>,
     /// Each edge's label position (left baseline), when it has a label.
     pub labels: Vec<Option<(f64, f64)>>,
+    /// Each group's frame, and its name's position (left baseline).
+    pub frames: Vec<(place::Rect, (f64, f64))>,
     pub width: f64,
     pub height: f64,
 }
@@ -211,65 +222,188 @@ pub fn layout(input: &Input) -> Layout {
     let widest = order.iter().map(row_width).fold(0.0, f64::max);
     let mut x = vec![0.0; total];
     let mut y = vec![0.0; total];
+    // A layer with self-loops gets more room above it, for the loops and their labels among
+    // the edges coming down into it.
+    let looped: Vec<bool> = (0..depth)
+        .map(|l| input.edges.iter().any(|&(a, b, _)| a == b && layer[a] == l))
+        .collect();
+    let mut top = TOP;
     for (l, row) in order.iter().enumerate() {
+        if l > 0 {
+            top += H + GAP_Y + if looped[l] { LOOP_ROOM } else { 0.0 };
+        }
         let mut at = MARGIN + (widest - row_width(row)) / 2.0;
         for &v in row {
             x[v] = at;
-            y[v] = TOP + l as f64 * (H + GAP_Y);
+            y[v] = top;
             at += width[v] + GAP_X;
         }
     }
     let boxes: Vec<(f64, f64, f64)> = (0..n).map(|v| (x[v], y[v], width[v])).collect();
-    let right = MARGIN + widest;
-    // Edges: down a chain through its dummies; up (offset, so that a pair of opposite edges
-    // stays two lines); along a layer through the gap below it; a self-loop over the box's
-    // top. Every segment runs in a gap between layers or down a dummy's place: none crosses
-    // a box.
+    let centre = |v: usize| x[v] + width[v] / 2.0;
+    // Self-loops: side by side over the box's top right, each as far from the next as the
+    // longest of their labels, so that each label fits over its own loop.
+    let mut loops: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (e, &(a, b, _)) in input.edges.iter().enumerate() {
+        if a == b {
+            loops[a].push(e);
+        }
+    }
+    let label_w = |e: usize| {
+        input.edges[e]
+            .2
+            .map_or(0.0, |t| t.chars().count() as f64 * CHAR_11)
+    };
+    let mut loop_at: Vec<Option<(f64, f64)>> = vec![None; input.edges.len()];
+    let mut loops_left: Vec<f64> = (0..n).map(|v| x[v] + width[v]).collect();
+    for (v, es) in loops.iter().enumerate() {
+        let step = es.iter().map(|&e| label_w(e)).fold(26.0, f64::max) + 10.0;
+        for (j, &e) in es.iter().enumerate() {
+            let right = x[v] + width[v] - 14.0 - j as f64 * step;
+            loop_at[e] = Some((right - 26.0, right));
+            loops_left[v] = right - 26.0;
+        }
+    }
+    // Ports: the ends of the edges meeting a box's top or bottom spread along it, ordered by
+    // where the other end lies, so that edges fanning out of one box do not start as one line.
+    // Each entry: (side's node, on top, the other end's x, edge, is the edge's start).
+    let mut ends: Vec<(usize, bool, f64, usize, bool)> = Vec::new();
+    for (e, &(a, b, _)) in input.edges.iter().enumerate() {
+        let chain = &chains[e];
+        if a == b {
+            continue;
+        }
+        if chain.is_empty() {
+            ends.push((a, false, centre(b), e, true));
+            ends.push((b, false, centre(a), e, false));
+        } else if layer[a] < layer[b] {
+            ends.push((a, false, centre(chain[1]), e, true));
+            ends.push((b, true, centre(chain[chain.len() - 2]), e, false));
+        } else {
+            ends.push((a, true, centre(chain[chain.len() - 2]), e, true));
+            ends.push((b, false, centre(chain[1]), e, false));
+        }
+    }
+    let mut port = vec![(0.0, 0.0); input.edges.len()];
+    // Per (node, top side): (the other end's x, edge, is its start).
+    type Ends = Vec<(f64, usize, bool)>;
+    let mut sides: std::collections::BTreeMap<(usize, bool), Ends> =
+        std::collections::BTreeMap::new();
+    for (v, top, other, e, start) in ends {
+        sides.entry((v, top)).or_default().push((other, e, start));
+    }
+    for ((v, top), mut list) in sides {
+        list.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let lo = x[v] + 16.0;
+        let hi = if top {
+            loops_left[v] - 10.0
+        } else {
+            x[v] + width[v] - 16.0
+        }
+        .max(lo + 10.0);
+        let k = list.len() as f64;
+        for (i, (_, e, start)) in list.into_iter().enumerate() {
+            let at = lo + (hi - lo) * (i as f64 + 1.0) / (k + 1.0);
+            if start {
+                port[e].0 = at;
+            } else {
+                port[e].1 = at;
+            }
+        }
+    }
+    // Edges: down a chain through its dummies; up the same way drawn reversed; along a layer
+    // through the gap below it; a self-loop over the box's top. Every segment runs in a gap
+    // between layers or down a dummy's place: none crosses a box.
     let mut paths = Vec::with_capacity(input.edges.len());
     let mut sideways = 0.0;
     for (e, &(a, b, _)) in input.edges.iter().enumerate() {
         let chain = &chains[e];
-        let (ax, ay, aw) = (x[a], y[a], width[a]);
-        let (bx, by, bw) = (x[b], y[b], width[b]);
-        if a == b {
+        let (ay, by) = (y[a], y[b]);
+        let (sx, ex) = port[e];
+        if let Some((left, right)) = loop_at[e] {
             paths.push(vec![
-                (ax + aw - 40.0, ay),
-                (ax + aw - 40.0, ay - 16.0),
-                (ax + aw - 14.0, ay - 16.0),
-                (ax + aw - 14.0, ay),
+                (left, ay),
+                (left, ay - 16.0),
+                (right, ay - 16.0),
+                (right, ay),
             ]);
         } else if chain.is_empty() {
             sideways += 1.0;
             let below = ay + H + 8.0 + 5.0 * (sideways % 6.0);
-            paths.push(vec![
-                (ax + aw / 2.0 - 10.0, ay + H),
-                (ax + aw / 2.0 - 10.0, below),
-                (bx + bw / 2.0 - 10.0, below),
-                (bx + bw / 2.0 - 10.0, by + H),
-            ]);
+            paths.push(vec![(sx, ay + H), (sx, below), (ex, below), (ex, by + H)]);
         } else if layer[a] < layer[b] {
-            let mut p = vec![(ax + aw / 2.0, ay + H)];
+            let mut p = vec![(sx, ay + H)];
             for &d in &chain[1..chain.len() - 1] {
                 p.push((x[d], y[d]));
                 p.push((x[d], y[d] + H));
             }
-            p.push((bx + bw / 2.0, by));
+            p.push((ex, by));
             paths.push(p);
         } else {
-            const OFF: f64 = 14.0;
-            let mut p = vec![(ax + aw / 2.0 + OFF, ay)];
+            let mut p = vec![(sx, ay)];
             for &d in chain[1..chain.len() - 1].iter().rev() {
-                p.push((x[d] + OFF, y[d] + H));
-                p.push((x[d] + OFF, y[d]));
+                p.push((x[d], y[d] + H));
+                p.push((x[d], y[d]));
             }
-            p.push((bx + bw / 2.0 + OFF, by + H));
+            p.push((ex, by + H));
             paths.push(p);
         }
     }
-    // Labels: on the edge's first segment in a gap (a loop's or a sideways edge's middle one),
-    // at the first fraction along it where the label covers no label placed before.
-    let mut placed: Vec<(f64, f64, f64, f64)> = Vec::new();
+    // What labels keep clear of: boxes, lines, arrowheads; then the subnets' frames, whose
+    // names go along their top (or under them) where no edge crosses.
+    let mut clear = place::Obstacles::default();
+    for &(bx, by, bw) in &boxes {
+        clear.rect((bx, by, bx + bw, by + H));
+    }
+    for p in &paths {
+        clear.path(p, true);
+    }
+    let mut frames = Vec::with_capacity(input.groups.len());
+    for (members, chars) in input.groups {
+        let Some(r) =
+            members
+                .iter()
+                .filter(|&&v| v < n)
+                .fold(None, |r: Option<place::Rect>, &v| {
+                    let b = (
+                        x[v] - 6.0,
+                        y[v] - 16.0,
+                        x[v] + width[v] + 6.0,
+                        y[v] + H + 6.0,
+                    );
+                    Some(r.map_or(b, |r| {
+                        (r.0.min(b.0), r.1.min(b.1), r.2.max(b.2), r.3.max(b.3))
+                    }))
+                })
+        else {
+            continue;
+        };
+        let (w, h) = (*chars as f64 * CHAR_10, 12.0);
+        let mut candidates = Vec::new();
+        for (top, inside) in [
+            (r.1 + 1.0, true),
+            (r.3 + 2.0, false),
+            (r.1 - h - 2.0, false),
+        ] {
+            let mut at = r.0 + 4.0;
+            while at + w <= r.2 - 4.0 || (!inside && at == r.0 + 4.0) {
+                candidates.push((at, top, at + w, top + h));
+                at += 8.0;
+            }
+        }
+        let label =
+            clear
+                .place(candidates, 2.0)
+                .unwrap_or((r.0 + 4.0, r.1, r.0 + 4.0 + w, r.1 + h));
+        clear.path(
+            &[(r.0, r.1), (r.2, r.1), (r.2, r.3), (r.0, r.3), (r.0, r.1)],
+            false,
+        );
+        frames.push((r, (label.0, label.3 - 3.0)));
+    }
+    // Edge labels: along their own edge, the loop's top or the sideways run first.
     let mut labels = Vec::with_capacity(input.edges.len());
+    let mut drawn: Vec<place::Rect> = frames.iter().map(|f| f.0).collect();
     for (e, &(_, _, label)) in input.edges.iter().enumerate() {
         let Some(text) = label else {
             labels.push(None);
@@ -277,146 +411,37 @@ pub fn layout(input: &Input) -> Layout {
         };
         let w = text.chars().count() as f64 * CHAR_11;
         let p = &paths[e];
-        let k = if p.len() == 4 && chains[e].is_empty() {
-            1
-        } else {
-            0
+        let first = usize::from(p.len() == 4 && chains[e].is_empty());
+        let Some(r) = clear.place(place::along(p, first, w, 13.0), 2.0) else {
+            labels.push(None);
+            continue;
         };
-        let (s, t) = (p[k], p[k + 1]);
-        let mut chosen = None;
-        for f in [0.5, 0.3, 0.7, 0.2, 0.8, 0.4, 0.6, 0.1, 0.9] {
-            let lx = s.0 + (t.0 - s.0) * f + 4.0;
-            let ly = s.1 + (t.1 - s.1) * f + 4.0;
-            let rect = (lx, ly - 10.0, lx + w, ly + 2.0);
-            let clear = placed
-                .iter()
-                .all(|r| rect.2 <= r.0 || r.2 <= rect.0 || rect.3 <= r.1 || r.3 <= rect.1);
-            if clear {
-                chosen = Some((lx, ly, rect));
-                break;
-            }
-        }
-        let (lx, ly, rect) = chosen.unwrap_or_else(|| {
-            let lx = (s.0 + t.0) / 2.0 + 4.0;
-            let ly = (s.1 + t.1) / 2.0 + 4.0;
-            (lx, ly, (lx, ly - 10.0, lx + w, ly + 2.0))
-        });
-        placed.push(rect);
-        labels.push(Some((lx, ly)));
+        drawn.push(r);
+        labels.push(Some((r.0, r.3 - 3.0)));
     }
-    let label_right = placed.iter().map(|r| r.2).fold(0.0, f64::max);
+    // The drawing's size: everything drawn, and a margin.
+    let mut right = MARGIN + widest;
+    let mut bottom = top + H;
+    for r in &drawn {
+        right = right.max(r.2);
+        bottom = bottom.max(r.3);
+    }
+    for p in &paths {
+        for &(px, py) in p {
+            right = right.max(px);
+            bottom = bottom.max(py);
+        }
+    }
     Layout {
         boxes,
         paths,
         labels,
-        width: right.max(label_right) + MARGIN,
-        height: TOP + MARGIN + depth as f64 * (H + GAP_Y) - GAP_Y,
+        frames,
+        width: right + MARGIN,
+        height: bottom + MARGIN,
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Whether segment p–q crosses the rectangle's inside.
-    fn crosses(p: (f64, f64), q: (f64, f64), r: (f64, f64, f64, f64)) -> bool {
-        (0..=100).any(|i| {
-            let f = f64::from(i) / 100.0;
-            let (x, y) = (p.0 + (q.0 - p.0) * f, p.1 + (q.1 - p.1) * f);
-            x > r.0 + 1.0 && x < r.2 - 1.0 && y > r.1 + 1.0 && y < r.3 - 1.0
-        })
-    }
-
-    #[test]
-    fn no_edge_runs_through_a_box_and_labels_do_not_cover_each_other() {
-        // loanReviewWF's shape: Start → Review; Review → four finals and Notified; Notified →
-        // the same finals; loops on Review and Notified; a long edge Start → Cancelled.
-        let names = [
-            "Start",
-            "Review",
-            "Notified",
-            "Approved",
-            "Rejected",
-            "Expired",
-            "Cancelled",
-        ];
-        let e = |a: usize, b: usize, l: &'static str| (a, b, Some(l));
-        let edges = vec![
-            e(0, 1, "open"),
-            e(1, 3, "approve"),
-            e(1, 4, "reject"),
-            e(1, 5, "expire"),
-            e(1, 2, "notified"),
-            e(1, 1, "remind"),
-            e(2, 3, "approve"),
-            e(2, 4, "reject"),
-            e(2, 5, "expire"),
-            e(2, 2, "notified"),
-            e(2, 1, "back"),
-            e(0, 6, "cancel"),
-        ];
-        let input = Input {
-            widths: names.iter().map(|n| n.len()).collect(),
-            edges: &edges,
-            roots: &[0],
-        };
-        let l = layout(&input);
-        let rects: Vec<(f64, f64, f64, f64)> = l
-            .boxes
-            .iter()
-            .map(|&(x, y, w)| (x, y, x + w, y + H))
-            .collect();
-        for (i, path) in l.paths.iter().enumerate() {
-            let (a, b, _) = edges[i];
-            for seg in path.windows(2) {
-                for (k, r) in rects.iter().enumerate() {
-                    if k == a || k == b {
-                        continue;
-                    }
-                    assert!(
-                        !crosses(seg[0], seg[1], *r),
-                        "edge {} → {} runs through {}",
-                        names[a],
-                        names[b],
-                        names[k]
-                    );
-                }
-            }
-        }
-        let mut label_rects = Vec::new();
-        for (i, at) in l.labels.iter().enumerate() {
-            let (x, y) = at.expect("every edge here has a label");
-            let w = edges[i].2.unwrap_or("").len() as f64 * CHAR_11;
-            label_rects.push((x, y - 10.0, x + w, y + 2.0));
-        }
-        for i in 0..label_rects.len() {
-            for j in i + 1..label_rects.len() {
-                let (a, b) = (label_rects[i], label_rects[j]);
-                let overlap = a.0 < b.2 && b.0 < a.2 && a.1 < b.3 && b.1 < a.3;
-                assert!(!overlap, "labels {i} and {j} overlap: {a:?} {b:?}");
-            }
-        }
-        // Boxes in a layer never overlap, and every box fits its label.
-        for i in 0..rects.len() {
-            assert!(rects[i].2 - rects[i].0 >= box_width(names[i].len()) - 0.01);
-            for j in i + 1..rects.len() {
-                let (a, b) = (rects[i], rects[j]);
-                assert!(!(a.0 < b.2 && b.0 < a.2 && a.1 < b.3 && b.1 < a.3));
-            }
-        }
-    }
-
-    #[test]
-    fn crossing_reduction_untangles_a_crossed_pair() {
-        // a→d, b→c drawn in input order would cross; the sweep swaps one layer.
-        let edges = vec![(0, 3, None), (1, 2, None)];
-        let input = Input {
-            widths: vec![1; 4],
-            edges: &edges,
-            roots: &[],
-        };
-        let l = layout(&input);
-        let (a, b, c, d) = (l.boxes[0].0, l.boxes[1].0, l.boxes[2].0, l.boxes[3].0);
-        assert_eq!(a < b, d < c, "a→d and b→c keep their order: no crossing");
-    }
-}
+#[path = "layout_tests.rs"]
+mod tests;

@@ -29,6 +29,7 @@ mod layout;
 mod machine;
 mod objects;
 mod overview;
+mod place;
 mod reports;
 mod search;
 mod steps;
