@@ -113,53 +113,48 @@ pub fn truthy(v: &Value) -> bool {
     }
 }
 
-/// Evaluate one expression.
+/// Evaluate one expression (parsed once per process: see [`parsed`]).
 ///
 /// # Errors
 /// As [`eval_value`].
 pub fn eval(expr: &str, scope: &dyn Scope) -> Result<Value, String> {
-    let tokens = lex(expr)?;
-    let mut p = Parser {
-        tokens: &tokens,
-        at: 0,
-        depth: 0,
-        scope,
-        expr,
-        skip: false,
-    };
-    let v = p.coalesce()?;
-    if p.at != tokens.len() {
-        return Err(format!("{expr:?}: unexpected {:?}", tokens[p.at]));
-    }
-    Ok(v)
+    parsed(expr)?.eval(scope)
 }
 
-/// Whether `expr` parses (names are not looked up): for load-time checks.
+/// Whether `expr_text`'s every `${…}` parses (names are not looked up): for load-time checks.
 pub fn check(expr_text: &str) -> Result<(), String> {
-    struct Any;
-    impl Scope for Any {
-        fn lookup(&self, _: &str) -> Option<Value> {
-            Some(Value::Null)
-        }
-    }
     let mut rest = expr_text;
     while let Some(at) = rest.find("${") {
         let after = &rest[at + 2..];
         let end = closing(after).ok_or_else(|| format!("{expr_text:?}: an unclosed ${{"))?;
-        let tokens = lex(&after[..end])?;
-        let mut p = Parser {
-            tokens: &tokens,
-            at: 0,
-            depth: 0,
-            scope: &Any,
-            expr: &after[..end],
-            skip: true,
-        };
-        // Parse only: evaluation errors on nulls are not syntax errors.
-        p.syntax_only()?;
+        parsed(&after[..end])?;
         rest = &after[end + 1..];
     }
     Ok(())
+}
+
+/// The tree of `expr`, parsed the first time it is asked for and kept: a description's
+/// expressions are few and version-locked, so each is parsed once, not at every transition.
+/// The cache is bounded; past its size it starts afresh.
+fn parsed(expr: &str) -> Result<std::sync::Arc<Expr>, String> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, LazyLock, Mutex};
+    type Parsed = Result<Arc<Expr>, String>;
+    static PARSED: LazyLock<Mutex<HashMap<String, Parsed>>> = LazyLock::new(Default::default);
+    const KEPT: usize = 4096;
+    // Poisoning cannot leave the map half-written (an insert is one call): take it as it is.
+    let mut cache = PARSED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(hit) = cache.get(expr) {
+        return hit.clone();
+    }
+    let tree = Expr::parse(expr).map(Arc::new);
+    if cache.len() >= KEPT {
+        cache.clear();
+    }
+    cache.insert(expr.to_string(), tree.clone());
+    tree
 }
 
 /// The deepest nesting of parentheses and unary operators an expression may have.
@@ -231,19 +226,6 @@ fn lex(s: &str) -> Result<Vec<Tok>, String> {
     Ok(out)
 }
 
-struct Parser<'a> {
-    tokens: &'a [Tok],
-    at: usize,
-    /// Nesting so far: parentheses and unary operators recurse, and a description must not be
-    /// able to overflow the stack.
-    depth: usize,
-    scope: &'a dyn Scope,
-    expr: &'a str,
-    /// Parsing a side that is not evaluated (the right of a decided `&&`/`||`/`??`, or a
-    /// syntax check): names are not looked up and nothing fails on values; the result is null.
-    skip: bool,
-}
-
 /// The largest integer arithmetic (on doubles) keeps exactly: 2^53.
 const EXACT_INT: u64 = 1 << 53;
 
@@ -278,6 +260,167 @@ fn number(f: f64, expr: &str) -> Result<Value, String> {
     })
 }
 
+/// An expression parsed: its text (for messages) and its tree. Chains of one operator are
+/// one node with a list, so that a long `1 + 1 + …` is a wide node, not a deep one.
+#[derive(Debug)]
+pub struct Expr {
+    text: String,
+    root: Node,
+}
+
+#[derive(Debug)]
+enum Node {
+    Lit(Value),
+    /// A name that must be defined.
+    Name(String),
+    /// A bare name directly before `??`: undefined reads as null.
+    Loose(String),
+    Has(String),
+    Not(Box<Node>),
+    Neg(Box<Node>),
+    /// `a ?? b ?? …`: the first that is not null.
+    Coalesce(Vec<Node>),
+    /// `a || b || …` and `a && b && …`: short-circuit, true or false (one operand: itself).
+    Or(Vec<Node>),
+    And(Vec<Node>),
+    Cmp(&'static str, Box<Node>, Box<Node>),
+    /// A left operand and `+`/`-` (or `*`/`/`/`%`) with their right operands, left to right.
+    Arith(Box<Node>, Vec<(&'static str, Node)>),
+}
+
+struct Parser<'a> {
+    tokens: &'a [Tok],
+    at: usize,
+    /// Nesting so far: parentheses and unary operators recurse, and a description must not be
+    /// able to overflow the stack.
+    depth: usize,
+    expr: &'a str,
+}
+
+impl Expr {
+    /// Parse `text`.
+    ///
+    /// # Errors
+    /// A malformed expression, with what was wrong where.
+    pub fn parse(text: &str) -> Result<Expr, String> {
+        let tokens = lex(text)?;
+        let mut p = Parser {
+            tokens: &tokens,
+            at: 0,
+            depth: 0,
+            expr: text,
+        };
+        let root = p.coalesce()?;
+        if p.at != tokens.len() {
+            return Err(format!("{text:?}: unexpected {:?}", tokens[p.at]));
+        }
+        Ok(Expr {
+            text: text.to_string(),
+            root,
+        })
+    }
+
+    /// Evaluate the tree in `scope`.
+    ///
+    /// # Errors
+    /// An undefined name, or an operation on the wrong kinds of value.
+    pub fn eval(&self, scope: &dyn Scope) -> Result<Value, String> {
+        self.node(&self.root, scope)
+    }
+
+    fn node(&self, n: &Node, scope: &dyn Scope) -> Result<Value, String> {
+        let expr = self.text.as_str();
+        Ok(match n {
+            Node::Lit(v) => v.clone(),
+            Node::Name(name) => scope
+                .lookup(name)
+                .ok_or_else(|| format!("{expr:?}: {name:?} is not defined"))?,
+            Node::Loose(name) => scope.lookup(name).unwrap_or(Value::Null),
+            Node::Has(name) => Value::Bool(scope.lookup(name).is_some_and(|v| !v.is_null())),
+            Node::Not(x) => Value::Bool(!truthy(&self.node(x, scope)?)),
+            Node::Neg(x) => number(-num(&self.node(x, scope)?, expr)?, expr)?,
+            Node::Coalesce(list) => {
+                let mut v = Value::Null;
+                for x in list {
+                    v = self.node(x, scope)?;
+                    if !v.is_null() {
+                        break;
+                    }
+                }
+                v
+            }
+            Node::Or(list) | Node::And(list) => {
+                let or = matches!(n, Node::Or(_));
+                let (first, rest) = list.split_first().ok_or("an empty chain")?;
+                let mut v = self.node(first, scope)?;
+                for x in rest {
+                    // `||` is decided by a true side, `&&` by a false one.
+                    if truthy(&v) == or {
+                        v = Value::Bool(or);
+                        continue;
+                    }
+                    v = Value::Bool(truthy(&self.node(x, scope)?));
+                }
+                v
+            }
+            Node::Cmp(op, a, b) => {
+                let (v, r) = (self.node(a, scope)?, self.node(b, scope)?);
+                let ord = match (v.as_f64(), r.as_f64()) {
+                    (Some(a), Some(b)) => a.partial_cmp(&b),
+                    _ => Some(text_of(&v).cmp(&text_of(&r))),
+                };
+                let eq = match (v.as_f64(), r.as_f64()) {
+                    (Some(a), Some(b)) => a == b,
+                    _ => v == r,
+                };
+                use std::cmp::Ordering::*;
+                Value::Bool(match *op {
+                    "==" => eq,
+                    "!=" => !eq,
+                    "<" => ord == Some(Less),
+                    "<=" => matches!(ord, Some(Less | Equal)),
+                    ">" => ord == Some(Greater),
+                    _ => matches!(ord, Some(Greater | Equal)),
+                })
+            }
+            Node::Arith(first, rest) => {
+                let mut v = self.node(first, scope)?;
+                for (op, x) in rest {
+                    let r = self.node(x, scope)?;
+                    v = match *op {
+                        "+" if !(v.is_number() && r.is_number()) => {
+                            // Bounded before it is built: `${s + s}` doubling at each transition
+                            // reached hundreds of MB in one plan, refused only once made.
+                            let (a, b) = (text_of(&v), text_of(&r));
+                            if a.len() + b.len() > MAX_TEXT_BYTES {
+                                return Err(too_long(expr, a.len() + b.len()));
+                            }
+                            Value::String(a + &b)
+                        }
+                        op => {
+                            let (a, b) = (num(&v, expr)?, num(&r, expr)?);
+                            if matches!(op, "/" | "%") && b == 0.0 {
+                                return Err(format!("{expr:?}: division by zero"));
+                            }
+                            number(
+                                match op {
+                                    "+" => a + b,
+                                    "-" => a - b,
+                                    "*" => a * b,
+                                    "/" => a / b,
+                                    _ => a % b,
+                                },
+                                expr,
+                            )?
+                        }
+                    };
+                }
+                v
+            }
+        })
+    }
+}
+
 impl Parser<'_> {
     fn eat(&mut self, op: &str) -> bool {
         if matches!(self.tokens.get(self.at), Some(Tok::Op(o)) if *o == op) {
@@ -288,173 +431,84 @@ impl Parser<'_> {
         }
     }
 
-    fn syntax_only(&mut self) -> Result<(), String> {
-        self.coalesce().map(|_| ())?;
-        if self.at != self.tokens.len() {
-            return Err(format!(
-                "{:?}: unexpected {:?}",
-                self.expr, self.tokens[self.at]
-            ));
-        }
-        Ok(())
-    }
-
-    /// Parse with `skip` set (when `skip_it`), restoring it after.
-    fn maybe_skipping<T>(
+    /// One node for a chain, the operand alone when there is no operator.
+    fn chain(
         &mut self,
-        skip_it: bool,
-        f: impl FnOnce(&mut Self) -> Result<T, String>,
-    ) -> Result<T, String> {
-        let was = self.skip;
-        self.skip = was || skip_it;
-        let out = f(self);
-        self.skip = was;
-        out
-    }
-
-    /// `x ?? y ?? …`: the first operand that is not null. An operand that is a bare name
-    /// directly before `??` may be undefined (it reads as null); anything else is evaluated as
-    /// everywhere, so a typo inside a larger expression still fails.
-    fn coalesce(&mut self) -> Result<Value, String> {
-        let mut v = self.operand()?;
-        while self.eat("??") {
-            let decided = !v.is_null();
-            let r = self.maybe_skipping(decided, Self::operand)?;
-            if !decided {
-                v = r;
-            }
+        op: &str,
+        wrap: fn(Vec<Node>) -> Node,
+        next: fn(&mut Self) -> Result<Node, String>,
+    ) -> Result<Node, String> {
+        let mut list = vec![next(self)?];
+        while self.eat(op) {
+            list.push(next(self)?);
         }
-        Ok(v)
+        Ok(if list.len() == 1 {
+            list.pop().ok_or("an empty chain")?
+        } else {
+            wrap(list)
+        })
     }
 
-    fn operand(&mut self) -> Result<Value, String> {
+    fn coalesce(&mut self) -> Result<Node, String> {
+        self.chain("??", Node::Coalesce, Self::operand)
+    }
+
+    /// An operand of `??`: a bare name directly before `??` may be undefined (it reads as
+    /// null); anything else is as everywhere, so a typo inside a larger expression still fails.
+    fn operand(&mut self) -> Result<Node, String> {
         if let (Some(Tok::Name(n)), Some(Tok::Op("??"))) =
             (self.tokens.get(self.at), self.tokens.get(self.at + 1))
             && !matches!(n.as_str(), "true" | "false" | "null")
         {
             let n = n.clone();
             self.at += 1;
-            if self.skip {
-                return Ok(Value::Null);
-            }
-            return Ok(self.scope.lookup(&n).unwrap_or(Value::Null));
+            return Ok(Node::Loose(n));
         }
         self.or()
     }
 
-    fn or(&mut self) -> Result<Value, String> {
-        let mut v = self.and()?;
-        while self.eat("||") {
-            let decided = truthy(&v);
-            let r = self.maybe_skipping(decided, Self::and)?;
-            v = Value::Bool(decided || truthy(&r));
-        }
-        Ok(if self.skip { Value::Null } else { v })
+    fn or(&mut self) -> Result<Node, String> {
+        self.chain("||", Node::Or, Self::and)
     }
 
-    fn and(&mut self) -> Result<Value, String> {
-        let mut v = self.cmp()?;
-        while self.eat("&&") {
-            let decided = !truthy(&v);
-            let r = self.maybe_skipping(decided, Self::cmp)?;
-            v = Value::Bool(!decided && truthy(&r));
-        }
-        Ok(if self.skip { Value::Null } else { v })
+    fn and(&mut self) -> Result<Node, String> {
+        self.chain("&&", Node::And, Self::cmp)
     }
 
-    fn cmp(&mut self) -> Result<Value, String> {
-        let v = self.sum()?;
+    /// One comparison at most: `a < b < c` is an error, not a surprise.
+    fn cmp(&mut self) -> Result<Node, String> {
+        let v = self.arith(&["+", "-"], Self::product)?;
         for op in ["==", "!=", "<=", ">=", "<", ">"] {
             if self.eat(op) {
-                let r = self.sum()?;
-                if self.skip {
-                    return Ok(Value::Null);
-                }
-                let ord = match (v.as_f64(), r.as_f64()) {
-                    (Some(a), Some(b)) => a.partial_cmp(&b),
-                    _ => Some(text_of(&v).cmp(&text_of(&r))),
-                };
-                let eq = match (v.as_f64(), r.as_f64()) {
-                    (Some(a), Some(b)) => a == b,
-                    _ => v == r,
-                };
-                use std::cmp::Ordering::*;
-                return Ok(Value::Bool(match op {
-                    "==" => eq,
-                    "!=" => !eq,
-                    "<" => ord == Some(Less),
-                    "<=" => matches!(ord, Some(Less | Equal)),
-                    ">" => ord == Some(Greater),
-                    _ => matches!(ord, Some(Greater | Equal)),
-                }));
+                let r = self.arith(&["+", "-"], Self::product)?;
+                return Ok(Node::Cmp(op, Box::new(v), Box::new(r)));
             }
         }
         Ok(v)
     }
 
-    fn sum(&mut self) -> Result<Value, String> {
-        let mut v = self.product()?;
-        loop {
-            if self.eat("+") {
-                let r = self.product()?;
-                if self.skip {
-                    continue;
-                }
-                v = if v.is_number() && r.is_number() {
-                    number(num(&v, self.expr)? + num(&r, self.expr)?, self.expr)?
-                } else {
-                    // Bounded before it is built: `${s + s}` doubling at each transition reached
-                    // hundreds of MB in one plan, refused only once made.
-                    let (a, b) = (text_of(&v), text_of(&r));
-                    if a.len() + b.len() > MAX_TEXT_BYTES {
-                        return Err(too_long(self.expr, a.len() + b.len()));
-                    }
-                    Value::String(a + &b)
-                };
-            } else if self.eat("-") {
-                let r = self.product()?;
-                if self.skip {
-                    continue;
-                }
-                v = number(num(&v, self.expr)? - num(&r, self.expr)?, self.expr)?;
-            } else {
-                return Ok(v);
-            }
-        }
+    fn product(&mut self) -> Result<Node, String> {
+        self.arith(&["*", "/", "%"], Self::unary)
     }
 
-    fn product(&mut self) -> Result<Value, String> {
-        let mut v = self.unary()?;
-        loop {
-            let op = if self.eat("*") {
-                '*'
-            } else if self.eat("/") {
-                '/'
-            } else if self.eat("%") {
-                '%'
-            } else {
-                return Ok(v);
-            };
-            let r = self.unary()?;
-            if self.skip {
-                continue;
-            }
-            let (a, b) = (num(&v, self.expr)?, num(&r, self.expr)?);
-            if op != '*' && b == 0.0 {
-                return Err(format!("{:?}: division by zero", self.expr));
-            }
-            v = number(
-                match op {
-                    '*' => a * b,
-                    '/' => a / b,
-                    _ => a % b,
-                },
-                self.expr,
-            )?;
+    fn arith(
+        &mut self,
+        ops: &[&'static str],
+        next: fn(&mut Self) -> Result<Node, String>,
+    ) -> Result<Node, String> {
+        let first = next(self)?;
+        let mut rest = Vec::new();
+        while let Some(op) = ops.iter().find(|o| self.eat(o)) {
+            rest.push((*op, next(self)?));
         }
+        Ok(if rest.is_empty() {
+            first
+        } else {
+            Node::Arith(Box::new(first), rest)
+        })
     }
 
-    fn unary(&mut self) -> Result<Value, String> {
+    fn unary(&mut self) -> Result<Node, String> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
             return Err(format!(
@@ -462,39 +516,31 @@ impl Parser<'_> {
                 self.expr
             ));
         }
-        let v = self.unary_inner();
+        let v = if self.eat("!") {
+            self.unary().map(|x| Node::Not(Box::new(x)))
+        } else if self.eat("-") {
+            self.unary().map(|x| Node::Neg(Box::new(x)))
+        } else {
+            self.atom()
+        };
         self.depth -= 1;
         v
     }
 
-    fn unary_inner(&mut self) -> Result<Value, String> {
-        if self.eat("!") {
-            return Ok(Value::Bool(!truthy(&self.unary()?)));
-        }
-        if self.eat("-") {
-            let v = self.unary()?;
-            if self.skip {
-                return Ok(Value::Null);
-            }
-            return number(-num(&v, self.expr)?, self.expr);
-        }
-        self.atom()
-    }
-
-    fn atom(&mut self) -> Result<Value, String> {
+    fn atom(&mut self) -> Result<Node, String> {
         let tok = self
             .tokens
             .get(self.at)
             .cloned()
             .ok_or_else(|| format!("{:?}: ends too soon", self.expr))?;
         self.at += 1;
-        match tok {
-            Tok::Num(n) => number(n, self.expr),
-            Tok::Str(s) => Ok(Value::String(s)),
+        Ok(match tok {
+            Tok::Num(n) => Node::Lit(number(n, self.expr)?),
+            Tok::Str(s) => Node::Lit(Value::String(s)),
             Tok::Name(n) => match n.as_str() {
-                "true" => Ok(Value::Bool(true)),
-                "false" => Ok(Value::Bool(false)),
-                "null" => Ok(Value::Null),
+                "true" => Node::Lit(Value::Bool(true)),
+                "false" => Node::Lit(Value::Bool(false)),
+                "null" => Node::Lit(Value::Null),
                 "has" if self.eat("(") => {
                     let Some(Tok::Name(path)) = self.tokens.get(self.at).cloned() else {
                         return Err(format!("{:?}: has( takes a name", self.expr));
@@ -503,25 +549,19 @@ impl Parser<'_> {
                     if !self.eat(")") {
                         return Err(format!("{:?}: has({path} without its )", self.expr));
                     }
-                    Ok(Value::Bool(
-                        !self.skip && self.scope.lookup(&path).is_some_and(|v| !v.is_null()),
-                    ))
+                    Node::Has(path)
                 }
-                _ if self.skip => Ok(Value::Null),
-                _ => self
-                    .scope
-                    .lookup(&n)
-                    .ok_or_else(|| format!("{:?}: {n:?} is not defined", self.expr)),
+                _ => Node::Name(n),
             },
             Tok::Op("(") => {
                 let v = self.coalesce()?;
                 if !self.eat(")") {
                     return Err(format!("{:?}: a ( without its )", self.expr));
                 }
-                Ok(v)
+                v
             }
-            Tok::Op(o) => Err(format!("{:?}: unexpected {o:?}", self.expr)),
-        }
+            Tok::Op(o) => return Err(format!("{:?}: unexpected {o:?}", self.expr)),
+        })
     }
 }
 
