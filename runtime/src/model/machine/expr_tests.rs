@@ -143,3 +143,14 @@ fn a_minus_before_a_digit_subtracts_and_text_is_bounded() {
     let err = eval_text("${big}${big}", &s).unwrap_err();
     assert!(err.contains("1 MiB"), "{err}");
 }
+
+#[test]
+fn a_long_chain_is_a_wide_node_not_a_deep_one() {
+    let s = Vars(json!({"n": 1}));
+    let sum = format!("${{{}}}", vec!["n"; 200_000].join(" + "));
+    assert_eq!(eval_text(&sum, &s), Ok(json!(200_000)));
+    let all = format!("${{{}}}", vec!["true"; 100_000].join(" && "));
+    assert_eq!(eval_text(&all, &s), Ok(json!(true)));
+    // The same text a second time: the kept tree, the same answer.
+    assert_eq!(eval_text(&sum, &s), Ok(json!(200_000)));
+}
