@@ -93,6 +93,7 @@ fn misplaced(map: &str) -> Vec<String> {
             functions.insert(name);
         }
     }
+    let root = repo.join("runtime/src");
     let mut wrong = Vec::new();
     for section in map.split("\n### ").skip(1) {
         let (heading, text) = section.split_once('\n').unwrap_or((section, ""));
@@ -114,36 +115,50 @@ fn misplaced(map: &str) -> Vec<String> {
             if i % 2 == 0 {
                 continue;
             }
-            // A folder (`admin/`) names where the files after it are.
-            if span.ends_with('/') && !span.contains(' ') {
-                let near = file
-                    .as_ref()
-                    .and_then(|(p, _)| p.parent().map(|d| d.join(span)));
-                let dir = near
-                    .filter(|d| d.is_dir())
-                    .unwrap_or_else(|| base.join(span));
-                if dir.is_dir() {
-                    file = Some((dir.join("mod.rs"), String::new()));
-                }
-                continue;
-            }
-            if span.ends_with(".rs") {
-                // Beside the file named last, else in a folder above it, else in the section's.
-                let mut near = file
+            // A folder (`admin/`) names where the files after it are; a file is found beside the
+            // file named last or in a folder above it, else in the heading's folder or above.
+            let folder = span.ends_with('/') && !span.contains(' ');
+            if folder || span.ends_with(".rs") {
+                let from_file = file
                     .as_ref()
                     .and_then(|(p, _)| p.parent().map(Path::to_path_buf));
-                let mut path = base.join(span);
-                while let Some(dir) = near {
-                    if dir.join(span).is_file() {
-                        path = dir.join(span);
+                let from_base = if base.extension().is_some() {
+                    base.parent().map(Path::to_path_buf)
+                } else {
+                    Some(base.clone())
+                };
+                let mut found = None;
+                for start in [from_file, from_base].into_iter().flatten() {
+                    let mut dir = Some(start);
+                    while let Some(d) = dir {
+                        let at = d.join(span);
+                        if (folder && at.is_dir()) || (!folder && at.is_file()) {
+                            found = Some(at);
+                            break;
+                        }
+                        dir = d
+                            .parent()
+                            .filter(|p| p.starts_with(&root))
+                            .map(Path::to_path_buf);
+                    }
+                    if found.is_some() {
                         break;
                     }
-                    near = dir
-                        .parent()
-                        .filter(|d| d.starts_with(&base))
-                        .map(Path::to_path_buf);
                 }
-                file = std::fs::read_to_string(&path).ok().map(|t| (path, t));
+                match (found, folder) {
+                    (Some(dir), true) => file = Some((dir.join("mod.rs"), String::new())),
+                    (Some(path), false) => {
+                        file = std::fs::read_to_string(&path).ok().map(|t| (path, t));
+                    }
+                    (None, true) => {}
+                    (None, false) if span.contains(' ') => {}
+                    (None, false) => {
+                        wrong.push(format!(
+                            "{span} is named, but no such file or folder is there"
+                        ));
+                        file = None;
+                    }
+                }
                 continue;
             }
             let method = functions.contains(span)

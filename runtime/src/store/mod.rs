@@ -6,66 +6,61 @@
 //! `completed` or `skipped`; a step is `ready`/`scheduled` only when `pending = 0`. Every status
 //! change goes through [`Store::steps_apply`], which keeps that true in the same transaction.
 
+// The store's wings, one noun each (a folder's `mod.rs` lists its methods); the files beside
+// them are the readers and writers that span nouns (`results`, `queries`, `counts`) or stand
+// alone.
 mod alerts;
-mod archived;
-pub use archived::ArchivedRow;
 mod bench;
-mod bulk;
-mod claim;
-mod compose;
+pub(crate) mod connect;
 mod counts;
-pub mod db;
 mod demo;
-mod dispatch;
-mod events;
-mod function_pins;
-pub mod functions;
+pub(crate) mod dispatch;
 mod handoff;
-pub mod hosts;
-mod housekeeping;
+pub(crate) mod history;
 mod idempotency;
-mod initial;
 mod machine;
-mod objects;
-pub use objects::NewObject;
-mod paused;
-pub use paused::{Paused, queue_key};
+pub(crate) mod objects;
 mod queries;
 mod queues;
-mod recompose;
-mod redact;
-pub use queues::{NamedQueue, queue_sql};
+mod requests;
 mod results;
-mod schedules;
-pub mod session;
-mod step_leases;
-mod steps;
-mod templates;
+pub(crate) mod schedules;
+pub(crate) mod steps;
+pub(crate) mod templates;
 mod tokens;
-mod workflows;
+pub(crate) mod workflows;
 
-pub use alerts::{FoldedRow, Outbox, OutboxMark, OutboxRow};
-pub use demo::{DemoProgress, DemoSummary, DemoTotals};
-pub use schedules::{Fired, ScheduleRow};
+pub use connect::{db, hosts, session};
+pub use templates::functions;
 
-pub use alerts::OutboxEntry;
-pub use bulk::StepFilter;
+pub use alerts::{FoldedRow, Outbox, OutboxEntry, OutboxMark, OutboxRow};
 pub use counts::{FacetFilter, StepThroughput, Throughput};
+pub use demo::{DemoProgress, DemoSummary, DemoTotals};
 pub use dispatch::{Bricklets, Dispatch, activation};
 pub use handoff::{Handoff, HandoffEntry, HandoffRow};
-pub use housekeeping::{Archived, ErrorGroup, ObjectRow, Timing, WorkflowListRow};
+pub use history::{Archived, ArchivedRow};
 pub use idempotency::{Claim, IDEMPOTENCY_HOURS};
 pub use machine::{
     MAX_SELF_RUN, MAX_SIGNAL_DATA_BYTES, MachineView, SIGNAL_CHANNEL, Signalled, Suspension,
 };
-pub use queries::{
-    EventRow, Facet, Milestone, ObjectView, QueueEntry, Why, WorkflowRow, WorkflowView,
-};
+pub use objects::{NewObject, ObjectRow};
+pub use queries::{EventRow, Facet, Milestone, ObjectView, QueueEntry, Why, WorkflowView};
+pub use queues::{NamedQueue, queue_sql};
+pub use requests::StartRequest;
 pub use results::{Effects, StepInputs, StepResult, WorkflowToStart};
-pub use steps::{Applied, Change, Claimed, READY_CHANNEL, SetOutcome, SetRequest};
+pub use schedules::{Fired, ScheduleRow};
+pub use steps::{
+    Applied, Change, Claimed, ErrorGroup, Paused, SetOutcome, SetRequest, StepFilter, Timing,
+    queue_key,
+};
 pub use templates::{Saved, TEMPLATES_CHANNEL, TemplateRow};
 pub use tokens::{Role, TokenRow};
-pub use workflows::{StartRequest, Started};
+pub use workflows::{Started, WorkflowListRow, WorkflowRow};
+
+/// NOTIFY channel carrying `template:step` of steps that became ready. `workdo.apply`
+/// (migrations/engine/20_apply.sql) notifies on the same name. Here, at the root, because the
+/// steps and the history both name it.
+pub const READY_CHANNEL: &str = "workdo_ready";
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;

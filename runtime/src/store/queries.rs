@@ -5,6 +5,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{Result, StepRow, Store, StoreError};
+use crate::store::workflows::WorkflowRow;
 
 /// One object in a WorkDo-style queue.
 #[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
@@ -26,35 +27,6 @@ pub struct Facet {
     pub count: i64,
 }
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
-pub struct WorkflowRow {
-    pub id: i64,
-    pub template: String,
-    pub template_id: i64,
-    /// The SHA-256 of the template version this workflow runs on (it is locked to it).
-    pub template_sha256: String,
-    pub version: i32,
-    pub status: String,
-    pub active: bool,
-    pub priority: i32,
-    pub lane: String,
-    pub start_at: DateTime<Utc>,
-    #[schema(value_type = Object)]
-    pub context: Value,
-    pub created_at: DateTime<Utc>,
-    pub completed_at: Option<DateTime<Utc>>,
-    /// Dynamic dispatch: what each observer matched (`observed`: per rule, its operation,
-    /// generator, bricklets and fragments), each generator's activation set (`actsets`) and what
-    /// it composed (`composed`). Absent when the workflow has none.
-    #[serde(skip_serializing_if = "no_dispatch")]
-    #[schema(value_type = Object)]
-    pub dispatch: Value,
-}
-
-fn no_dispatch(v: &Value) -> bool {
-    v.as_object().is_none_or(serde_json::Map::is_empty)
-}
-
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct WorkflowView {
     #[serde(flatten)]
@@ -65,7 +37,7 @@ pub struct WorkflowView {
     pub machine: Option<super::MachineView>,
     /// The deployed function each step runs: its version and hash, as the workflow pinned them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub functions: Vec<super::functions::StepFunction>,
+    pub functions: Vec<crate::store::templates::functions::StepFunction>,
 }
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]

@@ -6,12 +6,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
-use super::dispatch::{Bricklets, Dispatch};
-use super::events::{EventBuf, NewEvent, ReadyKeys};
-use super::steps::{Applied, Change, Claimed};
-use super::workflows::StartRequest;
 use super::{Result, Store};
 use crate::model::template::Template;
+use crate::store::dispatch::{Bricklets, Dispatch};
+use crate::store::history::events::{EventBuf, NewEvent, ReadyKeys};
+use crate::store::requests::StartRequest;
+use crate::store::steps::{Applied, Change, Claimed};
 
 /// What a function gets to see of a claimed step.
 #[derive(Debug, Clone, Default)]
@@ -47,7 +47,7 @@ pub struct Effects {
     /// Workflows to start on the same object.
     pub start: Vec<WorkflowToStart>,
     /// An observer's matches to record, or a generator's subnet to compose.
-    pub dispatch: Option<super::dispatch::Dispatch>,
+    pub dispatch: Option<crate::store::dispatch::Dispatch>,
     /// A machine's function action finished (completed or in error): the signal, with its
     /// data, that goes back to its job.
     pub signal: Option<(String, Value)>,
@@ -153,7 +153,7 @@ impl Store {
     /// context updates and the workflows they start. A result whose lease was lost changes
     /// nothing and is reported in [`Applied::lost`].
     pub async fn results_commit(&self, results: &[StepResult], actor: &str) -> Result<Applied> {
-        super::steps::require_leases(results.iter().map(|r| &r.change))?;
+        crate::store::steps::require_leases(results.iter().map(|r| &r.change))?;
         if !results.iter().any(StepResult::has_side_effects) {
             // Status changes only (most batches): `workdo.apply` is one statement, atomic on its
             // own, so no transaction around it — BEGIN and COMMIT were two more round trips.
@@ -194,12 +194,12 @@ impl Store {
         let mut ready = ReadyKeys::default();
         // Generators' subnets go in before their completions are applied, so that the counters
         // their completions move (their dependants', their workflows') already count the subnets.
-        let generators: Vec<super::compose::Generator<'_>> = results
+        let generators: Vec<crate::store::dispatch::compose::Generator<'_>> = results
             .iter()
             .filter_map(
                 |r| match (&r.effects.dispatch, dispatching.get(&r.workflow_id)) {
                     (Some(Dispatch::Compose { generator }), Some(found)) => {
-                        Some(super::compose::Generator {
+                        Some(crate::store::dispatch::compose::Generator {
                             step_id: r.change.id,
                             lease: r.change.lease,
                             name: generator,
@@ -211,12 +211,12 @@ impl Store {
                 },
             )
             .collect();
-        let observations: Vec<super::dispatch::Observation<'_>> = results
+        let observations: Vec<crate::store::dispatch::Observation<'_>> = results
             .iter()
             .filter_map(
                 |r| match (&r.effects.dispatch, dispatching.get(&r.workflow_id)) {
                     (Some(Dispatch::Observed { observer, matches }), Some(found)) => {
-                        Some(super::dispatch::Observation {
+                        Some(crate::store::dispatch::Observation {
                             step_id: r.change.id,
                             lease: r.change.lease,
                             workflow_id: r.workflow_id,
@@ -232,18 +232,29 @@ impl Store {
             .collect();
         let held = lock_recomposable(&mut tx, &observations).await?;
         let stale = stale_observations(&mut tx, &observations).await?;
-        super::compose::compose(&mut tx, (&mut events, &mut ready), &generators, actor).await?;
+        crate::store::dispatch::compose::compose(
+            &mut tx,
+            (&mut events, &mut ready),
+            &generators,
+            actor,
+        )
+        .await?;
         // Observations (and the recompositions they cause) go in before the observers'
         // completions, as subnets before their generators': an observer that was its
         // workflow's last unfinished step would otherwise complete the workflow for an instant
         // (and tell a parent its child was done) before the instances it adds reopened it.
-        let recorded: Vec<super::dispatch::Observation<'_>> = observations
+        let recorded: Vec<crate::store::dispatch::Observation<'_>> = observations
             .iter()
             .filter(|o| held.contains_key(&o.step_id) && !stale.contains_key(&o.step_id))
             .copied()
             .collect();
-        super::dispatch::record_observed(&mut tx, (&mut events, &mut ready), &recorded, actor)
-            .await?;
+        crate::store::dispatch::record_observed(
+            &mut tx,
+            (&mut events, &mut ready),
+            &recorded,
+            actor,
+        )
+        .await?;
         let changes = results
             .iter()
             .map(|r| stale.get(&r.change.id).unwrap_or(&r.change));
@@ -266,7 +277,8 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
                 let changed =
-                    super::objects::documents_put(&mut tx, &r.object_id, &fx.documents).await?;
+                    crate::store::objects::documents_put(&mut tx, &r.object_id, &fx.documents)
+                        .await?;
                 if !changed.is_empty() {
                     let replaced = [(r.object_id.clone(), changed)];
                     self.observers_watch(&mut tx, &replaced, Some(r.change.id), actor)
@@ -360,7 +372,7 @@ impl Store {
 /// recorded.
 async fn lock_recomposable(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    observations: &[super::dispatch::Observation<'_>],
+    observations: &[crate::store::dispatch::Observation<'_>],
 ) -> Result<HashMap<i64, i64>> {
     if observations.is_empty() {
         return Ok(HashMap::new());
@@ -376,7 +388,7 @@ async fn lock_recomposable(
     .await?;
     let ids: Vec<i64> = observations.iter().map(|o| o.step_id).collect();
     let leases: Vec<Option<uuid::Uuid>> = observations.iter().map(|o| o.lease).collect();
-    let held = super::dispatch::lock_held(tx, &ids, &leases).await?;
+    let held = crate::store::dispatch::lock_held(tx, &ids, &leases).await?;
     let generators: Vec<_> = observations
         .iter()
         .flat_map(|o| {
@@ -387,7 +399,7 @@ async fn lock_recomposable(
                 .map(move |g| (o.workflow_id, o.spec, g.name.as_str()))
         })
         .collect();
-    super::dispatch::lock_generators_dependants(tx, &generators).await?;
+    crate::store::dispatch::lock_generators_dependants(tx, &generators).await?;
     Ok(held)
 }
 
@@ -399,7 +411,7 @@ async fn lock_recomposable(
 /// [`lock_recomposable`] holds the observers' steps, which a watch locks before marking.
 async fn stale_observations(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    observations: &[super::dispatch::Observation<'_>],
+    observations: &[crate::store::dispatch::Observation<'_>],
 ) -> Result<HashMap<i64, Change>> {
     if observations.is_empty() {
         return Ok(HashMap::new());
@@ -423,7 +435,7 @@ async fn stale_observations(
         .iter()
         .filter(|o| marked.contains(&(o.workflow_id, o.observer.to_string())))
         .map(|o| {
-            let mut c = super::bulk::retried(o.step_id);
+            let mut c = crate::store::steps::bulk::retried(o.step_id);
             c.lease = o.lease;
             c.note =
                 Some("its document was replaced while it was observed: it observes again".into());
@@ -435,7 +447,7 @@ async fn stale_observations(
 /// The marks of the observers put back by [`stale_observations`], removed.
 async fn clear_stale_marks(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    observations: &[super::dispatch::Observation<'_>],
+    observations: &[crate::store::dispatch::Observation<'_>],
     stale: &HashMap<i64, Change>,
 ) -> Result<()> {
     let (workflows, names): (Vec<i64>, Vec<&str>) = observations
@@ -443,5 +455,5 @@ async fn clear_stale_marks(
         .filter(|o| stale.contains_key(&o.step_id))
         .map(|o| (o.workflow_id, o.observer))
         .unzip();
-    super::objects::set_observe_again(tx, &workflows, &names, false).await
+    crate::store::objects::set_observe_again(tx, &workflows, &names, false).await
 }

@@ -9,7 +9,7 @@ use super::{Job, Stop, notify_signals};
 use crate::model::machine::plan::{self, Effect, Plan};
 use crate::model::status::Status;
 use crate::model::template::Template;
-use crate::store::events::{EventBuf, NewEvent, ReadyKeys};
+use crate::store::history::events::{EventBuf, NewEvent, ReadyKeys};
 use crate::store::{Change, Result, Store, StoreError};
 
 /// Transitions a job may take in a row on signals it sent itself: past this, its next one is

@@ -7,8 +7,8 @@ use sqlx::{Postgres, Transaction};
 
 use super::actions::{Effects, MAX_FORK_DEPTH, MAX_FORKS_PER_TRANSACTION, skip_pending};
 use super::{Job, Stop};
-use crate::store::events::{EventBuf, NewEvent, ReadyKeys};
-use crate::store::workflows::StartRequest;
+use crate::store::history::events::{EventBuf, NewEvent, ReadyKeys};
+use crate::store::requests::StartRequest;
 use crate::store::{Result, Store};
 
 /// How a fork chain too deep to run begins its message: each generation adds its template.

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::notify_signals;
 use crate::model::machine;
-use crate::store::events::{EventBuf, NewEvent};
+use crate::store::history::events::{EventBuf, NewEvent};
 use crate::store::{Result, Store, StoreError};
 
 /// A due alarm: id, job, signal, object, template, object version, due time.

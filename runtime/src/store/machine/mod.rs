@@ -6,6 +6,14 @@
 //! action fails, nothing of it is kept and a `transition_rollback` event says why. Signals the
 //! transition sends (to itself, to a parent) wait in `signals` and are taken after it commits,
 //! in order, each in a transaction of its own — a crash between the two loses nothing.
+//!
+//! ## Methods
+//! - `mod.rs`: `machine_job`, `machine_signal`, `machine_inbox_run`, `inbox_run_job`.
+//! - `actions.rs`: `machine_started`.
+//! - `family.rs`: `cancel_children_of`.
+//! - `jobs.rs`: `workflow_template_id`, `machine_access`, `machine_alarms_fire`,
+//!   `machine_next_alarm`, `machine_view`, `machine_migrate`.
+//! - `suspend.rs`: `machine_suspend`.
 
 use serde::Serialize;
 
@@ -28,9 +36,9 @@ pub use actions::MAX_SELF_RUN;
 pub use jobs::MachineView;
 pub use suspend::Suspension;
 
-use super::events::{EventBuf, NewEvent, ReadyKeys};
 use super::{Result, Store, StoreError};
 use crate::model::machine;
+use crate::store::history::events::{EventBuf, NewEvent, ReadyKeys};
 use actions::Effects;
 use machine::plan::Effect;
 use row::{Job, load_job};

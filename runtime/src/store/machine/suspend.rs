@@ -4,7 +4,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::{load_job, notify_signals};
-use crate::store::events::{EventBuf, NewEvent};
+use crate::store::history::events::{EventBuf, NewEvent};
 use crate::store::{Result, Store, StoreError};
 
 /// What suspending or resuming a job did.

@@ -20,7 +20,7 @@ use serde_json::Value;
 use super::{Job, MAX_SIGNAL_DATA_BYTES, Moved, Stop, load_job};
 use crate::model::machine::{self, plan::Effect};
 use crate::model::template::Template;
-use crate::store::events::EventBuf;
+use crate::store::history::events::EventBuf;
 use crate::store::{Result, Store};
 
 /// The transition `signal` makes of `job`, planned and not yet applied (nothing is written):

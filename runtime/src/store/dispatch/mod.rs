@@ -3,17 +3,23 @@
 //! every observer of a commit by one read and one write. Generators composing their subnets
 //! are [`super::compose`]; the composition itself is [`crate::model::dispatch`];
 //! migrations/0011 has the schema and why.
+//!
+//! ## Methods
+//! - `mod.rs`: `step_claim_queue`, `bricklets_of`, `workflow_dispatch`.
 
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 use sqlx::{Postgres, Transaction};
 
-use super::events::{EventBuf, NewEvent, ReadyKeys};
-use super::steps::Claimed;
 use super::{Result, Store, StoreError};
 use crate::model::dispatch::{self, Actset, Bricklet, RuleMatch};
 use crate::model::template::Template;
+use crate::store::history::events::{EventBuf, NewEvent, ReadyKeys};
+use crate::store::steps::Claimed;
+
+pub(crate) mod compose;
+pub(crate) mod recompose;
 
 /// What a completed observer or generator step does besides completing.
 #[derive(Debug, Clone, PartialEq)]
@@ -186,7 +192,7 @@ pub fn activation_fragments(
 
 /// A dispatching workflow's row, locked for the commit: its `dispatch` record, what its
 /// generated steps copy, and how many steps this commit added to it.
-pub(super) struct WorkflowRecord {
+pub(crate) struct WorkflowRecord {
     pub record: Value,
     pub object: String,
     pub template: String,
@@ -364,7 +370,7 @@ pub(super) async fn record_observed(
             if composed.contains_key(&g.name) {
                 // Composed already: the subnet follows the document (seed 001's run-time
                 // adaption).
-                super::recompose::recompose(
+                crate::store::dispatch::recompose::recompose(
                     tx,
                     (&mut *events, &mut *ready),
                     (o.workflow_id, &mut *w),

@@ -3,9 +3,9 @@
 
 use uuid::Uuid;
 
-use super::steps::Change;
-use super::{Result, Store};
 use crate::model::status::Status;
+use crate::store::steps::Change;
+use crate::store::{Result, Store};
 
 impl Store {
     /// Renew the leases `held` (step, lease token, how long) of a runtime that is still running

@@ -5,14 +5,14 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{Postgres, Transaction};
 
-use super::Result;
-use super::counts::{count_inserted, count_started, steps_counted};
 use crate::model::status::Status;
 use crate::model::template::Template;
+use crate::store::Result;
+use crate::store::counts::{count_inserted, count_started, steps_counted};
 
 /// A template's steps as they start, as arrays for `unnest`. Static: derived from the template
 /// and whether the start lies in the future.
-pub(super) struct InitialSteps {
+pub(crate) struct InitialSteps {
     names: Vec<String>,
     statuses: Vec<String>,
     /// Arrays of arrays must be rectangular in Postgres: prerequisites travel as JSON.
@@ -21,11 +21,11 @@ pub(super) struct InitialSteps {
     attempts: Vec<i32>,
     limits: Vec<i32>,
     lifecycles: Vec<Option<String>>,
-    pub(super) ready: Vec<String>,
-    pub(super) unfinished: i32,
+    pub(crate) ready: Vec<String>,
+    pub(crate) unfinished: i32,
 }
 
-pub(super) fn initial_steps(spec: &Template, future: bool) -> InitialSteps {
+pub(crate) fn initial_steps(spec: &Template, future: bool) -> InitialSteps {
     let finished: std::collections::HashSet<&str> = spec
         .steps
         .iter()
@@ -124,7 +124,7 @@ const INSERT: &str = concat!(template_steps!(), " ", insert_steps!());
 
 /// Insert the steps of workflows `ids` (of `objects`, at `versions`) of one start, and count
 /// them. `given`: the start's template, lane, priority and start time.
-pub(super) async fn insert_steps(
+pub(crate) async fn insert_steps(
     tx: &mut Transaction<'_, Postgres>,
     init: &InitialSteps,
     given: (&String, &String, i32, DateTime<Utc>),

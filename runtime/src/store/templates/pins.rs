@@ -5,8 +5,8 @@ use std::collections::{HashMap, HashSet};
 
 use sqlx::{Postgres, Transaction};
 
-use super::functions::{FunctionPin, WorkflowPin};
-use super::{Result, Store};
+use crate::store::templates::functions::{FunctionPin, WorkflowPin};
+use crate::store::{Result, Store};
 
 impl Store {
     /// The version of `name` each of `workflows` pinned. A workflow with no pin for it (it
@@ -270,9 +270,9 @@ impl Store {
     /// its workflow pinned (or the version fixed in the template).
     pub async fn workflow_step_functions(
         &self,
-        w: &super::queries::WorkflowRow,
-        steps: &[super::StepRow],
-    ) -> Result<Vec<super::functions::StepFunction>> {
+        w: &crate::store::workflows::WorkflowRow,
+        steps: &[crate::store::StepRow],
+    ) -> Result<Vec<crate::store::templates::functions::StepFunction>> {
         use crate::model::template::Runner;
         let spec = self
             .spec_by_id(&self.pool, w.template_id, &w.template_sha256)
@@ -303,7 +303,7 @@ impl Store {
                     None => (None, None),
                 },
             };
-            out.push(super::functions::StepFunction {
+            out.push(crate::store::templates::functions::StepFunction {
                 step: s.name.clone(),
                 name: name.clone(),
                 version,

@@ -1,8 +1,8 @@
 //! Claims: ready steps leased to a worker (`workdo.claim`), or chosen steps leased now for
 //! task injection (`workdo.lease`).
 
-use super::steps::Claimed;
-use super::{Result, Store};
+use crate::store::steps::Claimed;
+use crate::store::{Result, Store};
 
 impl Store {
     /// Claim up to `limit` ready steps of `template:step` (optionally of one lane): highest

@@ -4,10 +4,10 @@
 use serde_json::Value;
 use sqlx::{Postgres, Transaction};
 
-use super::events::{EventBuf, NewEvent};
-use super::steps::Change;
-use super::{Result, Store, StoreError};
 use crate::model::status::Status;
+use crate::store::history::events::{EventBuf, NewEvent};
+use crate::store::steps::Change;
+use crate::store::{Result, Store, StoreError};
 
 /// Which steps a bulk command (retry, skip, prioritize) touches. Every `Some` must match.
 #[derive(Debug, Clone, Default)]
@@ -183,7 +183,7 @@ impl Store {
 }
 
 /// A step back in the queue with fresh attempts (retry, and running a finished step again).
-pub(super) fn retried(id: i64) -> Change {
+pub(crate) fn retried(id: i64) -> Change {
     let mut c = Change::new(id, Status::Waiting, "retried");
     c.reset_attempts = true;
     c

@@ -1,5 +1,15 @@
-//! Step transitions: apply status changes (and their consequences). The claim is in
-//! `claim.rs`, the leases in `step_leases.rs`.
+//! The steps wing: every status change goes through `steps_apply` (one call of `workdo.apply`,
+//! which keeps `pending` and the counts true); the claim, the leases, bulk actions, paused
+//! queues and the page's reads of steps are the files beside it.
+//!
+//! ## Methods
+//! - `mod.rs`: `steps_apply`, `step_set`, `steps_promote_due`, `steps_sweep_leases`.
+//! - `bulk.rs`: `objects_missing`, `steps_retry`, `steps_again`, `steps_retry_current`,
+//!   `steps_skip`, `steps_prioritize`, `workflow_skip_all`.
+//! - `claim.rs`: `step_claim`, `step_claim_objects`.
+//! - `leases.rs`: `steps_renew_leases`, `steps_return_leases`.
+//! - `pause.rs`: `step_pause`, `step_resume`, `paused_list`, `step_paused`.
+//! - `reads.rs`: `steps_in`, `steps_in_all`, `errors_grouped`, `timings`.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -10,9 +20,15 @@ use uuid::Uuid;
 use super::{Result, StepRow, Store, StoreError};
 use crate::model::status::Status;
 
-/// NOTIFY channel carrying `template:step` of steps that became ready. `workdo.apply`
-/// (migrations/engine/20_apply.sql) notifies on the same name.
-pub const READY_CHANNEL: &str = "workdo_ready";
+pub(crate) mod bulk;
+pub(crate) mod claim;
+pub(crate) mod leases;
+pub(crate) mod pause;
+mod reads;
+
+pub use bulk::StepFilter;
+pub use pause::{Paused, queue_key};
+pub use reads::{ErrorGroup, Timing};
 
 /// A status change for one step, applied by [`Store::steps_apply`].
 #[derive(Debug, Clone)]

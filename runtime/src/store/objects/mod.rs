@@ -1,11 +1,19 @@
 //! Objects: registering them, their properties and their documents.
+//!
+//! ## Methods
+//! - `mod.rs`: `document`, `object_put`, `objects_put`.
+//! - `list.rs`: `objects_list`, `objects_find`, `object_delete`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::{Value, json};
 
-use super::events::{EventBuf, NewEvent};
 use super::{Result, Store, StoreError, object_id};
+use crate::store::history::events::{EventBuf, NewEvent};
+
+mod list;
+
+pub use list::ObjectRow;
 
 /// An object to register or update: its id, properties to merge (a null removes one) and
 /// documents to replace.
@@ -213,7 +221,7 @@ impl Store {
         for (id, workflow, name, status) in found {
             match status.as_str() {
                 _ if !running.contains(&workflow) => {}
-                "completed" => again.push(super::bulk::retried(id)),
+                "completed" => again.push(crate::store::steps::bulk::retried(id)),
                 "started" => {
                     marked_workflows.push(workflow);
                     marked.push(name);

@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 use sqlx::PgConnection;
 
-use super::Result;
-use super::steps::READY_CHANNEL;
+use crate::store::READY_CHANNEL;
+use crate::store::Result;
 
 /// One event to append. Only the object, kind and actor are always known; the rest is set
 /// by name, so a call reads as what it records.
@@ -223,7 +223,7 @@ impl ReadyKeys {
     }
 }
 
-impl super::Store {
+impl crate::store::Store {
     /// An object's events newest first: the latest `limit`, or those older than `before`;
     /// only of `kinds` when some are given (the object page's history).
     ///
@@ -235,7 +235,7 @@ impl super::Store {
         before: Option<i64>,
         limit: i64,
         kinds: &[String],
-    ) -> Result<Vec<super::EventRow>> {
+    ) -> Result<Vec<crate::store::EventRow>> {
         Ok(sqlx::query_as(
             "select id, at, workflow_id, template, version, step, kind, status, attempt, actor, detail
                from workdo.events

@@ -1,7 +1,7 @@
 //! A session lost to a pooler while running: noticed, claims stopped, connections dropped,
 //! and claiming resumed only once the session is sound again.
 //!
-//! `connect` refuses a transaction pooler ([`super::db`]), but a pooler can be switched to
+//! `connect` refuses a transaction pooler ([`crate::store::db`]), but a pooler can be switched to
 //! transaction mode (PgBouncer's `pool_mode`, and a `RELOAD`) under running processes. From
 //! then on two client connections take turns on one server connection: sqlx's named prepared
 //! statements (`sqlx_s_N`, numbered per client connection) land where another client made its
@@ -17,7 +17,7 @@
 //! - the runtime's session watch (`runtime/session.rs`) checks the session again, from new
 //!   connections, and clears the mark only after consecutive sound checks.
 //!
-//! A caller that met it gets [`super::StoreError::SessionLost`], which says what to configure,
+//! A caller that met it gets [`crate::store::StoreError::SessionLost`], which says what to configure,
 //! in place of the raw statement error.
 
 use std::sync::OnceLock;
@@ -95,7 +95,7 @@ pub async fn lost() {
 /// Whether two sessions, both held, are served by one server connection: `times` comparisons
 /// of their backends, `Some(pid)` at the first that is the same. Simple-protocol queries only,
 /// so the check itself works through any pooler. Used at connect and by the session watch.
-pub(super) async fn shared_backend(
+pub(crate) async fn shared_backend(
     a: &mut sqlx::PgConnection,
     b: &mut sqlx::PgConnection,
     times: usize,
@@ -119,7 +119,7 @@ pub(super) async fn shared_backend(
 /// How many times in a row two held connections are compared in one check.
 const COMPARISONS: usize = 3;
 
-impl super::Store {
+impl crate::store::Store {
     /// Whether two of this store's connections, both held, are served by one server connection
     /// (a transaction pooler): `Some(backend pid)` when they are. Simple-protocol queries only,
     /// so the check itself works through any pooler; `None` also when the pool cannot give a
@@ -127,7 +127,7 @@ impl super::Store {
     ///
     /// # Errors
     /// When the database cannot be reached.
-    pub async fn session_shared(&self) -> super::Result<Option<i32>> {
+    pub async fn session_shared(&self) -> crate::store::Result<Option<i32>> {
         let mut first = self.pool.acquire().await?;
         let second =
             tokio::time::timeout(std::time::Duration::from_secs(1), self.pool.acquire()).await;

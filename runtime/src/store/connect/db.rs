@@ -6,9 +6,10 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool};
 
-use super::hosts::{self, Hosts};
-pub use super::redact::redact;
 use crate::pg::{Cluster, ClusterOptions, PgError};
+pub use crate::store::connect::errors::DbError;
+use crate::store::connect::hosts::{self, Hosts};
+pub use crate::store::connect::redact::redact;
 
 /// The migrations in `migrations/`, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
@@ -18,39 +19,39 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 const ENGINE: &[(&str, &str)] = &[
     (
         "05_object_ids.sql",
-        include_str!("../../../migrations/engine/05_object_ids.sql"),
+        include_str!("../../../../migrations/engine/05_object_ids.sql"),
     ),
     (
         "10_claim.sql",
-        include_str!("../../../migrations/engine/10_claim.sql"),
+        include_str!("../../../../migrations/engine/10_claim.sql"),
     ),
     (
         "20_apply.sql",
-        include_str!("../../../migrations/engine/20_apply.sql"),
+        include_str!("../../../../migrations/engine/20_apply.sql"),
     ),
     (
         "30_templates.sql",
-        include_str!("../../../migrations/engine/30_templates.sql"),
+        include_str!("../../../../migrations/engine/30_templates.sql"),
     ),
     (
         "40_workflows.sql",
-        include_str!("../../../migrations/engine/40_workflows.sql"),
+        include_str!("../../../../migrations/engine/40_workflows.sql"),
     ),
     (
         "50_prioritize.sql",
-        include_str!("../../../migrations/engine/50_prioritize.sql"),
+        include_str!("../../../../migrations/engine/50_prioritize.sql"),
     ),
     (
         "60_machines.sql",
-        include_str!("../../../migrations/engine/60_machines.sql"),
+        include_str!("../../../../migrations/engine/60_machines.sql"),
     ),
     (
         "70_counts.sql",
-        include_str!("../../../migrations/engine/70_counts.sql"),
+        include_str!("../../../../migrations/engine/70_counts.sql"),
     ),
     (
         "80_handoff.sql",
-        include_str!("../../../migrations/engine/80_handoff.sql"),
+        include_str!("../../../../migrations/engine/80_handoff.sql"),
     ),
 ];
 
@@ -90,51 +91,6 @@ pub fn engine_files() -> impl Iterator<Item = (&'static str, &'static str)> {
 
 /// Database name used on the embedded cluster.
 pub const EMBEDDED_DATABASE: &str = "workdo";
-
-#[derive(Debug, thiserror::Error)]
-pub enum DbError {
-    #[error(transparent)]
-    Embedded(#[from] PgError),
-    #[error("invalid database URL: {0}")]
-    Url(sqlx::Error),
-    #[error("cannot connect to {url}: {}", reason(cause))]
-    Connect { url: String, cause: sqlx::Error },
-    #[error("invalid database URL: {0}")]
-    BadUrl(String),
-    #[error("cannot connect to {url}: {why}")]
-    NoServer { url: String, why: String },
-    #[error(
-        "{url} is a transaction (or statement) pooler: two of workdo's sessions were given the same server connection (backend {pid}). workdo needs a session of its own (LISTEN, advisory locks, prepared statements); point DATABASE_URL at Postgres itself or at a pool in session mode (PgBouncer: pool_mode = session)"
-    )]
-    TransactionPooler { url: String, pid: i32 },
-    #[error("migration failed: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
-    #[error("applying the engine file migrations/engine/{file} failed")]
-    Engine {
-        file: &'static str,
-        #[source]
-        source: sqlx::Error,
-    },
-    #[error(
-        "the database's engine is version {recorded}, newer than this binary's {ours}, and works only with binaries of engine version {compatible_from} or newer; upgrade this binary (the engine is never downgraded)"
-    )]
-    EngineTooNew {
-        recorded: i32,
-        ours: i32,
-        compatible_from: i32,
-    },
-    #[error(transparent)]
-    Sql(#[from] sqlx::Error),
-}
-
-/// What went wrong connecting, said once: an I/O error's own words ("Connection refused (os
-/// error 111)") rather than sqlx's wrapper around them.
-pub(super) fn reason(e: &sqlx::Error) -> String {
-    match e {
-        sqlx::Error::Io(io) => io.to_string(),
-        other => other.to_string(),
-    }
-}
 
 /// Where the database is: the URL to use, and the embedded cluster when we started one.
 #[derive(Debug, Clone)]
@@ -269,12 +225,14 @@ fn session_options(
     let options = match ping {
         Ping::Always => options
             .test_before_acquire(true)
-            .before_acquire(|_conn, _meta| Box::pin(async { Ok(!super::session::is_lost()) })),
+            .before_acquire(|_conn, _meta| {
+                Box::pin(async { Ok(!crate::store::connect::session::is_lost()) })
+            }),
         Ping::AfterIdle => options
             .test_before_acquire(false)
             .before_acquire(|conn, meta| {
                 Box::pin(async move {
-                    if super::session::is_lost() {
+                    if crate::store::connect::session::is_lost() {
                         return Ok(false);
                     }
                     if meta.idle_for >= PING_AFTER_IDLE {
@@ -359,7 +317,7 @@ async fn refuse_transaction_pooler(
         // the pool says so soon enough if it stays that way.
         _ => return Ok(()),
     };
-    let shared = super::session::shared_backend(first, &mut second, 2).await;
+    let shared = crate::store::connect::session::shared_backend(first, &mut second, 2).await;
     let _ = second.close().await;
     match shared? {
         Some(pid) => Err(DbError::TransactionPooler {

@@ -1,6 +1,10 @@
 //! Cron schedules as stored: loading, listing, and firing due ticks once however many
 //! runtimes run (the row is claimed with `SKIP LOCKED`; its next fire time moves in the
 //! transaction that starts its workflows). The spec itself is [`crate::model::schedule`].
+//!
+//! ## Methods
+//! - `mod.rs`: `schedules_put`, `schedules_list`, `schedule_fire_now`, `schedules_fire_due`,
+//!   `schedule_enable`, `schedule_delete`.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -430,4 +434,35 @@ async fn select_objects(
         chosen.retain(|c| !existing.contains(c));
     }
     Ok(chosen)
+}
+
+impl Store {
+    /// Switch a schedule on or off.
+    pub async fn schedule_enable(&self, name: &str, enabled: bool) -> Result<()> {
+        let n = sqlx::query(
+            "update workdo.schedules set enabled = $2, updated_at = now() where name = $1",
+        )
+        .bind(name)
+        .bind(enabled)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        if n == 0 {
+            return Err(StoreError::Schedule(format!("no schedule {name:?}")));
+        }
+        Ok(())
+    }
+
+    /// Delete a schedule.
+    pub async fn schedule_delete(&self, name: &str) -> Result<()> {
+        let n = sqlx::query("delete from workdo.schedules where name = $1")
+            .bind(name)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        if n == 0 {
+            return Err(StoreError::Schedule(format!("no schedule {name:?}")));
+        }
+        Ok(())
+    }
 }

@@ -1,47 +1,50 @@
-//! Objects and starting workflows on them.
+//! The workflows wing: starting templates on objects (`initial.rs` makes their first steps), and
+//! listing and deleting workflows.
+//!
+//! ## Methods
+//! - `mod.rs`: `workflow_start`, `workflow_start_in`, `workflow_delete`.
+//! - `list.rs`: `workflows_list`, `workflow_delete_by_id`.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 use sqlx::{Postgres, Transaction};
 
-use super::events::{EventBuf, NewEvent, ReadyKeys};
-use super::objects::object_registered;
 use super::{Result, Store, StoreError, TraceStart, check_lane, object_id};
 use crate::model::status::Status;
 use crate::model::template::Template;
+use crate::store::history::events::{EventBuf, NewEvent, ReadyKeys};
+use crate::store::objects::object_registered;
 
-/// Start one template on one or more objects.
-#[derive(Debug, Clone)]
-pub struct StartRequest {
+pub(crate) mod initial;
+mod list;
+
+pub use crate::store::requests::StartRequest;
+pub use list::WorkflowListRow;
+
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct WorkflowRow {
+    pub id: i64,
     pub template: String,
-    pub objects: Vec<String>,
-    /// Object version; defaults to the object's current version (1 for a new object).
-    pub version: Option<i32>,
+    pub template_id: i64,
+    /// The SHA-256 of the template version this workflow runs on (it is locked to it).
+    pub template_sha256: String,
+    pub version: i32,
+    pub status: String,
+    pub active: bool,
     pub priority: i32,
     pub lane: String,
-    /// Not before this time; `None` is now.
-    pub start_at: Option<DateTime<Utc>>,
+    pub start_at: DateTime<Utc>,
+    #[schema(value_type = Object)]
     pub context: Value,
-    pub actor: String,
-    /// The machine job that forks these workflows.
-    pub parent: Option<i64>,
-}
-
-impl StartRequest {
-    pub fn new(template: &str, objects: &[&str]) -> Self {
-        StartRequest {
-            template: template.to_string(),
-            objects: objects.iter().map(|o| o.to_string()).collect(),
-            version: None,
-            priority: 0,
-            lane: "default".into(),
-            start_at: None,
-            context: Value::Object(Default::default()),
-            actor: "workdo".into(),
-            parent: None,
-        }
-    }
+    pub created_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+    /// Dynamic dispatch: what each observer matched (`observed`: per rule, its operation,
+    /// generator, bricklets and fragments), each generator's activation set (`actsets`) and what
+    /// it composed (`composed`). Absent when the workflow has none.
+    #[serde(skip_serializing_if = "no_dispatch")]
+    #[schema(value_type = Object)]
+    pub dispatch: Value,
 }
 
 /// A workflow that was started.
@@ -288,7 +291,7 @@ async fn start_one(
                 .execute(&mut **tx)
                 .await?;
             object_registered(events, object, version, &req.actor);
-            super::objects::registered_in(tx, &[object.to_string()], &[version]).await?;
+            crate::store::objects::registered_in(tx, &[object.to_string()], &[version]).await?;
         }
         Some(o) if version > o.version => {
             sqlx::query("update workdo.objects set version = $2, updated_at = now() where id = $1")
@@ -298,7 +301,8 @@ async fn start_one(
                 .await?;
             // A new object version: the older versions' work leaves the queues (their steps
             // locked first, as a commit locks steps before their workflows).
-            super::steps::lock_steps_of_object(tx, object, None, None, Some(version)).await?;
+            crate::store::steps::lock_steps_of_object(tx, object, None, None, Some(version))
+                .await?;
             sqlx::query("update workdo.workflows set active = false where object_id = $1 and version < $2 and active")
                 .bind(object)
                 .bind(version)
@@ -328,7 +332,7 @@ async fn start_one(
         Some(_) => {}
     }
     // Re-create semantics: the same template on the same object version replaces its steps.
-    super::steps::lock_steps_of_object(tx, object, Some(&req.template), Some(version), None)
+    crate::store::steps::lock_steps_of_object(tx, object, Some(&req.template), Some(version), None)
         .await?;
     // A restarted parent's children are cancelled, not left without a parent.
     let old: Option<i64> = sqlx::query_scalar(
@@ -385,7 +389,7 @@ impl Store {
         actor: &str,
     ) -> Result<u64> {
         let mut tx = self.pool.begin().await?;
-        super::steps::lock_steps_of_object(&mut tx, object, template, version, None).await?;
+        crate::store::steps::lock_steps_of_object(&mut tx, object, template, version, None).await?;
         // What they forked is cancelled with them, not left without a parent.
         let doomed: Vec<i64> = sqlx::query_scalar(
             "select id from workdo.workflows
@@ -460,7 +464,7 @@ async fn insert_workflows(
     }
     let now = Utc::now();
     let start_at = req.start_at.unwrap_or(now);
-    let init = super::initial::initial_steps(spec, start_at > now);
+    let init = crate::store::workflows::initial::initial_steps(spec, start_at > now);
     let objects: Vec<String> = fresh.iter().map(|f| f.object.clone()).collect();
     let versions: Vec<i32> = fresh.iter().map(|f| f.version).collect();
     let new: Vec<(String, i32)> = fresh
@@ -480,7 +484,7 @@ async fn insert_workflows(
         for (id, v) in &new {
             object_registered(events, id, *v, &req.actor);
         }
-        super::objects::registered_in(tx, &ids, &vs).await?;
+        crate::store::objects::registered_in(tx, &ids, &vs).await?;
     }
     let traces: Vec<Option<String>> = fresh
         .iter()
@@ -518,7 +522,13 @@ async fn insert_workflows(
                 acc
             });
     let given = (&req.template, &req.lane, req.priority, start_at);
-    super::initial::insert_steps(tx, &init, given, (&wids, &wobjects, &wversions)).await?;
+    crate::store::workflows::initial::insert_steps(
+        tx,
+        &init,
+        given,
+        (&wids, &wobjects, &wversions),
+    )
+    .await?;
     let bootstrap: Vec<String> = spec
         .steps
         .iter()
@@ -569,4 +579,9 @@ async fn insert_workflows(
         });
     }
     Ok(out)
+}
+
+/// Whether a workflow has no dispatch state to show.
+fn no_dispatch(v: &Value) -> bool {
+    v.as_object().is_none_or(serde_json::Map::is_empty)
 }

@@ -20,7 +20,8 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgConnection, PgPool};
 use tracing::{info, warn};
 
-use super::db::{DbError, reason, redact};
+use crate::store::connect::errors::{DbError, reason};
+use crate::store::connect::redact::redact;
 
 /// How long one host may take to accept a connection before the next is tried.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

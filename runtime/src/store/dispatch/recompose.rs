@@ -23,13 +23,13 @@ use std::collections::{HashMap, HashSet};
 use serde_json::json;
 use sqlx::{Postgres, Transaction};
 
-use super::compose::{Edges, Subnets};
-use super::dispatch::{Bricklets, WorkflowRecord, activation_fragments, composable};
-use super::events::{EventBuf, NewEvent, ReadyKeys};
-use super::{Change, Result, Store};
 use crate::model::dispatch::{self, Actset};
 use crate::model::status::Status;
 use crate::model::template::Template;
+use crate::store::dispatch::compose::{Edges, Subnets};
+use crate::store::dispatch::{Bricklets, WorkflowRecord, activation_fragments, composable};
+use crate::store::history::events::{EventBuf, NewEvent, ReadyKeys};
+use crate::store::{Change, Result, Store};
 
 /// Statuses of a step that has not started (and is not running).
 const NOT_STARTED: [&str; 6] = [
@@ -58,7 +58,7 @@ struct Row {
 /// Recompose `generator`'s subnet in workflow `workflow_id` to `new_set` (already composed
 /// once: `w.record["composed"][generator]` holds the old set). Updates `w.record` and
 /// `w.added` in place; the caller writes them.
-pub(super) async fn recompose(
+pub(crate) async fn recompose(
     tx: &mut Transaction<'_, Postgres>,
     (events, ready): (&mut EventBuf, &mut ReadyKeys),
     (workflow_id, w): (i64, &mut WorkflowRecord),

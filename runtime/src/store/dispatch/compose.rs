@@ -5,7 +5,7 @@
 //! trips and six statement start-ups each, and the steps' insert paid its statement-level
 //! step-count trigger once per generator (`pg_stat_statements` over `workdo bench --only
 //! dispatch`: 204 µs per 10-row insert, 20 µs a row, against ~6 µs a row in a start's bulk
-//! insert). [`super::dispatch`] has the activation sets; the composition itself is
+//! insert). [`crate::store::dispatch`] has the activation sets; the composition itself is
 //! [`crate::model::dispatch`].
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -13,18 +13,18 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use serde_json::{Value, json};
 use sqlx::{PgConnection, Postgres, Transaction};
 
-use super::Result;
-use super::dispatch::{
+use crate::model::dispatch::{self, Actset};
+use crate::model::template::Template;
+use crate::store::Result;
+use crate::store::dispatch::{
     Bricklets, activation_fragments, composable, lock_generators_dependants, lock_held,
     lock_workflows, write_workflows,
 };
-use super::events::{EventBuf, NewEvent, ReadyKeys};
-use crate::model::dispatch::{self, Actset};
-use crate::model::template::Template;
+use crate::store::history::events::{EventBuf, NewEvent, ReadyKeys};
 
 /// A generator's result in this commit: its step under the lease it holds, and the template
 /// version (with its bricklets) of its workflow.
-pub(super) struct Generator<'a> {
+pub(crate) struct Generator<'a> {
     pub step_id: i64,
     pub lease: Option<uuid::Uuid>,
     pub name: &'a str,
@@ -40,7 +40,7 @@ pub(super) struct Generator<'a> {
 /// holds its lease (its result is then refused as lost) or already composed composes nothing.
 /// Past the subnet limit the whole call fails before anything is written (the completer then
 /// commits the batch's results one by one, and the generator's is recorded in error).
-pub(super) async fn compose(
+pub(crate) async fn compose(
     tx: &mut Transaction<'_, Postgres>,
     (events, ready): (&mut EventBuf, &mut ReadyKeys),
     generators: &[Generator<'_>],
@@ -188,20 +188,20 @@ pub(super) async fn compose(
 /// Edges (step, dependant) of workflows, which the engine follows when a step finishes,
 /// gathered and written by one statement.
 #[derive(Default)]
-pub(super) struct Edges {
+pub(crate) struct Edges {
     workflow: Vec<i64>,
     from: Vec<String>,
     to: Vec<String>,
 }
 
 impl Edges {
-    pub(super) fn add(&mut self, workflow_id: i64, from: &str, to: &str) {
+    pub(crate) fn add(&mut self, workflow_id: i64, from: &str, to: &str) {
         self.workflow.push(workflow_id);
         self.from.push(from.to_string());
         self.to.push(to.to_string());
     }
 
-    pub(super) async fn insert(self, conn: &mut PgConnection) -> Result<()> {
+    pub(crate) async fn insert(self, conn: &mut PgConnection) -> Result<()> {
         if self.workflow.is_empty() {
             return Ok(());
         }
@@ -223,7 +223,7 @@ impl Edges {
 /// step is ready when every prerequisite is in `done` (none, when composing), else waiting for
 /// the others.
 #[derive(Default)]
-pub(super) struct Subnets {
+pub(crate) struct Subnets {
     workflow: Vec<i64>,
     object: Vec<String>,
     template: Vec<String>,
@@ -241,7 +241,7 @@ pub(super) struct Subnets {
 }
 
 impl Subnets {
-    pub(super) fn add(
+    pub(crate) fn add(
         &mut self,
         workflow_id: i64,
         generator: &str,
@@ -285,13 +285,13 @@ impl Subnets {
         }
     }
 
-    pub(super) async fn insert(self, conn: &mut PgConnection) -> Result<()> {
+    pub(crate) async fn insert(self, conn: &mut PgConnection) -> Result<()> {
         if self.workflow.is_empty() {
             return Ok(());
         }
         sqlx::query(concat!(
             "with ",
-            super::counts::steps_counted!(),
+            crate::store::counts::steps_counted!(),
             ", ins as (insert into workdo.steps
                 (workflow_id, object_id, template, version, lane, name, status, prereqs, pending,
                  priority, max_attempts, lifecycle, queue, generated)
@@ -307,7 +307,7 @@ impl Subnets {
                     cross join counted
               order by t.n
              returning template, name, status, id, active)",
-            super::counts::count_inserted!()
+            crate::store::counts::count_inserted!()
         ))
         .bind(&self.workflow)
         .bind(&self.object)

@@ -1,4 +1,16 @@
-//! Template versions: every loaded source is kept, keyed by its SHA-256.
+//! The templates wing: every loaded source kept, keyed by its SHA-256; the deployed functions
+//! (`functions.rs`) and the versions each workflow is pinned to (`pins.rs`).
+//!
+//! ## Methods
+//! - `mod.rs`: `template_save`, `templates_save_all`, `template_current`, `template_current_in`,
+//!   `template_by_id`, `spec_by_id`, `bricklet_current`, `bricklet_list`, `template_list`.
+//! - `functions.rs`: `function_deploy`, `function_list`, `function_show`, `function_rollback`,
+//!   `function_delete`, `function_artifact`, `function_fixed`.
+//! - `pins.rs`: `function_pins`, `functions_pin_in`, `functions_unpin_in`, `functions_repin_in`,
+//!   `functions_hashes_in_use`, `workflow_pins`, `workflow_template_ids`,
+//!   `template_versions_active`, `functions_repin_steps_in`, `workflow_step_functions`,
+//!   `bricklets_deployed_in`, `bricklet_step_function`.
+//! - `versions.rs`: `template_versions`, `template_use`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,6 +20,10 @@ use serde::Serialize;
 
 use super::{Result, Store, StoreError};
 use crate::model::template::{Loaded, Template};
+
+pub mod functions;
+pub(crate) mod pins;
+mod versions;
 
 /// A stored template version.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -303,7 +319,7 @@ async fn schedules_in(
     if loaded.template.schedules.is_empty() {
         return Ok(());
     }
-    super::schedules::schedules_put_in(tx, &loaded.template.schedules, &loaded.origin)
+    crate::store::schedules::schedules_put_in(tx, &loaded.template.schedules, &loaded.origin)
         .await
         .map_err(|e| StoreError::Schedule(e.to_string()))
 }

@@ -10,8 +10,8 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::{Postgres, Transaction};
 
-use super::{Result, Store, StoreError};
 use crate::artifact;
+use crate::store::{Result, Store, StoreError};
 
 /// One deployed version of a function.
 #[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]

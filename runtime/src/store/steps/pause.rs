@@ -6,7 +6,7 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::{READY_CHANNEL, Result, Store, StoreError};
+use crate::store::{READY_CHANNEL, Result, Store, StoreError};
 
 /// A paused step.
 #[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
