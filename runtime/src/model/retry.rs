@@ -145,8 +145,10 @@ impl Decision {
     }
 }
 
-/// The statuses a function may answer, as the protocol spells them.
-enum Answer<'a> {
+/// The statuses a function may answer, as the protocol spells them: the wire keeps a string
+/// (a step may declare statuses of its own), and this is what the runtime reads it as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer<'a> {
     Completed,
     Skipped,
     Error,
@@ -156,7 +158,7 @@ enum Answer<'a> {
 }
 
 impl<'a> Answer<'a> {
-    fn parse(status: &'a str) -> Self {
+    pub fn parse(status: &'a str) -> Self {
         match status {
             "completed" => Answer::Completed,
             "skipped" => Answer::Skipped,

@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use chrono::Utc;
 
-use super::{Binding, Config};
+use super::{Binding, Config, StepKind};
 use crate::invoke::Invoker;
 use crate::model::outcome::InvokeError;
 use crate::model::outcome::{Event, Outcome, PROTOCOL};
+use crate::model::retry::Answer;
 use crate::model::retry::{Decision, decide};
 use crate::model::status::Status;
 use crate::store::functions::FunctionPin;
@@ -26,8 +27,8 @@ pub(crate) async fn execute(
 ) -> StepResult {
     // An observer's document, as the step found it (its function may replace it).
     let observed_document = binding
-        .observe
-        .as_ref()
+        .kind
+        .observe()
         .and_then(|o| input.documents.get(&o.document).cloned());
     let mut event = event_of(c, input, timeout);
     // A step's spans exist for the traces exported over OTLP (and for a debug log): no log line
@@ -101,8 +102,8 @@ pub(crate) async fn execute(
     // fails the step like a failed function (it is retried, and `workdo retry` after fixing
     // the document works).
     let mut observed = None;
-    let outcome = match (outcome, &binding.observe) {
-        (Ok(o), Some(obs)) if o.status == "completed" => {
+    let outcome = match (outcome, binding.kind.observe()) {
+        (Ok(o), Some(obs)) if Answer::parse(&o.status) == Answer::Completed => {
             let doc = o
                 .object
                 .as_ref()
@@ -172,7 +173,7 @@ pub(crate) async fn execute(
         _ => {}
     }
     // A machine's function action: its end goes back to the job as a signal.
-    if binding.machine_call {
+    if matches!(binding.kind, StepKind::MachineCall) {
         let data = crate::model::machine::call_end_data(
             &c.name,
             result.change.note.as_deref(),
@@ -193,7 +194,7 @@ pub(crate) async fn execute(
                 observer: c.name.clone(),
                 matches,
             });
-        } else if binding.generates {
+        } else if matches!(binding.kind, StepKind::Generator) {
             result.effects.dispatch = Some(Dispatch::Compose {
                 generator: c.name.clone(),
             });

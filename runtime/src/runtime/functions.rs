@@ -285,7 +285,7 @@ impl StepFunctions {
 pub(super) fn binding_in(spec: &Template, template_id: i64, binding: &Binding) -> Option<Binding> {
     let mut b = binding.clone();
     b.template_id = template_id;
-    if binding.machine_call {
+    if matches!(binding.kind, super::StepKind::MachineCall) {
         let name = binding.step.strip_prefix("call/")?;
         b.function = spec.machine.as_ref()?.functions.get(name)?.clone();
         return Some(b);
@@ -311,8 +311,7 @@ pub(super) fn binding_in(spec: &Template, template_id: i64, binding: &Binding) -
         b.function.documents.push(o.document.clone());
     }
     b.declared = step.statuses.clone();
-    b.observe = step.observe.clone();
-    b.generates = step.generate.is_some();
+    b.kind = super::StepKind::of(step);
     b.batch_limit = step.batch_limit;
     Some(b)
 }

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 pub mod alerts;
+mod bindings;
 mod completer;
 mod execute;
 pub mod function_cache;
@@ -41,10 +42,8 @@ pub mod session;
 mod worker;
 mod workers;
 
-use crate::model::dispatch::Observe;
 use crate::model::outcome::InvokeError;
 use crate::model::retry::Backoff;
-use crate::model::template::FunctionSpec;
 use crate::store::{Store, StoreError};
 use alerts::{AlertConfig, AlertError};
 use worker::Shared;
@@ -130,6 +129,8 @@ impl Default for Config {
     }
 }
 
+use bindings::noop_function;
+pub use bindings::{Binding, StepKind, bindings};
 pub use maintenance::fold_step_counts;
 
 /// The variables of the runtime's own environment every exec and warm function gets, when set.
@@ -178,40 +179,6 @@ pub fn with_queue(
     bindings
 }
 
-/// A template step bound to the function that performs it.
-#[derive(Debug, Clone)]
-pub struct Binding {
-    pub template: String,
-    /// The template version (its id) whose definition the worker was made from.
-    pub template_id: i64,
-    /// The template has unfinished workflows of other versions: each claimed step runs its
-    /// own version's definition (runtime/functions.rs).
-    pub other_versions: bool,
-    pub step: String,
-    pub function: FunctionSpec,
-    pub batch_limit: Option<u32>,
-    /// Intermediate statuses the step may report.
-    pub declared: Vec<String>,
-    /// An observer step's rules, evaluated after its function (dynamic dispatch).
-    pub observe: Option<Observe>,
-    /// A generator step: its completion composes its subnet.
-    pub generates: bool,
-    /// Generated steps are claimed by the bricklet step they run: `TEMPLATE:BRICKLET/STEP`
-    /// (then `step` is `BRICKLET/STEP`); a machine's function actions by `TEMPLATE:call/NAME`.
-    pub queue: Option<String>,
-    /// A machine's function action: its result goes back to the job as a signal.
-    pub machine_call: bool,
-    /// Claim only what this named queue lists (`workdo worker --queue NAME`): objects whose
-    /// properties and completed steps it names.
-    pub named: Option<crate::store::NamedQueue>,
-}
-
-impl Binding {
-    pub fn key(&self) -> String {
-        format!("{}:{}", self.template, self.step)
-    }
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
     #[error(transparent)]
@@ -224,59 +191,6 @@ pub enum WorkerError {
     Alerts(#[from] AlertError),
 }
 
-/// Steps of the current template versions that have a function; with `only`, just those
-/// (`template:step`), each of which must exist and have a function.
-///
-/// # Errors
-/// An unknown template or step in `only`, or one without a function.
-pub async fn bindings(store: &Store, only: &[String]) -> Result<Vec<Binding>, WorkerError> {
-    let mut out = Vec::new();
-    for t in store.template_list().await? {
-        let mut own = template_bindings(store, &t).await?;
-        // A workflow runs the template version it started with: while older versions have
-        // unfinished workflows, each claim looks up its steps' versions (runtime/functions.rs),
-        // and a step a newer version removed keeps a worker for them.
-        let older = store.template_versions_active(&t.name).await?;
-        if !older.is_empty() {
-            for b in &mut own {
-                b.other_versions = true;
-            }
-            for id in older {
-                let row = store.template_by_id(id).await?;
-                for mut b in template_bindings(store, &row).await? {
-                    if own.iter().all(|o| o.key() != b.key()) {
-                        b.other_versions = true;
-                        own.push(b);
-                    }
-                }
-            }
-        }
-        out.extend(own);
-    }
-    if only.is_empty() {
-        return Ok(out);
-    }
-    let mut chosen = Vec::new();
-    for key in only {
-        match out.iter().find(|b| &b.key() == key) {
-            Some(b) => chosen.push(b.clone()),
-            None => {
-                let (t, s) = key.split_once(':').unwrap_or((key.as_str(), ""));
-                let template = store.template_current(t).await?;
-                if template.spec.step(s).is_none() {
-                    return Err(StoreError::UnknownStep {
-                        template: t.into(),
-                        step: s.into(),
-                    }
-                    .into());
-                }
-                return Err(WorkerError::NotBound(key.clone()));
-            }
-        }
-    }
-    Ok(chosen)
-}
-
 /// The deployed functions' cache this runtime uses: `--function-cache`, or the default folder
 /// (made on first use).
 fn open_function_cache(config: &Config) -> function_cache::FunctionCache {
@@ -285,106 +199,6 @@ fn open_function_cache(config: &Config) -> function_cache::FunctionCache {
         .clone()
         .unwrap_or_else(function_cache::default_dir);
     function_cache::FunctionCache::new(dir, config.function_cache_limit)
-}
-
-/// What an observer or generator with no function of its own runs: in process and quick (a
-/// short lease, so that a crashed runtime's observer or generator is taken up again soon).
-pub(super) fn noop_function() -> FunctionSpec {
-    FunctionSpec {
-        runner: crate::model::template::Runner::Builtin {
-            name: "noop".into(),
-        },
-        timeout_secs: 5.0,
-        concurrency: 32,
-        env: BTreeMap::new(),
-        documents: Vec::new(),
-    }
-}
-
-/// The bindings of one template version: its steps with a function (or that observe or
-/// generate), its machine's function actions and the steps of the bricklets its generators may
-/// compose.
-async fn template_bindings(
-    store: &Store,
-    t: &crate::store::TemplateRow,
-) -> Result<Vec<Binding>, WorkerError> {
-    let mut out = Vec::new();
-    for s in &t.spec.steps {
-        if !s.is_run() {
-            continue;
-        }
-        // An observer or generator with no function of its own is performed by the runtime
-        // alone: a no-op call, then its rules or its composition. An observer's function
-        // gets its document.
-        let mut function = s.function.clone().unwrap_or_else(noop_function);
-        if let Some(o) = &s.observe
-            && !function.documents.contains(&o.document)
-        {
-            function.documents.push(o.document.clone());
-        }
-        out.push(Binding {
-            template: t.name.clone(),
-            template_id: t.id,
-            other_versions: false,
-            step: s.name.clone(),
-            function,
-            batch_limit: s.batch_limit,
-            declared: s.statuses.clone(),
-            observe: s.observe.clone(),
-            generates: s.generate.is_some(),
-            queue: None,
-            machine_call: false,
-            named: None,
-        });
-    }
-    // A machine's function actions, each claimed by its queue.
-    if let Some(m) = &t.spec.machine {
-        for (name, f) in &m.functions {
-            let step = format!("call/{name}");
-            out.push(Binding {
-                template: t.name.clone(),
-                template_id: t.id,
-                other_versions: false,
-                queue: Some(format!("{}:{step}", t.name)),
-                step,
-                function: f.clone(),
-                batch_limit: None,
-                declared: Vec::new(),
-                observe: None,
-                generates: false,
-                machine_call: true,
-                named: None,
-            });
-        }
-    }
-    // The steps of the bricklets its generators may compose, each claimed by its queue.
-    if t.spec.steps.iter().any(|s| s.generate.is_some()) {
-        let bricklets = store.bricklets_of(&t.spec).await?;
-        for b in bricklets.by_name.values() {
-            for s in &b.steps {
-                let Some(f) = &s.function else { continue };
-                if s.skip_queue {
-                    continue;
-                }
-                let step = format!("{}/{}", b.name, s.name);
-                out.push(Binding {
-                    template: t.name.clone(),
-                    template_id: t.id,
-                    other_versions: false,
-                    queue: Some(format!("{}:{step}", t.name)),
-                    step,
-                    function: f.clone(),
-                    batch_limit: s.batch_limit,
-                    declared: s.statuses.clone(),
-                    observe: None,
-                    generates: false,
-                    machine_call: false,
-                    named: None,
-                });
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// Run workers for `bindings` until `shutdown` is cancelled; returns once every claimed step has

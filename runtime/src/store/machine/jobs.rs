@@ -7,6 +7,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::notify_signals;
+use super::row::MachineRecord;
 use crate::model::machine;
 use crate::store::history::events::{EventBuf, NewEvent};
 use crate::store::{Result, Store, StoreError};
@@ -131,7 +132,8 @@ impl Store {
             return Ok(None);
         };
         let spec = self.template_by_id(template_id).await?.spec;
-        let state = record["state"].as_str().unwrap_or_default().to_string();
+        let record = MachineRecord::read(&record);
+        let state = record.state.clone();
         let accepts = spec
             .machine
             .as_ref()
@@ -165,13 +167,13 @@ impl Store {
         .await?;
         Ok(Some(MachineView {
             state,
-            variables: record["variables"].clone(),
+            variables: Value::Object(record.variables),
             accepts,
             alarms,
             children,
             parent,
-            suspended: record["suspended"].as_bool().unwrap_or(false),
-            cancelled: record["cancelled"].as_bool().unwrap_or(false),
+            suspended: record.suspended,
+            cancelled: record.cancelled,
             inbox,
         }))
     }
@@ -237,7 +239,8 @@ impl Store {
         let mut missing = std::collections::BTreeSet::new();
         let mut finals = std::collections::BTreeSet::new();
         for (_, _, _, record) in &jobs {
-            let state = record["state"].as_str().unwrap_or_default();
+            let state = MachineRecord::read(record).state;
+            let state = state.as_str();
             let to_state = map.get(state).map(String::as_str).unwrap_or(state);
             match m.states.get(to_state) {
                 None => {
@@ -270,7 +273,8 @@ impl Store {
         let defaults = Value::Object(m.variables.clone().into_iter().collect());
         let mut events = EventBuf::default();
         for (id, object, version, record) in &jobs {
-            let from = record["state"].as_str().unwrap_or_default();
+            let from = MachineRecord::read(record).state;
+            let from = from.as_str();
             let state = map.get(from).cloned().unwrap_or_else(|| from.to_string());
             sqlx::query(
                 "update workdo.workflows

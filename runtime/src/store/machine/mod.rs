@@ -352,13 +352,7 @@ impl Store {
             .spec_by_id(&mut *tx, job.template_id, &job.template_sha256)
             .await?;
         // A suspended job's inbox waits.
-        if matches!(take, Take::Inbox)
-            && job
-                .machine
-                .as_ref()
-                .and_then(|m| m["suspended"].as_bool())
-                .unwrap_or(false)
-        {
+        if matches!(take, Take::Inbox) && job.record().is_some_and(|r| r.suspended) {
             return Ok(None);
         }
         let (inbox, signal, data, actor) = match take {
@@ -384,9 +378,9 @@ impl Store {
         // Suspended (checked under the lock, so a suspend that committed meanwhile counts): a
         // signal given now that the job's state accepts waits in its inbox; one it does not
         // accept is refused as always.
-        let record = job.machine.clone().unwrap_or_default();
-        if inbox.is_none() && record["suspended"].as_bool().unwrap_or(false) {
-            let state = record["state"].as_str().unwrap_or_default().to_string();
+        let record = job.record().unwrap_or_default();
+        if inbox.is_none() && record.suspended {
+            let state = record.state.clone();
             let accepted = spec
                 .machine
                 .as_ref()
@@ -409,8 +403,7 @@ impl Store {
         // while older ones wait in the inbox (from children, alarms, a resumed suspension) joins
         // them there, and the inbox is taken in order (`machine_signal` reports its outcome).
         // (A suspended job refuses one its state does not accept now, as below.)
-        let suspended = record["suspended"].as_bool().unwrap_or(false);
-        if inbox.is_none() && job.inbox_pending && !suspended {
+        if inbox.is_none() && job.inbox_pending && !record.suspended {
             signal_in(&mut tx, workflow_id, &signal, &data, &actor).await?;
             tx.commit().await?;
             return Ok(Some((signal, Err(StoreError::Queued))));
@@ -427,15 +420,11 @@ impl Store {
         // written without a lock) whose state the job has left is refused, not applied.
         let left = match (inbox, actor.as_str()) {
             (Some(_), "alarm") => alarm_left(&mut tx, &data, &job).await?,
-            (Some(_), "self")
-                if record["self_run"].as_i64().unwrap_or(0) >= actions::MAX_SELF_RUN =>
-            {
-                Some(format!(
-                    "the job has taken {} transitions in a row on signals it sent itself: a \
+            (Some(_), "self") if record.self_run >= actions::MAX_SELF_RUN => Some(format!(
+                "the job has taken {} transitions in a row on signals it sent itself: a \
                      loop, ended here (a signal from outside starts the count again)",
-                    actions::MAX_SELF_RUN
-                ))
-            }
+                actions::MAX_SELF_RUN
+            )),
             _ => None,
         };
         let stopped = match left.map_or_else(
@@ -502,11 +491,7 @@ impl Store {
                 format!("refused: {why}"),
             ),
             Stop::Failed(reason) => {
-                let state = job
-                    .machine
-                    .as_ref()
-                    .and_then(|m| m["state"].as_str())
-                    .unwrap_or_default();
+                let state = job.record().unwrap_or_default().state;
                 (
                     StoreError::TransitionRolledBack(format!(
                         "{signal} in {state}: {reason}; nothing of the transition happened"
@@ -522,7 +507,7 @@ impl Store {
         if let StoreError::SignalRefused(why) = &error
             && !unasked
         {
-            let state = job.machine.as_ref().and_then(|m| m["state"].as_str());
+            let state = job.record().map(|r| r.state);
             let mut events = EventBuf::default();
             events.push(
                 NewEvent::new(&job.object_id, "signal_refused", &actor)
@@ -535,7 +520,7 @@ impl Store {
             events.flush(&mut tx).await?;
         }
         if let StoreError::TransitionRolledBack(_) = &error {
-            let state = job.machine.as_ref().and_then(|m| m["state"].as_str());
+            let state = job.record().map(|r| r.state);
             let mut events = EventBuf::default();
             events.push(
                 NewEvent::new(&job.object_id, "transition_rollback", &actor)

@@ -30,6 +30,27 @@ macro_rules! alarms_pending {
     };
 }
 
+/// A job's record (`workflows.machine`) typed as read, once, rather than indexed by key at each
+/// use. The keys it does not name stay with the record the plan writes back.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(default)]
+pub(crate) struct MachineRecord {
+    pub(crate) state: String,
+    pub(crate) variables: serde_json::Map<String, Value>,
+    pub(crate) suspended: bool,
+    pub(crate) cancelled: bool,
+    /// Transitions the job has made by signalling itself in a row (`MAX_SELF_RUN` bounds it).
+    pub(crate) self_run: i64,
+}
+
+impl MachineRecord {
+    /// `record` typed; a record of the wrong shape reads as an empty one (no state, no
+    /// variables, neither suspended nor cancelled).
+    pub(crate) fn read(record: &Value) -> MachineRecord {
+        <MachineRecord as serde::Deserialize>::deserialize(record).unwrap_or_default()
+    }
+}
+
 /// A machine job as a transition reads it (under its lock, or not: `unlocked.rs`).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(super) struct Job {
@@ -55,6 +76,13 @@ pub(super) struct Job {
     pub(super) row_version: i64,
     /// Its template version's SHA-256: what a cached description must match.
     pub(super) template_sha256: String,
+}
+
+impl Job {
+    /// Its record typed (`None`: not a machine job).
+    pub(super) fn record(&self) -> Option<MachineRecord> {
+        self.machine.as_ref().map(MachineRecord::read)
+    }
 }
 
 /// A machine job's row with what a transition reads besides: its children still running, its

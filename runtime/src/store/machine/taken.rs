@@ -63,11 +63,7 @@ pub(super) async fn alarm_left(
             .bind(id)
             .fetch_optional(&mut **tx)
             .await?;
-    let state = job
-        .machine
-        .as_ref()
-        .and_then(|m| m["state"].as_str())
-        .unwrap_or_default();
+    let state = job.record().unwrap_or_default().state;
     Ok(match row {
         Some((set_in, cancelled)) if cancelled || set_in != state => {
             Some(format!("the alarm was set in {set_in}, which the job left"))

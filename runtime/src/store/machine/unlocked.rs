@@ -36,7 +36,7 @@ pub(super) fn plan_for(
     let Some(m) = &spec.machine else {
         return refuse(format!("{} is not a machine", job.template));
     };
-    let Some(record) = job.machine.clone() else {
+    let Some(record) = job.record() else {
         return refuse(format!("workflow {} is not a machine job", job.id));
     };
     let size = serde_json::to_vec(data).map_or(0, |v| v.len());
@@ -51,8 +51,8 @@ pub(super) fn plan_for(
         template: &job.template,
         parent: job.parent_id,
         context: &job.context,
-        state: record["state"].as_str().unwrap_or_default(),
-        variables: record["variables"].as_object().cloned().unwrap_or_default(),
+        state: &record.state,
+        variables: record.variables.clone(),
         finished: job.status == "completed",
         children_running: job.children_running,
     };
@@ -204,10 +204,9 @@ impl Store {
         mut job: Job,
         (signal, data, actor): (&str, &Value, &str),
     ) -> Result<Written> {
-        let record = job.machine.as_ref();
         // Older signals waiting in the inbox are taken first: the locked way queues this one
         // behind them.
-        if job.inbox_pending || record.is_none_or(|m| m["suspended"].as_bool().unwrap_or(false)) {
+        if job.inbox_pending || job.record().is_none_or(|r| r.suspended) {
             return Ok(Written::Locked);
         }
         let spec = self
