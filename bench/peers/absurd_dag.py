@@ -19,27 +19,11 @@ import subprocess
 import sys
 import threading
 import time
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from absurd_sdk import Absurd
 
-STEPS = [
-    "descriptive-metadata",
-    "google-convert",
-    "google-download",
-    "process-content",
-    "shelve",
-    "publish",
-    "sdr-ingest-transfer",
-    "cleanup",
-]
-
-
-def with_database(url: str, name: str) -> str:
-    parts = urlsplit(url)
-    scheme = "postgresql" if parts.scheme in ("postgres", "postgresql") else parts.scheme
-    return urlunsplit((scheme, parts.netloc, "/" + name, parts.query, ""))
+from dag_common import STEPS, with_database
 
 
 def main() -> int:

@@ -16,27 +16,11 @@ harness uses two databases on it, peer_dbos (the runs) and peer_dbos_sys (DBOS's
 import json
 import sys
 import time
-from urllib.parse import urlsplit, urlunsplit
 
 import sqlalchemy as sa
 from dbos import DBOS, DBOSConfig
 
-STEPS = [
-    "descriptive-metadata",
-    "google-convert",
-    "google-download",
-    "process-content",
-    "shelve",
-    "publish",
-    "sdr-ingest-transfer",
-    "cleanup",
-]
-
-
-def with_database(url: str, name: str) -> str:
-    parts = urlsplit(url)
-    scheme = "postgresql" if parts.scheme in ("postgres", "postgresql") else parts.scheme
-    return urlunsplit((scheme, parts.netloc, "/" + name, parts.query, ""))
+from dag_common import STEPS, with_database
 
 
 def main() -> int:
