@@ -122,7 +122,7 @@ fn the_engine_files_are_the_recorded_versions() {
     assert_eq!(
         db::engine_sha256(),
         db::ENGINE_SHA256,
-        "migrations/engine changed: raise ENGINE_VERSION in store/db.rs and set ENGINE_SHA256 to this hash"
+        "migrations/engine changed: raise ENGINE_VERSION in store/connect/db.rs and set ENGINE_SHA256 to this hash"
     );
     const { assert!(db::ENGINE_COMPATIBLE_FROM <= db::ENGINE_VERSION) };
 }

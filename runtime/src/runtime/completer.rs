@@ -160,7 +160,7 @@ async fn commit(store: &Store, batch: &[StepResult], actor: &str, stop: &Cancell
     let mut delay = Duration::from_millis(100);
     let mut tries = 0;
     loop {
-        // Nothing is committed through a session found shared (`store/session.rs`): the
+        // Nothing is committed through a session found shared (`store/connect/session.rs`): the
         // results wait for it to be sound again (or, at shutdown, their leases expire).
         if !super::session::until_sound(stop).await {
             error!(

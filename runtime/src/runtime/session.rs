@@ -1,5 +1,5 @@
 //! The session watch: a pooler switched to transaction mode under this runtime is noticed within
-//! a second or at the first statement it breaks (`store/session.rs`); claims stop until the
+//! a second or at the first statement it breaks (`store/connect/session.rs`); claims stop until the
 //! session is found sound [`SOUND_IN_A_ROW`] times in a row.
 
 use std::time::Duration;

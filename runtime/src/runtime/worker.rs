@@ -130,7 +130,7 @@ pub(super) async fn work(
                 }
             }
             // A session found shared (a transaction pooler switched on under this process)
-            // claims nothing until it is sound again (`store/session.rs`).
+            // claims nothing until it is sound again (`store/connect/session.rs`).
             () = session::sound(), if session::is_lost() => {}
             () = notify.notified(), if by_notify => paused = None,
             () = sleep_until(until), if until.is_some() => paused = None,

@@ -10,7 +10,7 @@
 //!   composes its activation set with its construction rules ([`Construction`], Definition 5)
 //!   by the paper's Listing 1 ([`compose`]) into a subnet, which [`expand`] turns into step rows.
 //!
-//! How the engine stores and runs this is in `store/dispatch.rs`; ARCHITECTURE.md has the whole
+//! How the engine stores and runs this is in `store/dispatch/`; ARCHITECTURE.md has the whole
 //! picture and docs/dispatch.md the YAML keys.
 
 use std::collections::BTreeMap;

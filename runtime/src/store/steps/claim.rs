@@ -53,7 +53,7 @@ impl Store {
                  where w.template = $1 and s.name = $2 and w.object_id = any($3) and s.active
                    and s.status in ('ready', 'scheduled', 'retrying', 'error', 'exception')
                    -- a step in error or retrying may wait for prerequisites a recomposition
-                   -- gave it since it ran (store/recompose.rs)
+                   -- gave it since it ran (store/dispatch/recompose.rs)
                    and s.pending = 0
                  limit $4
                    for update of s skip locked), p_owner => $5, p_lease_secs => $6)",
