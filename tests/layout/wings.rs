@@ -79,3 +79,88 @@ fn the_listing_check_sees_methods() {
         vec!["step_set", "steps_in", "steps_apply"]
     );
 }
+
+/// A wing's `mod.rs` is its list: module docs, `mod` and `use` lines, nothing else; its files
+/// name each other by file (`super::row::Job`, not `super::Job` through the list), so the room
+/// check sees every edge between them.
+#[test]
+fn a_wing_is_a_list_and_its_files_name_each_other_by_file() {
+    let store = src().join("store");
+    let mut wrong = Vec::new();
+    for entry in std::fs::read_dir(&store).expect("store/") {
+        let dir = entry.expect("an entry").path();
+        let list = dir.join("mod.rs");
+        if !list.is_file() {
+            continue;
+        }
+        let wing = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
+        let text = std::fs::read_to_string(&list).expect("mod.rs");
+        let mut in_use = false;
+        for line in text.lines() {
+            let t = line.trim();
+            let listing = t.is_empty()
+                || t.starts_with("//")
+                || t.starts_with("#[")
+                || t.contains("mod ") && t.ends_with(';')
+                || t.starts_with("pub use ")
+                || t.starts_with("pub(crate) use ")
+                || t.starts_with("use ");
+            if !(listing || in_use) {
+                wrong.push(format!("{wing}/mod.rs holds code: {t}"));
+            }
+            if t.contains("use ") && !t.ends_with(';') {
+                in_use = true;
+            } else if in_use && t.ends_with(';') {
+                in_use = false;
+            }
+        }
+        let units: Vec<String> = rust_files(&dir)
+            .iter()
+            .filter_map(|f| f.file_stem().and_then(|s| s.to_str()).map(String::from))
+            .filter(|s| s != "mod")
+            .collect();
+        for f in rust_files(&dir) {
+            if f.file_name().is_some_and(|n| n == "mod.rs") {
+                continue;
+            }
+            let code = std::fs::read_to_string(&f).expect("a file");
+            // Up to the unit tests: their `super::` is the file itself.
+            let code = code.split("#[cfg(test)]").next().unwrap_or_default();
+            let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            for prefix in ["super::".to_string(), format!("crate::store::{wing}::")] {
+                for (i, _) in code.match_indices(prefix.as_str()) {
+                    if prefix == "super::" && code[..i].ends_with("super::") {
+                        continue;
+                    }
+                    let rest = &code[i + prefix.len()..];
+                    let next: String = rest
+                        .chars()
+                        .take_while(|c| {
+                            c.is_ascii_alphanumeric() || *c == '_' || *c == '{' || *c == '*'
+                        })
+                        .collect();
+                    let names: Vec<String> = if next.starts_with('{') {
+                        let group = &rest[1..rest.find('}').unwrap_or(rest.len())];
+                        group
+                            .split(',')
+                            .map(|s| s.trim().split("::").next().unwrap_or_default().to_string())
+                            .filter(|s| !s.is_empty())
+                            .collect()
+                    } else {
+                        vec![next]
+                    };
+                    for n in names {
+                        if n != "*" && !units.contains(&n) {
+                            wrong.push(format!("{wing}/{name} names {prefix}{n} through the list"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

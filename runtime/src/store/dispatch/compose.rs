@@ -16,7 +16,7 @@ use sqlx::{PgConnection, Postgres, Transaction};
 use crate::model::dispatch::{self, Actset};
 use crate::model::template::Template;
 use crate::store::Result;
-use crate::store::dispatch::{
+use crate::store::dispatch::sets::{
     Bricklets, activation_fragments, composable, lock_generators_dependants, lock_held,
     lock_workflows, write_workflows,
 };

@@ -27,7 +27,7 @@ use crate::model::dispatch::{self, Actset};
 use crate::model::status::Status;
 use crate::model::template::Template;
 use crate::store::dispatch::compose::{Edges, Subnets};
-use crate::store::dispatch::{Bricklets, WorkflowRecord, activation_fragments, composable};
+use crate::store::dispatch::sets::{Bricklets, WorkflowRecord, activation_fragments, composable};
 use crate::store::history::events::{EventBuf, NewEvent, ReadyKeys};
 use crate::store::{Change, Result, Store};
 

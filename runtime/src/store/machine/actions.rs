@@ -5,7 +5,9 @@ use chrono::Utc;
 use serde_json::{Map, Value, json};
 use sqlx::{Postgres, Transaction};
 
-use super::{Job, Stop, notify_signals};
+use super::inbox::notify_signals;
+use super::outcome::Stop;
+use super::row::Job;
 use crate::model::machine::plan::{self, Effect, Plan};
 use crate::model::status::Status;
 use crate::model::template::Template;
@@ -122,7 +124,7 @@ pub(super) async fn enqueue(
     data: &Value,
     actor: &str,
 ) -> Result<()> {
-    super::insert_signal(tx, job, signal, data, actor).await?;
+    super::inbox::insert_signal(tx, job, signal, data, actor).await?;
     fx.signalled.push(job);
     Ok(())
 }
@@ -160,13 +162,13 @@ pub(super) fn plan_event<'a>(job: &'a Job, effect: &'a Effect) -> Option<NewEven
 }
 
 /// [`Stop::Failed`] when `plan` would leave the job's variables over
-/// [`super::MAX_VARIABLES_BYTES`].
+/// [`super::outcome::MAX_VARIABLES_BYTES`].
 pub(super) fn variables_fit(plan: &Plan) -> std::result::Result<(), Stop> {
     let size = serde_json::to_vec(&plan.variables).map_or(0, |v| v.len());
-    if size > super::MAX_VARIABLES_BYTES {
+    if size > super::outcome::MAX_VARIABLES_BYTES {
         return Err(Stop::Failed(format!(
             "the state variables would take {size} bytes, over the limit of {}",
-            super::MAX_VARIABLES_BYTES
+            super::outcome::MAX_VARIABLES_BYTES
         )));
     }
     Ok(())
@@ -368,7 +370,7 @@ impl Store {
         let vars: Map<String, Value> = m.variables.clone().into_iter().collect();
         write_record(tx, workflow_id, &m.initial, &vars, false, "machine").await?;
         // Already locked: the start's transaction inserted it.
-        let Some(job) = super::load_job(&mut *tx, workflow_id, "").await? else {
+        let Some(job) = super::row::load_job(&mut *tx, workflow_id, "").await? else {
             return Ok(());
         };
         let view = plan::Job {

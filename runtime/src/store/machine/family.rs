@@ -6,7 +6,8 @@ use serde_json::{Value, json};
 use sqlx::{Postgres, Transaction};
 
 use super::actions::{Effects, MAX_FORK_DEPTH, MAX_FORKS_PER_TRANSACTION, skip_pending};
-use super::{Job, Stop};
+use super::outcome::Stop;
+use super::row::Job;
 use crate::store::history::events::{EventBuf, NewEvent, ReadyKeys};
 use crate::store::requests::StartRequest;
 use crate::store::{Result, Store};

@@ -4,7 +4,7 @@
 use serde_json::Value;
 use sqlx::{Postgres, Transaction};
 
-use super::SIGNAL_CHANNEL;
+use super::outcome::SIGNAL_CHANNEL;
 use crate::store::Result;
 
 pub(super) async fn mark_taken(

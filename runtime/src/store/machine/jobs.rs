@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::notify_signals;
+use super::inbox::notify_signals;
 use super::row::MachineRecord;
 use crate::model::machine;
 use crate::store::history::events::{EventBuf, NewEvent};
@@ -92,7 +92,7 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
             let data = json!({"alarm": id, "due_at": due_at});
-            super::insert_signal(&mut tx, *job, signal, &data, "alarm").await?;
+            super::inbox::insert_signal(&mut tx, *job, signal, &data, "alarm").await?;
             events.push(
                 NewEvent::new(object, "alarm_fired", "alarm")
                     .workflow(*job)

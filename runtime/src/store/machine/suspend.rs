@@ -3,7 +3,8 @@
 use serde::Serialize;
 use serde_json::json;
 
-use super::{load_job, notify_signals};
+use super::inbox::notify_signals;
+use super::row::load_job;
 use crate::store::history::events::{EventBuf, NewEvent};
 use crate::store::{Result, Store, StoreError};
 

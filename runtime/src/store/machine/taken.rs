@@ -4,7 +4,7 @@
 use serde_json::Value;
 use sqlx::{Postgres, Transaction};
 
-use super::Job;
+use super::row::Job;
 use crate::model::machine::call_end_data;
 use crate::store::Result;
 
@@ -43,7 +43,7 @@ pub(crate) async fn calls_ended(tx: &mut Transaction<'_, Postgres>, ids: &[i64])
         };
         let data = call_end_data(&e.name, e.note.as_deref(), e.error_message.as_deref());
         let actor = format!("call:{}", e.id);
-        super::signal_in(tx, e.workflow_id, signal, &data, &actor).await?;
+        super::inbox::signal_in(tx, e.workflow_id, signal, &data, &actor).await?;
     }
     Ok(())
 }

@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
-use super::{Job, MAX_SIGNAL_DATA_BYTES, Moved, Stop, load_job};
+use super::outcome::{MAX_SIGNAL_DATA_BYTES, Moved, Stop};
+use super::row::{Job, load_job};
 use crate::model::machine::{self, plan::Effect};
 use crate::model::template::Template;
 use crate::store::history::events::EventBuf;

@@ -6,7 +6,7 @@ use sqlx::{Postgres, Transaction};
 
 use crate::model::status::Status;
 use crate::store::history::events::{EventBuf, NewEvent};
-use crate::store::steps::Change;
+use crate::store::steps::apply::Change;
 use crate::store::{Result, Store, StoreError};
 
 /// Which steps a bulk command (retry, skip, prioritize) touches. Every `Some` must match.

@@ -1,7 +1,7 @@
 //! Claims: ready steps leased to a worker (`workdo.claim`), or chosen steps leased now for
 //! task injection (`workdo.lease`).
 
-use crate::store::steps::Claimed;
+use crate::store::steps::apply::Claimed;
 use crate::store::{Result, Store};
 
 impl Store {

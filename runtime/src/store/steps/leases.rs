@@ -4,7 +4,7 @@
 use uuid::Uuid;
 
 use crate::model::status::Status;
-use crate::store::steps::Change;
+use crate::store::steps::apply::Change;
 use crate::store::{Result, Store};
 
 impl Store {

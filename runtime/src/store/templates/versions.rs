@@ -1,6 +1,6 @@
 //! A template's versions, and one made current again.
 
-use crate::store::templates::TemplateRow;
+use crate::store::templates::save::TemplateRow;
 use crate::store::{Result, Store, StoreError};
 
 impl Store {
@@ -24,7 +24,7 @@ impl Store {
     /// Make the version of `name` whose SHA-256 starts with `sha` the current one.
     pub async fn template_use(&self, name: &str, sha: &str) -> Result<TemplateRow> {
         let mut tx = self.pool.begin().await?;
-        crate::store::templates::lock_name(&mut tx, name).await?;
+        crate::store::templates::save::lock_name(&mut tx, name).await?;
         let ids: Vec<i64> = sqlx::query_scalar(
             "select id from workdo.templates where name = $1 and starts_with(sha256, $2)",
         )
@@ -59,7 +59,7 @@ impl Store {
                 });
             }
         };
-        crate::store::templates::make_current(&mut tx, name, id).await?;
+        crate::store::templates::save::make_current(&mut tx, name, id).await?;
         tx.commit().await?;
         self.template_by_id(id).await
     }
