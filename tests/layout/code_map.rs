@@ -146,7 +146,11 @@ fn misplaced(map: &str) -> Vec<String> {
                     }
                 }
                 match (found, folder) {
-                    (Some(dir), true) => file = Some((dir.join("mod.rs"), String::new())),
+                    (Some(dir), true) => {
+                        let list = dir.join("mod.rs");
+                        let text = std::fs::read_to_string(&list).unwrap_or_default();
+                        file = Some((list, text));
+                    }
                     (Some(path), false) => {
                         file = std::fs::read_to_string(&path).ok().map(|t| (path, t));
                     }

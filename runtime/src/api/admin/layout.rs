@@ -359,6 +359,8 @@ pub fn layout(input: &Input) -> Layout {
         clear.path(p, true);
     }
     let mut frames = Vec::with_capacity(input.groups.len());
+    // The frames' names, for the drawing's size.
+    let mut named: Vec<place::Rect> = Vec::new();
     for (members, chars) in input.groups {
         let Some(r) =
             members
@@ -385,10 +387,13 @@ pub fn layout(input: &Input) -> Layout {
             (r.3 + 2.0, false),
             (r.1 - h - 2.0, false),
         ] {
+            // Along the row, at most 64 places (a wide subnet's row steps further).
+            let room = (r.2 - 4.0 - w) - (r.0 + 4.0);
+            let step = (room / 64.0).max(8.0);
             let mut at = r.0 + 4.0;
             while at + w <= r.2 - 4.0 || (!inside && at == r.0 + 4.0) {
                 candidates.push((at, top, at + w, top + h));
-                at += 8.0;
+                at += step;
             }
         }
         let label =
@@ -400,10 +405,11 @@ pub fn layout(input: &Input) -> Layout {
             false,
         );
         frames.push((r, (label.0, label.3 - 3.0)));
+        named.push(label);
     }
     // Edge labels: along their own edge, the loop's top or the sideways run first.
     let mut labels = Vec::with_capacity(input.edges.len());
-    let mut drawn: Vec<place::Rect> = frames.iter().map(|f| f.0).collect();
+    let mut drawn: Vec<place::Rect> = frames.iter().map(|f| f.0).chain(named).collect();
     for (e, &(_, _, label)) in input.edges.iter().enumerate() {
         let Some(text) = label else {
             labels.push(None);

@@ -208,3 +208,15 @@ fn crossing_reduction_untangles_a_crossed_pair() {
     let (a, b, c, d) = (l.boxes[0].0, l.boxes[1].0, l.boxes[2].0, l.boxes[3].0);
     assert_eq!(a < b, d < c, "a→d and b→c keep their order: no crossing");
 }
+
+#[test]
+fn a_subnet_name_longer_than_its_frame_stays_inside_the_drawing() {
+    // One member, a long generator's name: the name goes under the frame, and the drawing is
+    // wide enough for it.
+    let names = ["generate_invoices", "i#1"];
+    let edges: Vec<(usize, usize, Option<&str>)> = vec![(0, 1, None)];
+    let frame = "subnet of generate_invoices_for_every_customer"
+        .chars()
+        .count();
+    legible(&names, &edges, &[], &[(vec![1], frame)]);
+}

@@ -135,26 +135,31 @@ pub fn check(expr_text: &str) -> Result<(), String> {
 
 /// The tree of `expr`, parsed the first time it is asked for and kept: a description's
 /// expressions are few and version-locked, so each is parsed once, not at every transition.
-/// The cache is bounded; past its size it starts afresh.
+/// The cache is bounded: only trees of texts up to 4 KiB are kept (not errors), 4,096 of them,
+/// past which it starts afresh; parsing happens outside its lock.
 fn parsed(expr: &str) -> Result<std::sync::Arc<Expr>, String> {
     use std::collections::HashMap;
-    use std::sync::{Arc, LazyLock, Mutex};
-    type Parsed = Result<Arc<Expr>, String>;
-    static PARSED: LazyLock<Mutex<HashMap<String, Parsed>>> = LazyLock::new(Default::default);
+    use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+    static PARSED: LazyLock<Mutex<HashMap<String, Arc<Expr>>>> = LazyLock::new(Default::default);
     const KEPT: usize = 4096;
+    const KEPT_TEXT: usize = 4096;
     // Poisoning cannot leave the map half-written (an insert is one call): take it as it is.
-    let mut cache = PARSED
+    if let Some(hit) = PARSED
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(hit) = cache.get(expr) {
-        return hit.clone();
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(expr)
+    {
+        return Ok(hit.clone());
     }
-    let tree = Expr::parse(expr).map(Arc::new);
-    if cache.len() >= KEPT {
-        cache.clear();
+    let tree = Arc::new(Expr::parse(expr)?);
+    if expr.len() <= KEPT_TEXT {
+        let mut cache = PARSED.lock().unwrap_or_else(PoisonError::into_inner);
+        if cache.len() >= KEPT {
+            cache.clear();
+        }
+        cache.insert(expr.to_string(), tree.clone());
     }
-    cache.insert(expr.to_string(), tree.clone());
-    tree
+    Ok(tree)
 }
 
 /// The deepest nesting of parentheses and unary operators an expression may have.

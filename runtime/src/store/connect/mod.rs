@@ -6,6 +6,9 @@
 //! - `errors.rs` — `DbError`, `reason`.
 //! - `redact.rs` — `redact`: passwords out of connection strings.
 //! - `session.rs` — a session found shared by a transaction pooler: `mark_lost`, `is_lost`.
+//!
+//! ## Methods
+//! - `session.rs`: `session_shared`.
 
 pub mod db;
 mod errors;

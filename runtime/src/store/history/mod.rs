@@ -4,6 +4,7 @@
 //! ## Methods
 //! - `archive.rs`: `archived_of`, `archived`, `archive_purge_before`, `archive_pending`, `archive`,
 //!   `archive_batch`.
+//! - `events.rs`: `events_newest_first`.
 
 pub(crate) mod archive;
 pub(crate) mod events;

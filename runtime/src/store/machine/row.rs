@@ -32,8 +32,7 @@ macro_rules! alarms_pending {
 
 /// A job's record (`workflows.machine`) typed as read, once, rather than indexed by key at each
 /// use. The keys it does not name stay with the record the plan writes back.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
-#[serde(default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct MachineRecord {
     pub(crate) state: String,
     pub(crate) variables: serde_json::Map<String, Value>,
@@ -44,10 +43,16 @@ pub(crate) struct MachineRecord {
 }
 
 impl MachineRecord {
-    /// `record` typed; a record of the wrong shape reads as an empty one (no state, no
-    /// variables, neither suspended nor cancelled).
+    /// `record` typed, field by field: a field missing or of another type reads as its default
+    /// (no state, no variables, neither suspended nor cancelled) and the others as they are.
     pub(crate) fn read(record: &Value) -> MachineRecord {
-        <MachineRecord as serde::Deserialize>::deserialize(record).unwrap_or_default()
+        MachineRecord {
+            state: record["state"].as_str().unwrap_or_default().to_string(),
+            variables: record["variables"].as_object().cloned().unwrap_or_default(),
+            suspended: record["suspended"].as_bool().unwrap_or(false),
+            cancelled: record["cancelled"].as_bool().unwrap_or(false),
+            self_run: record["self_run"].as_i64().unwrap_or(0),
+        }
     }
 }
 

@@ -35,8 +35,8 @@ impl Store {
                 "workflow {id} is not a machine job that is still running"
             )));
         };
-        let record = job.machine.clone().unwrap_or_default();
-        let was = record["suspended"].as_bool().unwrap_or(false);
+        let record = job.record().unwrap_or_default();
+        let was = record.suspended;
         if was == suspend {
             tx.commit().await?;
             return Ok(Suspension {
@@ -74,7 +74,7 @@ impl Store {
             .workflow(job.id)
             .template(&job.template)
             .version(job.version)
-            .detail(json!({"state": record["state"], "waiting": waiting})),
+            .detail(json!({"state": record.state, "waiting": waiting})),
         );
         events.flush(&mut tx).await?;
         if !suspend {

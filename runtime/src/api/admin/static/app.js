@@ -4,11 +4,38 @@
 
 // Every few seconds, fetch this page again and swap each `data-live` element's content with the
 // same element's in the fresh page (by id), keeping the boxes the user ticked; a region the user
-// is typing in is left alone. A sign-in redirect or an error leaves the page as it is; a hidden
-// tab does not poll. Pages without live regions do not poll.
+// is typing in is left alone. What was fetched last is what a region is compared with (not the
+// live DOM, which a zoomed drawing changes), so an unchanged region is never swapped. A sign-in
+// redirect or an error leaves the page as it is; a hidden tab does not poll. Pages without live
+// regions do not poll.
 document.addEventListener("DOMContentLoaded", () => {
   if (!document.querySelector("[data-live]")) return;
-  (()=>{const tick=async()=>{if(document.hidden)return;try{const r=await fetch(location.href,{credentials:'same-origin'});if(!r.ok||r.redirected)return;const d=new DOMParser().parseFromString(await r.text(),'text/html');for(const e of document.querySelectorAll('[data-live]')){const n=d.getElementById(e.id);const a=document.activeElement;if(!n||n.innerHTML===e.innerHTML||(a&&e.contains(a)&&a.tagName==='INPUT'&&a.type!=='checkbox'))continue;const keep=new Set([...e.querySelectorAll('input[type=checkbox]:checked')].map(b=>b.id||b.value));const f=a&&e.contains(a)?(a.id||a.value):null;e.innerHTML=n.innerHTML;regraph(e);for(const b of e.querySelectorAll('input[type=checkbox]')){if(keep.has(b.id||b.value))b.checked=true;if(f&&(b.id||b.value)===f)b.focus()}}}catch(_){}};setInterval(tick,3000)})()
+  const fetched = new Map();
+  for (const e of document.querySelectorAll("[data-live]")) fetched.set(e.id, e.innerHTML);
+  const tick = async () => {
+    if (document.hidden) return;
+    try {
+      const r = await fetch(location.href, { credentials: "same-origin" });
+      if (!r.ok || r.redirected) return;
+      const d = new DOMParser().parseFromString(await r.text(), "text/html");
+      for (const e of document.querySelectorAll("[data-live]")) {
+        const n = d.getElementById(e.id);
+        const a = document.activeElement;
+        if (!n || n.innerHTML === fetched.get(e.id)) continue;
+        if (a && e.contains(a) && a.tagName === "INPUT" && a.type !== "checkbox") continue;
+        const keep = new Set([...e.querySelectorAll("input[type=checkbox]:checked")].map((b) => b.id || b.value));
+        const f = a && e.contains(a) ? a.id || a.value : null;
+        e.innerHTML = n.innerHTML;
+        fetched.set(e.id, n.innerHTML);
+        regraph(e);
+        for (const b of e.querySelectorAll("input[type=checkbox]")) {
+          if (keep.has(b.id || b.value)) b.checked = true;
+          if (f && (b.id || b.value) === f) b.focus();
+        }
+      }
+    } catch (_) {}
+  };
+  setInterval(tick, 3000);
 });
 
 // "all" ticks or clears every row's box.
@@ -83,22 +110,29 @@ document.addEventListener("wheel", (e) => {
   zoomBy(view.closest(".graph-frame"), e.deltaY < 0 ? 1.1 : 0.9);
 }, { passive: false });
 let pan = null;
-document.addEventListener("pointerdown", (e) => {
-  const view = e.target.closest && e.target.closest(".graph-view");
-  if (!view || e.button !== 0) return;
-  pan = { view, x: e.clientX, y: e.clientY, left: view.scrollLeft, top: view.scrollTop };
-  view.classList.add("panning");
-});
-document.addEventListener("pointermove", (e) => {
-  if (!pan) return;
-  pan.view.scrollLeft = pan.left - (e.clientX - pan.x);
-  pan.view.scrollTop = pan.top - (e.clientY - pan.y);
-});
-document.addEventListener("pointerup", () => {
+function endPan() {
   if (!pan) return;
   pan.view.classList.remove("panning");
   pan = null;
+}
+document.addEventListener("pointerdown", (e) => {
+  const view = e.target.closest && e.target.closest(".graph-view");
+  if (!view || e.button !== 0) return;
+  // A press on the view's own scrollbars scrolls, as ever.
+  const box = view.getBoundingClientRect();
+  if (e.clientX - box.left >= view.clientWidth || e.clientY - box.top >= view.clientHeight) return;
+  pan = { view, x: e.clientX, y: e.clientY, left: view.scrollLeft, top: view.scrollTop };
+  view.classList.add("panning");
+  view.setPointerCapture(e.pointerId);
 });
+document.addEventListener("pointermove", (e) => {
+  if (!pan) return;
+  if (!(e.buttons & 1)) return endPan();
+  pan.view.scrollLeft = pan.left - (e.clientX - pan.x);
+  pan.view.scrollTop = pan.top - (e.clientY - pan.y);
+});
+document.addEventListener("pointerup", endPan);
+document.addEventListener("pointercancel", endPan);
 document.addEventListener("scroll", (e) => {
   const view = e.target.closest && e.target.closest(".graph-view");
   if (!view) return;
