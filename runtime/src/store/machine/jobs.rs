@@ -133,7 +133,7 @@ impl Store {
         };
         let spec = self.template_by_id(template_id).await?.spec;
         let record = MachineRecord::read(&record);
-        let state = record.state.clone();
+        let state = record.state.to_string();
         let accepts = spec
             .machine
             .as_ref()
@@ -167,7 +167,7 @@ impl Store {
         .await?;
         Ok(Some(MachineView {
             state,
-            variables: Value::Object(record.variables),
+            variables: Value::Object(record.variables()),
             accepts,
             alarms,
             children,
@@ -240,7 +240,6 @@ impl Store {
         let mut finals = std::collections::BTreeSet::new();
         for (_, _, _, record) in &jobs {
             let state = MachineRecord::read(record).state;
-            let state = state.as_str();
             let to_state = map.get(state).map(String::as_str).unwrap_or(state);
             match m.states.get(to_state) {
                 None => {
@@ -274,7 +273,6 @@ impl Store {
         let mut events = EventBuf::default();
         for (id, object, version, record) in &jobs {
             let from = MachineRecord::read(record).state;
-            let from = from.as_str();
             let state = map.get(from).cloned().unwrap_or_else(|| from.to_string());
             sqlx::query(
                 "update workdo.workflows

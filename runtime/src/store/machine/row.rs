@@ -30,29 +30,35 @@ macro_rules! alarms_pending {
     };
 }
 
-/// A job's record (`workflows.machine`) typed as read, once, rather than indexed by key at each
-/// use. The keys it does not name stay with the record the plan writes back.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct MachineRecord {
-    pub(crate) state: String,
-    pub(crate) variables: serde_json::Map<String, Value>,
+/// A job's record (`workflows.machine`) read once, as a view of it: the state, variables and
+/// flags borrowed, not copied (a job's variables may hold a MiB). Keys it does not name stay
+/// with the record the plan writes back.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct MachineRecord<'a> {
+    pub(crate) state: &'a str,
+    variables: Option<&'a serde_json::Map<String, Value>>,
     pub(crate) suspended: bool,
     pub(crate) cancelled: bool,
     /// Transitions the job has made by signalling itself in a row (`MAX_SELF_RUN` bounds it).
     pub(crate) self_run: i64,
 }
 
-impl MachineRecord {
-    /// `record` typed, field by field: a field missing or of another type reads as its default
+impl<'a> MachineRecord<'a> {
+    /// `record` read field by field: a field missing or of another type reads as its default
     /// (no state, no variables, neither suspended nor cancelled) and the others as they are.
-    pub(crate) fn read(record: &Value) -> MachineRecord {
+    pub(crate) fn read(record: &'a Value) -> MachineRecord<'a> {
         MachineRecord {
-            state: record["state"].as_str().unwrap_or_default().to_string(),
-            variables: record["variables"].as_object().cloned().unwrap_or_default(),
+            state: record["state"].as_str().unwrap_or_default(),
+            variables: record["variables"].as_object(),
             suspended: record["suspended"].as_bool().unwrap_or(false),
             cancelled: record["cancelled"].as_bool().unwrap_or(false),
             self_run: record["self_run"].as_i64().unwrap_or(0),
         }
+    }
+
+    /// The job's state variables, copied out.
+    pub(crate) fn variables(&self) -> serde_json::Map<String, Value> {
+        self.variables.cloned().unwrap_or_default()
     }
 }
 
@@ -85,7 +91,7 @@ pub(super) struct Job {
 
 impl Job {
     /// Its record typed (`None`: not a machine job).
-    pub(super) fn record(&self) -> Option<MachineRecord> {
+    pub(super) fn record(&self) -> Option<MachineRecord<'_>> {
         self.machine.as_ref().map(MachineRecord::read)
     }
 }

@@ -304,7 +304,7 @@ impl Store {
         // accept is refused as always.
         let record = job.record().unwrap_or_default();
         if inbox.is_none() && record.suspended {
-            let state = record.state.clone();
+            let state = record.state.to_string();
             let accepted = spec
                 .machine
                 .as_ref()

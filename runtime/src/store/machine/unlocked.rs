@@ -52,8 +52,8 @@ pub(super) fn plan_for(
         template: &job.template,
         parent: job.parent_id,
         context: &job.context,
-        state: &record.state,
-        variables: record.variables.clone(),
+        state: record.state,
+        variables: record.variables(),
         finished: job.status == "completed",
         children_running: job.children_running,
     };
