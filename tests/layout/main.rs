@@ -90,32 +90,30 @@ fn the_sql_check_sees_sql() {
     assert!(sql_lines("// selects the steps; \"a select b\"").is_empty());
 }
 
-/// `crate::X` and `crate::{X, Y}` references of a file.
-fn crate_refs(text: &str) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
+/// The first name of each path that follows a prefix: `X` in `X::y`, `X` and `Y` in `{X, Y::z}`
+/// (empty names, as `*`, left out).
+fn names_after(rest: &str) -> Vec<String> {
     let ident = |s: &str| -> String {
-        s.chars()
+        s.trim()
+            .chars()
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
             .collect()
     };
-    for (i, _) in text.match_indices("crate::") {
-        let rest = &text[i + "crate::".len()..];
-        if let Some(group) = rest.strip_prefix('{') {
-            let end = group.find('}').unwrap_or(group.len());
-            for item in group[..end].split(',') {
-                let name = ident(item.trim());
-                if !name.is_empty() {
-                    out.insert(name);
-                }
-            }
-        } else {
-            let name = ident(rest);
-            if !name.is_empty() {
-                out.insert(name);
-            }
-        }
-    }
-    out
+    let names: Vec<String> = match rest.strip_prefix('{') {
+        Some(group) => group[..group.find('}').unwrap_or(group.len())]
+            .split(',')
+            .map(ident)
+            .collect(),
+        None => vec![ident(rest)],
+    };
+    names.into_iter().filter(|n| !n.is_empty()).collect()
+}
+
+/// `crate::X` and `crate::{X, Y}` references of a file.
+fn crate_refs(text: &str) -> BTreeSet<String> {
+    text.match_indices("crate::")
+        .flat_map(|(i, _)| names_after(&text[i + "crate::".len()..]))
+        .collect()
 }
 
 #[test]
@@ -384,22 +382,7 @@ fn room_graph(room: &Path, module: &str) -> BTreeMap<String, BTreeSet<String>> {
                     continue;
                 }
                 let rest = &text[i + prefix.len()..];
-                let names: Vec<String> = match rest.strip_prefix('{') {
-                    Some(group) => group[..group.find('}').unwrap_or(group.len())]
-                        .split(',')
-                        .map(|s| {
-                            s.trim()
-                                .chars()
-                                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                                .collect()
-                        })
-                        .collect(),
-                    None => vec![
-                        rest.chars()
-                            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                            .collect(),
-                    ],
-                };
+                let names = names_after(rest);
                 for n in names {
                     if n != u && units.contains(&n) {
                         deps.insert(n);

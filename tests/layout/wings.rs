@@ -141,24 +141,9 @@ fn a_wing_is_a_list_and_its_files_name_each_other_by_file() {
                         continue;
                     }
                     let rest = &code[i + prefix.len()..];
-                    let next: String = rest
-                        .chars()
-                        .take_while(|c| {
-                            c.is_ascii_alphanumeric() || *c == '_' || *c == '{' || *c == '*'
-                        })
-                        .collect();
-                    let names: Vec<String> = if next.starts_with('{') {
-                        let group = &rest[1..rest.find('}').unwrap_or(rest.len())];
-                        group
-                            .split(',')
-                            .map(|s| s.trim().split("::").next().unwrap_or_default().to_string())
-                            .filter(|s| !s.is_empty())
-                            .collect()
-                    } else {
-                        vec![next]
-                    };
+                    let names = super::names_after(rest);
                     for n in names {
-                        if n != "*" && !units.contains(&n) {
+                        if !units.contains(&n) {
                             wrong.push(format!("{wing}/{name} names {prefix}{n} through the list"));
                         }
                     }

@@ -8,7 +8,10 @@ use serde_json::{Map, Value};
 
 use super::{Result, Store};
 use crate::model::template::Template;
-use crate::store::dispatch::{Bricklets, Dispatch};
+use crate::store::dispatch::compose::{self, Generator};
+use crate::store::dispatch::{
+    Bricklets, Dispatch, Observation, lock_generators_dependants, lock_held, record_observed,
+};
 use crate::store::history::events::{EventBuf, NewEvent, ReadyKeys};
 use crate::store::requests::StartRequest;
 use crate::store::steps::{Applied, Change, Claimed};
@@ -47,7 +50,7 @@ pub struct Effects {
     /// Workflows to start on the same object.
     pub start: Vec<WorkflowToStart>,
     /// An observer's matches to record, or a generator's subnet to compose.
-    pub dispatch: Option<crate::store::dispatch::Dispatch>,
+    pub dispatch: Option<Dispatch>,
     /// A machine's function action finished (completed or in error): the signal, with its
     /// data, that goes back to its job.
     pub signal: Option<(String, Value)>,
@@ -194,29 +197,27 @@ impl Store {
         let mut ready = ReadyKeys::default();
         // Generators' subnets go in before their completions are applied, so that the counters
         // their completions move (their dependants', their workflows') already count the subnets.
-        let generators: Vec<crate::store::dispatch::compose::Generator<'_>> = results
+        let generators: Vec<Generator<'_>> = results
             .iter()
             .filter_map(
                 |r| match (&r.effects.dispatch, dispatching.get(&r.workflow_id)) {
-                    (Some(Dispatch::Compose { generator }), Some(found)) => {
-                        Some(crate::store::dispatch::compose::Generator {
-                            step_id: r.change.id,
-                            lease: r.change.lease,
-                            name: generator,
-                            spec: &found.0,
-                            bricklets: &found.1,
-                        })
-                    }
+                    (Some(Dispatch::Compose { generator }), Some(found)) => Some(Generator {
+                        step_id: r.change.id,
+                        lease: r.change.lease,
+                        name: generator,
+                        spec: &found.0,
+                        bricklets: &found.1,
+                    }),
                     _ => None,
                 },
             )
             .collect();
-        let observations: Vec<crate::store::dispatch::Observation<'_>> = results
+        let observations: Vec<Observation<'_>> = results
             .iter()
             .filter_map(
                 |r| match (&r.effects.dispatch, dispatching.get(&r.workflow_id)) {
                     (Some(Dispatch::Observed { observer, matches }), Some(found)) => {
-                        Some(crate::store::dispatch::Observation {
+                        Some(Observation {
                             step_id: r.change.id,
                             lease: r.change.lease,
                             workflow_id: r.workflow_id,
@@ -232,29 +233,17 @@ impl Store {
             .collect();
         let held = lock_recomposable(&mut tx, &observations).await?;
         let stale = stale_observations(&mut tx, &observations).await?;
-        crate::store::dispatch::compose::compose(
-            &mut tx,
-            (&mut events, &mut ready),
-            &generators,
-            actor,
-        )
-        .await?;
+        compose::compose(&mut tx, (&mut events, &mut ready), &generators, actor).await?;
         // Observations (and the recompositions they cause) go in before the observers'
         // completions, as subnets before their generators': an observer that was its
         // workflow's last unfinished step would otherwise complete the workflow for an instant
         // (and tell a parent its child was done) before the instances it adds reopened it.
-        let recorded: Vec<crate::store::dispatch::Observation<'_>> = observations
+        let recorded: Vec<Observation<'_>> = observations
             .iter()
             .filter(|o| held.contains_key(&o.step_id) && !stale.contains_key(&o.step_id))
             .copied()
             .collect();
-        crate::store::dispatch::record_observed(
-            &mut tx,
-            (&mut events, &mut ready),
-            &recorded,
-            actor,
-        )
-        .await?;
+        record_observed(&mut tx, (&mut events, &mut ready), &recorded, actor).await?;
         let changes = results
             .iter()
             .map(|r| stale.get(&r.change.id).unwrap_or(&r.change));
@@ -372,7 +361,7 @@ impl Store {
 /// recorded.
 async fn lock_recomposable(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    observations: &[crate::store::dispatch::Observation<'_>],
+    observations: &[Observation<'_>],
 ) -> Result<HashMap<i64, i64>> {
     if observations.is_empty() {
         return Ok(HashMap::new());
@@ -388,7 +377,7 @@ async fn lock_recomposable(
     .await?;
     let ids: Vec<i64> = observations.iter().map(|o| o.step_id).collect();
     let leases: Vec<Option<uuid::Uuid>> = observations.iter().map(|o| o.lease).collect();
-    let held = crate::store::dispatch::lock_held(tx, &ids, &leases).await?;
+    let held = lock_held(tx, &ids, &leases).await?;
     let generators: Vec<_> = observations
         .iter()
         .flat_map(|o| {
@@ -399,7 +388,7 @@ async fn lock_recomposable(
                 .map(move |g| (o.workflow_id, o.spec, g.name.as_str()))
         })
         .collect();
-    crate::store::dispatch::lock_generators_dependants(tx, &generators).await?;
+    lock_generators_dependants(tx, &generators).await?;
     Ok(held)
 }
 
@@ -411,7 +400,7 @@ async fn lock_recomposable(
 /// [`lock_recomposable`] holds the observers' steps, which a watch locks before marking.
 async fn stale_observations(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    observations: &[crate::store::dispatch::Observation<'_>],
+    observations: &[Observation<'_>],
 ) -> Result<HashMap<i64, Change>> {
     if observations.is_empty() {
         return Ok(HashMap::new());
@@ -447,7 +436,7 @@ async fn stale_observations(
 /// The marks of the observers put back by [`stale_observations`], removed.
 async fn clear_stale_marks(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    observations: &[crate::store::dispatch::Observation<'_>],
+    observations: &[Observation<'_>],
     stale: &HashMap<i64, Change>,
 ) -> Result<()> {
     let (workflows, names): (Vec<i64>, Vec<&str>) = observations
