@@ -32,43 +32,35 @@ begin
     if p_async then
         perform set_config('synchronous_commit', 'off', true);
     end if;
-    -- The narrow queue row alone is written (migrations/0026): its lease and attempts, none of
-    -- them indexed, so the update is HOT; the wide step row is not touched until it finishes.
     return query
     with leased as (
-        update workdo.ready_queue r set
-            attempts = r.attempts + 1,
+        update workdo.steps s set
+            status = 'started',
+            attempts = s.attempts + 1,
             lease_owner = p_owner,
             lease_token = gen_random_uuid(),
             lease_expires_at = now() + make_interval(secs => p_lease_secs),
-            started_at = now()
-         where r.step_id = any(array(
-                   select c.step_id from workdo.ready_queue c
-                    where c.template = p_template and c.name = p_step and c.lease_token is null
-                      and (p_lane is null or c.lane = p_lane)
+            started_at = now(),
+            updated_at = now()
+         where s.id = any(array(
+                   select c.id from workdo.steps c
+                    where c.template = p_template and c.name = p_step and c.status = 'ready'
+                      and c.active and (p_lane is null or c.lane = p_lane)
                       and not exists (select 1 from workdo.paused_steps p
                                        where p.template = p_template and p.step = p_step)
-                    order by c.priority desc, c.run_at, c.step_id
+                    order by c.priority desc, c.run_at, c.id
                     limit p_limit
                       for update skip locked))
-        returning r.*
-    ), counted as (
-        -- The step counts (engine/70_counts.sql): each moves from `ready` to `started`. No
-        -- trigger counts a claim, which writes no wide row. One template step: no grouping.
-        insert into workdo.step_count_deltas (template, name, status, n, first_id)
-        select p_template, workdo.facet_name(p_step), s.status, s.n * c.n, c.first_id
-          from (select count(*) as n, min(l.step_id) as first_id from leased l) c
-         cross join (values ('ready', -1), ('started', 1)) as s(status, n)
-         where c.n > 0
+        returning s.id, s.workflow_id, s.object_id, s.template, s.name, s.version, s.lane,
+                  s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at,
+                  (select o.properties from workdo.objects o where o.id = s.object_id) as properties,
+                  (select w from workdo.workflows w where w.id = s.workflow_id) as wf,
+                  s.run_at
     )
-    select l.step_id, l.workflow_id, l.object_id, l.template, l.name, l.version, l.lane,
-           l.attempts, l.max_attempts, l.priority, l.lease_token, l.lease_expires_at,
-           l.properties, (l.wf).context, (l.wf).trace_context
-      from (select l.*,
-                   (select o.properties from workdo.objects o where o.id = l.object_id) as properties,
-                   (select w from workdo.workflows w where w.id = l.workflow_id) as wf
-              from leased l) l
-     order by l.priority desc, l.run_at, l.step_id;
+    select l.id, l.workflow_id, l.object_id, l.template, l.name, l.version, l.lane, l.attempts,
+           l.max_attempts, l.priority, l.lease_token, l.lease_expires_at, l.properties,
+           (l.wf).context, (l.wf).trace_context
+      from leased l order by l.priority desc, l.run_at, l.id;
 end
 $function$;
 
@@ -98,76 +90,63 @@ begin
     end if;
     return query
     with leased as (
-        update workdo.ready_queue r set
-            attempts = r.attempts + 1,
+        update workdo.steps s set
+            status = 'started',
+            attempts = s.attempts + 1,
             lease_owner = p_owner,
             lease_token = gen_random_uuid(),
             lease_expires_at = now() + make_interval(secs => p_lease_secs),
-            started_at = now()
-         where r.step_id = any(array(
-                   select c.step_id from workdo.ready_queue c
-                    where c.queue = p_queue and c.lease_token is null
-                      and (p_lane is null or c.lane = p_lane)
+            started_at = now(),
+            updated_at = now()
+         where s.id = any(array(
+                   select c.id from workdo.steps c
+                    where c.queue = p_queue and c.status = 'ready'
+                      and c.active and (p_lane is null or c.lane = p_lane)
                       and not exists (select 1 from workdo.paused_steps p
                                        where p.template || ':' || p.step = p_queue)
-                    order by c.priority desc, c.run_at, c.step_id
+                    order by c.priority desc, c.run_at, c.id
                     limit p_limit
                       for update skip locked))
-        returning r.*
-    ), counted as (
-        -- The step counts (engine/70_counts.sql): each moves from `ready` to `started`. No
-        -- trigger counts a claim, which writes no wide row.
-        insert into workdo.step_count_deltas (template, name, status, n, first_id)
-        select l.template, workdo.facet_name(l.name), s.status, s.n * count(*), min(l.step_id)
-          from leased l cross join (values ('ready', -1), ('started', 1)) as s(status, n)
-         group by 1, 2, 3, s.n
+        returning s.id, s.workflow_id, s.object_id, s.template, s.name, s.version, s.lane,
+                  s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at,
+                  (select o.properties from workdo.objects o where o.id = s.object_id) as properties,
+                  (select w from workdo.workflows w where w.id = s.workflow_id) as wf,
+                  s.run_at
     )
-    select l.step_id, l.workflow_id, l.object_id, l.template, l.name, l.version, l.lane,
-           l.attempts, l.max_attempts, l.priority, l.lease_token, l.lease_expires_at,
-           l.properties, (l.wf).context, (l.wf).trace_context
-      from (select l.*,
-                   (select o.properties from workdo.objects o where o.id = l.object_id) as properties,
-                   (select w from workdo.workflows w where w.id = l.workflow_id) as wf
-              from leased l) l
-     order by l.priority desc, l.run_at, l.step_id;
+    select l.id, l.workflow_id, l.object_id, l.template, l.name, l.version, l.lane, l.attempts,
+           l.max_attempts, l.priority, l.lease_token, l.lease_expires_at, l.properties,
+           (l.wf).context, (l.wf).trace_context
+      from leased l order by l.priority desc, l.run_at, l.id;
 end
 $function$;
 
--- workdo.lease: steps the caller chose (and locked) become `started` under a lease (task
--- injection, `workdo run`). A step not yet ready is made ready first (its wide row, which puts
--- it in the queue through the counting trigger, engine/70_counts.sql), then leased as a claim
--- leases it.
+-- workdo.lease: steps the caller chose become `started` under a lease (task injection,
+-- `workdo run`); sets what workdo.claim sets.
 CREATE OR REPLACE FUNCTION workdo.lease(p_ids bigint[], p_owner text, p_lease_secs double precision)
  RETURNS SETOF workdo.claimed
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 begin
-    update workdo.steps s set status = 'ready', run_at = now(), updated_at = now()
-     where s.id = any(p_ids) and s.status <> 'ready' and s.active;
     return query
     with leased as (
-        update workdo.ready_queue r set
-            attempts = r.attempts + 1,
+        update workdo.steps s set
+            status = 'started',
+            attempts = s.attempts + 1,
             lease_owner = p_owner,
             lease_token = gen_random_uuid(),
             lease_expires_at = now() + make_interval(secs => p_lease_secs),
-            started_at = now()
-         where r.step_id = any(p_ids) and r.lease_token is null
-        returning r.*
-    ), counted as (
-        -- The step counts (engine/70_counts.sql): each moves from `ready` to `started`.
-        insert into workdo.step_count_deltas (template, name, status, n, first_id)
-        select l.template, workdo.facet_name(l.name), s.status, s.n, l.step_id
-          from leased l cross join (values ('ready', -1), ('started', 1)) as s(status, n)
+            started_at = now(),
+            updated_at = now()
+         where s.id = any(p_ids)
+        returning s.id, s.workflow_id, s.object_id, s.template, s.name, s.version, s.lane,
+                  s.attempts, s.max_attempts, s.priority, s.lease_token, s.lease_expires_at,
+                  (select o.properties from workdo.objects o where o.id = s.object_id) as properties,
+                  (select w from workdo.workflows w where w.id = s.workflow_id) as wf
     )
-    select l.step_id, l.workflow_id, l.object_id, l.template, l.name, l.version, l.lane,
-           l.attempts, l.max_attempts, l.priority, l.lease_token, l.lease_expires_at,
-           l.properties, (l.wf).context, (l.wf).trace_context
-      from (select l.*,
-                   (select o.properties from workdo.objects o where o.id = l.object_id) as properties,
-                   (select w from workdo.workflows w where w.id = l.workflow_id) as wf
-              from leased l) l
-     order by array_position(p_ids, l.step_id);
+    select l.id, l.workflow_id, l.object_id, l.template, l.name, l.version, l.lane, l.attempts,
+           l.max_attempts, l.priority, l.lease_token, l.lease_expires_at, l.properties,
+           (l.wf).context, (l.wf).trace_context
+      from leased l order by array_position(p_ids, l.id);
 end
 $function$;

@@ -35,15 +35,6 @@ AS $function$
 begin
     insert into workdo.step_count_deltas (template, name, status, n, first_id)
     values ('', '', 'recount', 0, 0);
-    -- Ready steps inserted by hand join the queue (the engine's inserts put theirs there).
-    insert into workdo.ready_queue
-        (step_id, workflow_id, object_id, template, version, name, queue, lane, priority, run_at,
-         attempts, max_attempts)
-    select s.id, s.workflow_id, s.object_id, s.template, s.version, s.name, s.queue, s.lane,
-           s.priority, s.run_at, s.attempts, s.max_attempts
-      from workdo.steps s
-     where s.status = 'ready' and s.active
-    on conflict (step_id) do nothing;
     return null;
 end
 $function$;
@@ -63,37 +54,6 @@ begin
             select template, workdo.facet_name(name), status, active, -1, id from old_steps) d
      group by template, name, status
     having coalesce(sum(n) filter (where active), 0) <> 0 or sum(n) <> 0;
-    -- The narrow ready queue (migrations/0026) follows the wide rows: a step is in it exactly
-    -- when its wide row is `ready` and active. One that became so joins it (unleased, with its
-    -- wide row's attempts); one that stayed so keeps its queue row, and its lease, with the
-    -- wide row's priority, lane and dates; one that left it leaves the queue.
-    insert into workdo.ready_queue as r
-        (step_id, workflow_id, object_id, template, version, name, queue, lane, priority, run_at,
-         attempts, max_attempts)
-    select n.id, n.workflow_id, n.object_id, n.template, n.version, n.name, n.queue, n.lane,
-           n.priority, n.run_at, n.attempts, n.max_attempts
-      from new_steps n
-     where n.status = 'ready' and n.active
-    on conflict (step_id) do update set
-        template = excluded.template, version = excluded.version, name = excluded.name,
-        queue = excluded.queue, lane = excluded.lane, priority = excluded.priority,
-        run_at = excluded.run_at, max_attempts = excluded.max_attempts
-     where (r.template, r.version, r.name, r.queue, r.lane, r.priority, r.run_at, r.max_attempts)
-           is distinct from (excluded.template, excluded.version, excluded.name, excluded.queue,
-                             excluded.lane, excluded.priority, excluded.run_at, excluded.max_attempts);
-    -- A row that goes while leased (a completion or a change through workdo.apply takes its own
-    -- first) was counted `started`, not `ready` as its wide row says.
-    with gone as (
-        delete from workdo.ready_queue r
-         using new_steps n
-         where r.step_id = n.id and not (n.status = 'ready' and n.active)
-        returning r.step_id, r.template, r.name, r.lease_token
-    )
-    insert into workdo.step_count_deltas (template, name, status, n, first_id)
-    select g.template, workdo.facet_name(g.name), d.status, d.n * count(*), min(g.step_id)
-      from gone g cross join (values ('started', -1), ('ready', 1)) as d(status, n)
-     where g.lease_token is not null
-     group by 1, 2, 3, d.n;
     return null;
 end
 $function$;
@@ -107,15 +67,6 @@ begin
     select template, workdo.facet_name(name), status, -count(*), min(id)
       from old_steps where active
      group by 1, 2, 3;
-    with gone as (
-        delete from workdo.ready_queue r using old_steps o where r.step_id = o.id
-        returning r.step_id, r.template, r.name, r.lease_token
-    )
-    insert into workdo.step_count_deltas (template, name, status, n, first_id)
-    select g.template, workdo.facet_name(g.name), d.status, d.n * count(*), min(g.step_id)
-      from gone g cross join (values ('started', -1), ('ready', 1)) as d(status, n)
-     where g.lease_token is not null
-     group by 1, 2, 3, d.n;
     return null;
 end
 $function$;
@@ -127,7 +78,6 @@ AS $function$
 begin
     delete from workdo.step_count_deltas;
     delete from workdo.step_counts;
-    delete from workdo.ready_queue;
     return null;
 end
 $function$;
@@ -153,7 +103,7 @@ CREATE OR REPLACE FUNCTION workdo.step_counts_scan()
  STABLE
 AS $function$
     select s.template, workdo.facet_name(s.name), s.status, count(*), min(s.id)
-      from workdo.step_rows s
+      from workdo.steps s
      where s.active
      group by 1, 2, 3
 $function$;

@@ -18,7 +18,7 @@ const CONTENT_WF: &str = include_str!("../fixtures/contentWF.yaml");
 
 async fn rows(t: &support::TestDb) -> BTreeMap<String, (String, i32, Vec<String>)> {
     let found: Vec<(String, String, i32, Vec<String>)> = sqlx::query_as(
-        "select name, status, pending, prereqs from workdo.step_rows where generated is not null",
+        "select name, status, pending, prereqs from workdo.steps where generated is not null",
     )
     .fetch_all(t.pool())
     .await
@@ -158,7 +158,7 @@ async fn a_changed_document_recomposes_the_subnet() {
     );
     // The generator's dependant waits for the running audio and the new purge.
     let done: (String, i32) =
-        sqlx::query_as("select status, pending from workdo.step_rows where name = 'done'")
+        sqlx::query_as("select status, pending from workdo.steps where name = 'done'")
             .fetch_one(t.pool())
             .await
             .expect("done");
@@ -190,7 +190,7 @@ async fn a_changed_document_recomposes_the_subnet() {
     support::all_completed(t.pool(), 30).await;
     rt.stop().await;
     let finished: Vec<(String, String)> = sqlx::query_as(
-        "select name, status from workdo.step_rows where status not in ('completed', 'skipped')",
+        "select name, status from workdo.steps where status not in ('completed', 'skipped')",
     )
     .fetch_all(t.pool())
     .await
@@ -260,7 +260,7 @@ async fn publish_last(t: &support::TestDb, obj: &str) {
     support::all_completed(t.pool(), 30).await;
     rt.stop().await;
     let open: Vec<(String, String)> = sqlx::query_as(
-        "select name, status from workdo.step_rows
+        "select name, status from workdo.steps
           where object_id = $1 and status not in ('completed', 'skipped')",
     )
     .bind(obj)

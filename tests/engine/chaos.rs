@@ -91,7 +91,7 @@ async fn killed_runtimes_lose_no_step_and_complete_none_twice() {
         // Whether this kill lands mid-work: steps under a lease just before it.
         if scalar(
             t.pool(),
-            "select count(*) from workdo.step_rows where status = 'started'",
+            "select count(*) from workdo.steps where status = 'started'",
         )
         .await
             > 0
@@ -152,7 +152,7 @@ async fn killed_runtimes_lose_no_step_and_complete_none_twice() {
     assert_eq!(
         scalar(
             t.pool(),
-            "select count(*) from workdo.step_rows where lease_token is not null"
+            "select count(*) from workdo.steps where lease_token is not null"
         )
         .await,
         0

@@ -70,7 +70,7 @@ async fn every_engine_update_counts_itself() {
     // A lease that expired (its renewal's column alone is no count's business) is swept; the
     // leases a worker holds but is not running are given back.
     sqlx::query(
-        "update workdo.ready_queue set lease_expires_at = now() - interval '1 minute' where step_id = $1",
+        "update workdo.steps set lease_expires_at = now() - interval '1 minute' where id = $1",
     )
     .bind(claimed[5].id)
     .execute(pool)
@@ -198,8 +198,7 @@ async fn updates_by_hand_are_counted() {
     assert_eq!(claimed, 1);
     sqlx::query(
         "update workdo.steps set status = 'skipped', finished_at = now()
-          where object_id = 'obj:h1' and status = 'ready'
-            and id not in (select step_id from workdo.ready_queue where lease_token is not null)",
+          where object_id = 'obj:h1' and status = 'ready'",
     )
     .execute(&mut *tx)
     .await

@@ -444,7 +444,7 @@ async fn results_apply_only_under_their_lease_and_ready_the_next_steps() {
     );
 
     // One result still holds its lease; the other's lease was taken away from outside.
-    sqlx::query("update workdo.ready_queue set lease_token = gen_random_uuid() where step_id = $1")
+    sqlx::query("update workdo.steps set lease_token = gen_random_uuid() where id = $1")
         .bind(claimed[1].id)
         .execute(t.pool())
         .await

@@ -65,7 +65,7 @@ async fn one_completion_and_a_batch_record_the_same() {
     let mut batched = Vec::new();
     loop {
         let names: Vec<String> = sqlx::query_scalar(
-            "select distinct name from workdo.step_rows where status = 'ready' order by name",
+            "select distinct name from workdo.steps where status = 'ready' order by name",
         )
         .fetch_all(&pool)
         .await

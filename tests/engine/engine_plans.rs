@@ -119,7 +119,7 @@ async fn analyzed_queue(
     req.objects = (0..n).map(|i| format!("obj:{i:05}")).collect();
     t.store.workflow_start(&req).await.unwrap();
     let mut conn = t.pool().acquire().await.unwrap();
-    sqlx::query("analyze workdo.steps, workdo.ready_queue, workdo.workflows, workdo.objects")
+    sqlx::query("analyze workdo.steps, workdo.workflows, workdo.objects")
         .execute(&mut *conn)
         .await
         .unwrap();
@@ -152,18 +152,14 @@ async fn the_claim_plan_uses_indexes_only() {
     assert!(
         claim
             .iter()
-            .any(|(_, kind, index)| kind == "Index Scan" && index == "ready_queue_claim"),
-        "the claim reads the narrow queue's claim index: {claim:#?}"
+            .any(|(_, kind, index)| kind == "Index Scan" && index == "steps_claim"),
+        "the claim reads the ready index: {claim:#?}"
     );
     assert!(
         claim
             .iter()
-            .any(|(_, kind, index)| kind == "Index Scan" && index == "ready_queue_pkey"),
-        "and updates the queue rows it found by primary key: {claim:#?}"
-    );
-    assert!(
-        !claim.iter().any(|(_, _, rel)| rel.starts_with("steps")),
-        "and never reads a wide step row: {claim:#?}"
+            .any(|(_, kind, index)| kind == "Index Scan" && index == "steps_pkey"),
+        "and updates the steps it found by primary key: {claim:#?}"
     );
     let lease = generic_plan(
         &mut conn,
@@ -176,10 +172,10 @@ async fn the_claim_plan_uses_indexes_only() {
     assert_index_only("workdo.lease", &lease);
 }
 
-/// A batch of worker completions finds each step, and its queue row, by primary key. The
-/// statement's first plan read every leased step through a lease index for each completion
-/// (the planner, with statistics taken while nothing was started, expected one leased step):
-/// a batch got slower the more steps were out on lease.
+/// A batch of worker completions finds each step by its primary key. The statement's first
+/// plan read every leased step through `steps_leased` for each completion (the planner, with
+/// statistics taken while nothing was started, expected one leased step): a batch got slower
+/// the more steps were out on lease.
 #[tokio::test]
 async fn completions_under_lease_find_steps_by_primary_key() {
     let t = db().await;
@@ -221,12 +217,9 @@ async fn completions_under_lease_find_steps_by_primary_key() {
         "steps found by primary key: {plan:#?}"
     );
     assert!(
-        plan.iter()
-            .any(|(_, kind, index)| kind == "Index Scan" && index == "ready_queue_pkey"),
-        "queue rows found by primary key: {plan:#?}"
-    );
-    assert!(
-        !plan.iter().any(|(_, kind, _)| kind == "Seq Scan"),
+        !plan
+            .iter()
+            .any(|(_, kind, rel)| rel == "steps_leased" || kind == "Seq Scan"),
         "no scan of the leased steps: {plan:#?}"
     );
 }

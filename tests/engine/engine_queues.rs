@@ -192,7 +192,7 @@ async fn expired_leases_return_to_the_queue_then_error_at_the_limit() {
     let expire = |pool: &PgPool| {
         let pool = pool.clone();
         async move {
-            sqlx::query("update workdo.ready_queue set lease_expires_at = now() - interval '1 second' where lease_token is not null")
+            sqlx::query("update workdo.steps set lease_expires_at = now() - interval '1 second' where lease_token is not null")
                 .execute(&pool)
                 .await
                 .unwrap();
@@ -280,7 +280,7 @@ async fn many_concurrent_claimers_claim_each_step_exactly_once() {
     let unique: HashSet<i64> = all.iter().copied().collect();
     assert_eq!(unique.len(), N, "no step claimed twice");
     let started: i64 = sqlx::query_scalar(
-        "select count(*) from workdo.step_rows where status = 'started' and attempts = 1",
+        "select count(*) from workdo.steps where status = 'started' and attempts = 1",
     )
     .fetch_one(t.pool())
     .await

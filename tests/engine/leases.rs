@@ -89,7 +89,7 @@ async fn steps_leased_but_not_held_are_given_back() {
     let ids = [mine[0].id, mine[1].id, mine[2].id, theirs[0].id];
     let rows: Vec<(String, i32)> = sqlx::query_as(
         "select s.status, s.attempts from unnest($1::bigint[]) with ordinality as i(id, n)
-           join workdo.step_rows s on s.id = i.id order by i.n",
+           join workdo.steps s on s.id = i.id order by i.n",
     )
     .bind(&ids[..])
     .fetch_all(t.pool())
@@ -226,7 +226,7 @@ async fn renewing_leases_locks_steps_in_the_order_commits_do() {
         .execute(&mut *commit)
         .await
         .expect("timeout");
-    sqlx::query("select 1 from workdo.ready_queue where step_id = $1 for update")
+    sqlx::query("select 1 from workdo.steps where id = $1 for update")
         .bind(first.id)
         .execute(&mut *commit)
         .await
@@ -243,7 +243,7 @@ async fn renewing_leases_locks_steps_in_the_order_commits_do() {
     })
     .await;
     // The commit takes the second step: the renewal must not be holding it.
-    sqlx::query("select 1 from workdo.ready_queue where step_id = $1 for update")
+    sqlx::query("select 1 from workdo.steps where id = $1 for update")
         .bind(second.id)
         .execute(&mut *commit)
         .await

@@ -62,14 +62,14 @@ async fn kill_9_mid_flight_then_restart_completes_every_step_exactly_once() {
     // Kill it while calls are in flight: some steps done, some held under its leases.
     wait_until(
         t.pool(),
-        "select count(*) filter (where status = 'completed') >= 8 and count(*) filter (where status = 'started') > 0 from workdo.step_rows",
+        "select count(*) filter (where status = 'completed') >= 8 and count(*) filter (where status = 'started') > 0 from workdo.steps",
         60,
     )
     .await;
     first.kill().expect("kill -9");
     first.wait().expect("reap");
     let held: i64 =
-        sqlx::query_scalar("select count(*) from workdo.step_rows where status = 'started'")
+        sqlx::query_scalar("select count(*) from workdo.steps where status = 'started'")
             .fetch_one(t.pool())
             .await
             .expect("count");
@@ -173,7 +173,7 @@ async fn shutdown_releases_calls_that_outlive_the_grace_period() {
     let rt = start(&t.store, cfg).await;
     wait_until(
         t.pool(),
-        "select count(*) = 3 from workdo.step_rows where status = 'started'",
+        "select count(*) = 3 from workdo.steps where status = 'started'",
         20,
     )
     .await;
@@ -361,12 +361,12 @@ async fn single_step_batches_are_claimed_side_by_side() {
     sqlx::raw_sql(
         "create function side_hold() returns trigger language plpgsql as $$
          begin
-             if new.object_id <> 'side:first' and new.lease_token is not null then
+             if new.object_id <> 'side:first' and new.status = 'started' then
                  perform pg_advisory_xact_lock_shared(4242);
              end if;
              return new;
          end $$;
-         create trigger side_hold before update on workdo.ready_queue
+         create trigger side_hold before update on workdo.steps
              for each row execute function side_hold();",
     )
     .execute(t.pool())

@@ -53,8 +53,8 @@ async fn a_call_whose_last_lease_expires_signals_its_job() {
     let id = job(&t, "byHandWF", "obj:lease-gone").await;
     send(&t, id, "go").await.expect("go");
     sqlx::query(
-        "update workdo.ready_queue
-            set lease_owner = 'gone', lease_token = gen_random_uuid(), started_at = now(),
+        "update workdo.steps
+            set status = 'started', lease_owner = 'gone', lease_token = gen_random_uuid(),
                 lease_expires_at = now() - interval '1 second', attempts = max_attempts
           where workflow_id = $1 and name like 'call/work%'",
     )

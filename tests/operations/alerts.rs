@@ -379,7 +379,7 @@ async fn the_stuck_step_monitor_raises_one_alert_per_interval() {
         .await
         .expect("claim");
     sqlx::query(
-        "update workdo.ready_queue set started_at = now() - interval '2 hours' where lease_token is not null",
+        "update workdo.steps set started_at = now() - interval '2 hours' where status = 'started'",
     )
     .execute(t.pool())
     .await

@@ -20,7 +20,7 @@ pub async fn overview(store: &Store) -> Vec<(String, String, String, i64)> {
 /// Counts by scanning the steps, sorted.
 pub async fn scanned(pool: &PgPool) -> Vec<(String, String, String, i64)> {
     sqlx::query_as(
-        "select template, workdo.facet_name(name), status, count(*) from workdo.step_rows where active
+        "select template, workdo.facet_name(name), status, count(*) from workdo.steps where active
           group by 1, 2, 3 order by 1, 2, 3",
     )
     .fetch_all(pool)

@@ -72,7 +72,7 @@ pub async fn recorded(pool: &sqlx::PgPool, object: &str) -> Vec<String> {
 /// (name, status) of the object's active steps of `template`, in order.
 pub async fn statuses(pool: &PgPool, object: &str, template: &str) -> Vec<(String, String)> {
     sqlx::query_as(
-        "select name, status from workdo.step_rows where object_id = $1 and template = $2 and active order by id",
+        "select name, status from workdo.steps where object_id = $1 and template = $2 and active order by id",
     )
     .bind(object)
     .bind(template)

@@ -395,7 +395,7 @@ pub fn completing_function(dir: &Path) -> String {
 
 /// The active step `name` of `object`, as a row.
 pub async fn step(pool: &PgPool, object: &str, name: &str) -> workdo::store::StepRow {
-    sqlx::query_as("select * from workdo.step_rows where object_id = $1 and name = $2 and active")
+    sqlx::query_as("select * from workdo.steps where object_id = $1 and name = $2 and active")
         .bind(object)
         .bind(name)
         .fetch_one(pool)

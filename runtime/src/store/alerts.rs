@@ -112,15 +112,11 @@ impl Store {
             return Ok(false);
         }
         let rows: Vec<(String, String, String, String, DateTime<Utc>)> = sqlx::query_as(
-            // Started: leased in the narrow queue (migrations/0026), or marked so by a robot.
-            "select 'started', object_id, template, name, started_at from workdo.ready_queue
-              where lease_token is not null and started_at < now() - make_interval(secs => $1)
-             union all
-             select 'started', object_id, template, name, coalesce(started_at, updated_at) from workdo.steps
+            "select 'started', object_id, template, name, coalesce(started_at, updated_at) from workdo.steps
               where status = 'started' and active and coalesce(started_at, updated_at) < now() - make_interval(secs => $1)
              union all
-             select 'ready', object_id, template, name, run_at from workdo.ready_queue
-              where lease_token is null and run_at < now() - make_interval(secs => $2)
+             select 'ready', object_id, template, name, run_at from workdo.steps
+              where status = 'ready' and active and run_at < now() - make_interval(secs => $2)
                 and template || ':' || name = any($3)
              order by 5 limit 200",
         )

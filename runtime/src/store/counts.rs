@@ -28,38 +28,6 @@ macro_rules! count_inserted {
 }
 pub(super) use count_inserted;
 
-/// Put the steps `(workflow, name)` just inserted in the narrow ready queue
-/// (`workdo.ready_queue`, migrations/0026), those that are ready and active: a step is in it
-/// exactly when its wide row is `ready` and active. Updates of wide rows keep it so through the
-/// counting trigger (`migrations/engine/70_counts.sql`); the engine's inserts, which count
-/// themselves, put their ready steps in it here. Readers that need a step's status, attempts,
-/// lease or start read the view `workdo.step_rows`, where a leased step is `started`.
-pub(crate) async fn queue_inserted(
-    conn: &mut sqlx::PgConnection,
-    workflows: &[i64],
-    names: &[String],
-) -> Result<()> {
-    if workflows.is_empty() {
-        return Ok(());
-    }
-    sqlx::query(
-        "insert into workdo.ready_queue
-             (step_id, workflow_id, object_id, template, version, name, queue, lane, priority,
-              run_at, attempts, max_attempts)
-         select s.id, s.workflow_id, s.object_id, s.template, s.version, s.name, s.queue, s.lane,
-                s.priority, s.run_at, s.attempts, s.max_attempts
-           from unnest($1::bigint[], $2::text[]) as i(workflow_id, name)
-           join workdo.steps s on s.workflow_id = i.workflow_id and s.name = i.name
-          where s.status = 'ready' and s.active
-         on conflict (step_id) do nothing",
-    )
-    .bind(workflows)
-    .bind(names)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
 /// Count the steps of one start: every workflow it made has the same steps in the same
 /// statuses, so the first one's rows times the workflows, without reading the others back.
 pub(super) async fn count_started(
@@ -237,19 +205,18 @@ impl Store {
     ) -> Result<std::collections::HashMap<(String, String), f64>> {
         let mut out = std::collections::HashMap::new();
         for (template, step) in rows {
-            // A generated step's instances are claimed by their queue
-            // (`ready_queue_claim_queue`), a template step's by its name (`ready_queue_claim`):
-            // the same order either way.
+            // A generated step's instances are claimed by their queue (`steps_claim_queue`),
+            // a template step's by its name (`steps_claim`): the same order either way.
             let (by, key) = if step.contains('/') {
                 ("queue = $1 || ':' || $2", super::queue_key(step))
             } else {
                 ("name = $2", step.clone())
             };
             let age: Option<f64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "select extract(epoch from now() - run_at)::float8 from workdo.ready_queue
-                  where template = $1 and {by} and lease_token is null
+                "select extract(epoch from now() - run_at)::float8 from workdo.steps
+                  where template = $1 and {by} and status = 'ready' and active
                     and ($3::text is null or lane = $3)
-                  order by priority desc, run_at, step_id limit 1"
+                  order by priority desc, run_at, id limit 1"
             )))
             .bind(template)
             .bind(key)

@@ -63,7 +63,7 @@ impl Store {
     pub async fn demo_summary(&self, run: u32) -> Result<Vec<DemoSummary>> {
         Ok(sqlx::query_as(
             "with s as (
-            select s.* from workdo.step_rows s join workdo.objects o on o.id = s.object_id
+            select s.* from workdo.steps s join workdo.objects o on o.id = s.object_id
              where s.active and o.properties -> 'demo_run' = $1
          ), e as (
             select e.template, e.step,

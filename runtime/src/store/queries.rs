@@ -110,7 +110,7 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         let steps: Vec<StepRow> = sqlx::query_as(
-            "select s.* from workdo.step_rows s join workdo.workflows w on w.id = s.workflow_id
+            "select s.* from workdo.steps s join workdo.workflows w on w.id = s.workflow_id
               where w.object_id = $1 order by s.workflow_id, s.id",
         )
         .bind(&id)
@@ -271,7 +271,7 @@ impl Store {
     /// whole step.
     pub async fn why(&self, object: &str, template: &str, step: &str) -> Result<Why> {
         let row: Option<StepRow> = sqlx::query_as(
-            "select s.* from workdo.step_rows s join workdo.workflows w on w.id = s.workflow_id
+            "select s.* from workdo.steps s join workdo.workflows w on w.id = s.workflow_id
               where w.object_id = $1 and w.template = $2 and s.name = $3
               order by s.active desc, s.version desc limit 1",
         )
@@ -333,11 +333,11 @@ impl Store {
                     .clone()
                     .unwrap_or_else(|| format!("{}:{}", s.template, s.name));
                 let ahead: i64 = sqlx::query_scalar(
-                    "select count(*) from workdo.ready_queue
+                    "select count(*) from workdo.steps
                       where (case when $6::text is null then template = $1 and name = $2
                                   else queue = $6 end)
-                        and lease_token is null
-                        and (priority > $3 or (priority = $3 and (run_at, step_id) < ($4, $5)))",
+                        and status = 'ready' and active
+                        and (priority > $3 or (priority = $3 and (run_at, id) < ($4, $5)))",
                 )
                 .bind(&s.template)
                 .bind(&s.name)
@@ -429,7 +429,7 @@ impl Store {
             reason: "no such workflow",
         })?;
         let steps: Vec<StepRow> =
-            sqlx::query_as("select * from workdo.step_rows where workflow_id = $1 order by id")
+            sqlx::query_as("select * from workdo.steps where workflow_id = $1 order by id")
                 .bind(id)
                 .fetch_all(&self.pool)
                 .await?;
@@ -536,7 +536,7 @@ impl Store {
         Ok(sqlx::query_as(
             "select template, workdo.facet_name(name), lane, count(*),
                     extract(epoch from now() - min(run_at))::float8
-               from workdo.ready_queue where lease_token is null
+               from workdo.steps where status = 'ready' and active
               group by 1, 2, 3",
         )
         .fetch_all(&self.pool)

@@ -55,7 +55,7 @@ fn step_predicate(step: &str) -> &'static str {
 /// holds its plan to the live rows (`tests/engine/engine_queues.rs`).
 ///
 /// Each status is its own arm of an OR, so that each is found through the partial index that
-/// holds it (`steps_open`; a ready step leased in the narrow queue is started, migrations/0026): a
+/// holds it (`steps_open` for waiting, scheduled and retrying, `steps_claim` for ready): a
 /// list of statuses that no one partial index covers had the planner walk every row of the
 /// step, finished ones included, so the read grew with history (issue 47).
 pub fn queue_sql(step: &str, ready_too: bool, filtered: bool) -> String {
@@ -65,7 +65,7 @@ pub fn queue_sql(step: &str, ready_too: bool, filtered: bool) -> String {
         "and $7::jsonb is null"
     };
     let statuses = if ready_too {
-        "(s.status = 'waiting' or (s.status = 'ready' and not exists (select from workdo.ready_queue l where l.step_id = s.id and l.lease_token is not null))
+        "(s.status = 'waiting' or s.status = 'ready'
               or (s.status = 'scheduled' and s.run_at <= now())
               or (s.status = 'retrying' and s.run_at <= now()))"
     } else {
@@ -204,7 +204,7 @@ impl Store {
         handoff: bool,
     ) -> Result<Vec<StepRow>> {
         Ok(sqlx::query_as(
-            "select s.* from workdo.step_rows s
+            "select s.* from workdo.steps s
               where s.active
                 and (s.status = 'queued'
                      or (s.status = 'ready' and $3
@@ -261,7 +261,7 @@ impl Store {
             return Ok(Vec::new());
         }
         let statuses = if ready_too {
-            "(s.status = 'waiting' or (s.status = 'ready' and not exists (select from workdo.ready_queue l where l.step_id = s.id and l.lease_token is not null)))"
+            "(s.status = 'waiting' or s.status = 'ready')"
         } else {
             "s.status = 'waiting'"
         };

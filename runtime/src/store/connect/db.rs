@@ -57,15 +57,15 @@ const ENGINE: &[(&str, &str)] = &[
 
 /// The engine's version: raised whenever a file in `migrations/engine/` changes (a test holds
 /// [`ENGINE_SHA256`] to the files, so a change without a new version fails the suite).
-pub const ENGINE_VERSION: i32 = 26;
+pub const ENGINE_VERSION: i32 = 25;
 
 /// The SHA-256 of the engine files of [`ENGINE_VERSION`] ([`engine_sha256`]).
-pub const ENGINE_SHA256: &str = "4939bcdc4c22b720bb03879a7a80acd0e8c1f0ecfb37cbda62ff468f7ff4c144";
+pub const ENGINE_SHA256: &str = "5f4c653295aa65a6d798acc43ab410cc8e2f5afcf375b592778081190066dcc4";
 
 /// The oldest engine version whose binaries still work on this engine (its functions keep the
 /// signatures and meaning those binaries call them with). A binary older than this refuses to
 /// run on it, naming both versions.
-pub const ENGINE_COMPATIBLE_FROM: i32 = 26;
+pub const ENGINE_COMPATIBLE_FROM: i32 = 15;
 
 /// Key of the advisory lock that serialises migrating one database (any number of processes
 /// may start at once on a new one).

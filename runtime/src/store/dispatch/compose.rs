@@ -325,14 +325,6 @@ impl Subnets {
         .bind(&self.generated)
         .execute(&mut *conn)
         .await?;
-        let (workflows, names): (Vec<i64>, Vec<String>) = self
-            .workflow
-            .iter()
-            .zip(&self.name)
-            .zip(&self.status)
-            .filter(|(_, status)| **status == "ready")
-            .map(|((w, n), _)| (*w, n.clone()))
-            .unzip();
-        crate::store::counts::queue_inserted(conn, &workflows, &names).await
+        Ok(())
     }
 }

@@ -96,13 +96,7 @@ pub(crate) async fn recompose(
         .map(|s| s.name.as_str())
         .collect();
     let rows: Vec<Row> = sqlx::query_as::<_, (i64, String, String, Vec<String>, bool)>(
-        // A step leased in the narrow queue is started (migrations/0026).
-        "select id, name,
-                case when exists (select from workdo.ready_queue l
-                                   where l.step_id = s.id and l.lease_token is not null)
-                     then 'started' else status end,
-                prereqs, generated is not null
-           from workdo.steps s
+        "select id, name, status, prereqs, generated is not null from workdo.steps
           where workflow_id = $1 and (generated ->> 'generator' = $2 or name = any($3))
           order by id for update",
     )
@@ -319,8 +313,7 @@ async fn wait_for(
         "update workdo.steps s
             set pending = s.pending + jsonb_array_length(t.prereqs),
                 prereqs = s.prereqs || array(select jsonb_array_elements_text(t.prereqs)),
-                status = case when s.status = 'ready' and not exists (select from workdo.ready_queue l where l.step_id = s.id and l.lease_token is not null) then 'waiting'
-                              else s.status end,
+                status = case when s.status = 'ready' then 'waiting' else s.status end,
                 updated_at = now()
            from unnest($2::text[], $3::jsonb[]) as t(name, prereqs)
           where s.workflow_id = $1 and s.name = t.name",

@@ -263,22 +263,10 @@ pub(crate) async fn lock_held(
     ids: &[i64],
     leases: &[Option<uuid::Uuid>],
 ) -> Result<std::collections::HashMap<i64, i64>> {
-    // Their queue rows first, then their wide rows, each in id order: the order every commit
-    // locks them in (migrations/0026).
-    sqlx::query(
-        "select 1 from workdo.ready_queue r join unnest($1::bigint[], $2::uuid[]) as g(id, lease)
-             on r.step_id = g.id and r.lease_token = g.lease
-          order by r.step_id for update of r",
-    )
-    .bind(ids)
-    .bind(leases)
-    .execute(&mut **tx)
-    .await?;
     Ok(sqlx::query_as(
         "select s.id, s.workflow_id
-           from workdo.steps s
-           join unnest($1::bigint[], $2::uuid[]) as g(id, lease) on s.id = g.id
-           join workdo.ready_queue r on r.step_id = s.id and r.lease_token = g.lease
+           from workdo.steps s join unnest($1::bigint[], $2::uuid[]) as g(id, lease) on s.id = g.id
+          where s.status = 'started' and s.lease_token is not distinct from g.lease
           order by s.id for update of s",
     )
     .bind(ids)

@@ -459,7 +459,6 @@ async fn call(
     .bind(json!({"call": function, "state": state}))
     .execute(&mut **tx)
     .await?;
-    crate::store::counts::queue_inserted(tx, &[job.id], std::slice::from_ref(&name)).await?;
     sqlx::query("update workdo.workflows set unfinished = unfinished + 1 where id = $1")
         .bind(job.id)
         .execute(&mut **tx)

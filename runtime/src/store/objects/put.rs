@@ -183,11 +183,7 @@ impl Store {
             return Ok(());
         }
         let found: Vec<(i64, i64, String, String)> = sqlx::query_as(
-            // A step leased in the narrow queue is started (migrations/0026).
-            "select s.id, s.workflow_id, s.name,
-                    case when exists (select from workdo.ready_queue l
-                                       where l.step_id = s.id and l.lease_token is not null)
-                         then 'started' else s.status end
+            "select s.id, s.workflow_id, s.name, s.status
                from workdo.steps s
                join unnest($1::bigint[], $2::text[]) as w(id, name)
                  on s.workflow_id = w.id and s.name = w.name

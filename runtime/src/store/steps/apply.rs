@@ -372,7 +372,7 @@ impl Store {
         if current != status && req.step.starts_with("call/") {
             crate::store::machine::calls_ended(&mut tx, &[step.id]).await?;
         }
-        let row: StepRow = sqlx::query_as("select * from workdo.step_rows where id = $1")
+        let row: StepRow = sqlx::query_as("select * from workdo.steps where id = $1")
             .bind(step.id)
             .fetch_one(&mut *tx)
             .await?;
@@ -420,10 +420,7 @@ impl Store {
     pub async fn steps_sweep_leases(&self, limit: i64) -> Result<usize> {
         let mut tx = self.pool.begin().await?;
         let expired: Vec<(i64, i32, i32, Option<String>)> = sqlx::query_as(
-            // The narrow queue holds the leases (migrations/0026), without an index on their
-            // expiry, which would make every claim a non-HOT update: the sweep reads the
-            // queue, which holds only the ready and started steps.
-            "select step_id, attempts, max_attempts, lease_owner from workdo.ready_queue
+            "select id, attempts, max_attempts, lease_owner from workdo.steps
               where lease_token is not null and lease_expires_at < now()
               order by lease_expires_at
               limit $1
@@ -525,12 +522,13 @@ async fn lock_step(
     step: &str,
     version: Option<i32>,
 ) -> Result<StepRow> {
-    let id: Option<i64> = sqlx::query_scalar(
-        "select s.id from workdo.steps s join workdo.workflows w on w.id = s.workflow_id
+    let row: Option<StepRow> = sqlx::query_as(
+        "select s.* from workdo.steps s join workdo.workflows w on w.id = s.workflow_id
           where w.object_id = $1 and w.template = $2 and s.name = $3
             and (($4::int is null and s.active) or s.version = $4)
           order by s.version desc
-          limit 1",
+          limit 1
+            for update of s",
     )
     .bind(object)
     .bind(template)
@@ -538,23 +536,8 @@ async fn lock_step(
     .bind(version)
     .fetch_optional(&mut **tx)
     .await?;
-    if let Some(id) = id {
-        // Its queue row, then its wide row: the order every commit locks them in
-        // (migrations/0026); read as readers know it, `started` while leased.
-        sqlx::query("select 1 from workdo.ready_queue where step_id = $1 for update")
-            .bind(id)
-            .execute(&mut **tx)
-            .await?;
-        sqlx::query("select 1 from workdo.steps where id = $1 for update")
-            .bind(id)
-            .execute(&mut **tx)
-            .await?;
-        return Ok(
-            sqlx::query_as("select * from workdo.step_rows where id = $1")
-                .bind(id)
-                .fetch_one(&mut **tx)
-                .await?,
-        );
+    if let Some(row) = row {
+        return Ok(row);
     }
     // Say what is missing, the outermost first: the object, its workflow, then the step.
     let (has_object, has_workflow): (bool, bool) = sqlx::query_as(

@@ -243,7 +243,7 @@ async fn matching_ids(
         None => (None, None),
     };
     let ids: Vec<i64> = sqlx::query_scalar(
-        "select s.id from workdo.step_rows s
+        "select s.id from workdo.steps s
           where s.active
             and (s.status in ('completed', 'skipped')) = $8
             and (cardinality($1::text[]) = 0
@@ -256,9 +256,8 @@ async fn matching_ids(
             and ($5::text is null or exists (
                   select 1 from workdo.objects o
                    where o.id = s.object_id and o.properties -> $5 = $6::jsonb))
-          -- Not locked here: `workdo.apply` locks each step's queue row, then its wide row, and
-          -- decides from the rows it locked (migrations/0026).
-          order by s.id",
+          order by s.id
+            for update",
     )
     .bind(&f.objects)
     .bind(&f.template)

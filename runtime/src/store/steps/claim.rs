@@ -46,9 +46,7 @@ impl Store {
         owner: &str,
         lease: std::time::Duration,
     ) -> Result<Vec<Claimed>> {
-        // workdo.lease (migrations/engine) leases them, as workdo.claim does the queue's head;
-        // it takes their locks (the chosen steps are not locked here: a step's queue row is
-        // locked before its wide row, and a ready step's wide row is not written at all).
+        // workdo.lease (migrations/engine) leases them, as workdo.claim does the queue's head.
         let claimed: Vec<Claimed> = sqlx::query_as(
             "select * from workdo.lease(p_ids => array(
                 select s.id from workdo.steps s join workdo.workflows w on w.id = s.workflow_id
@@ -57,10 +55,8 @@ impl Store {
                    -- a step in error or retrying may wait for prerequisites a recomposition
                    -- gave it since it ran (store/dispatch/recompose.rs)
                    and s.pending = 0
-                   -- not one leased in the queue, which is started (migrations/0026)
-                   and not exists (select from workdo.ready_queue q
-                                    where q.step_id = s.id and q.lease_token is not null)
-                 limit $4), p_owner => $5, p_lease_secs => $6)",
+                 limit $4
+                   for update of s skip locked), p_owner => $5, p_lease_secs => $6)",
         )
         .bind(template)
         .bind(step)

@@ -15,27 +15,27 @@ impl Store {
         let ids: Vec<i64> = held.iter().map(|h| h.0).collect();
         let tokens: Vec<Uuid> = held.iter().map(|h| h.1).collect();
         let secs: Vec<f64> = held.iter().map(|h| h.2).collect();
-        // The queue rows locked first, in id order, the order every commit locks them in
-        // (`workdo.apply` takes its batch in id order). The update alone locked them in
-        // whatever order its plan read them and deadlocked with the completers committing
-        // those same steps (retried, nothing lost, the commit done twice). The lease is in the
-        // narrow queue row (migrations/0026): a renewal is a HOT update of it.
+        // The rows locked first, in id order, the order every commit locks steps in
+        // (`workdo.apply` takes its batch in id order, compositions lock `order by id`).
+        // The update alone locked them in whatever order its plan read them (the list's, or
+        // the lease index's), and deadlocked with the completers committing those same steps
+        // (retried, nothing lost, the commit done twice).
         let mut tx = self.pool.begin().await?;
         sqlx::query(
-            "select 1 from workdo.ready_queue
-              where step_id = any($1) and lease_token = any($2)
-              order by step_id for update",
+            "select 1 from workdo.steps
+              where id = any($1) and lease_token = any($2) and status = 'started'
+              order by id for update",
         )
         .bind(&ids)
         .bind(&tokens)
         .execute(&mut *tx)
         .await?;
         let done = sqlx::query(
-            "update workdo.ready_queue r
-                set lease_expires_at = greatest(r.lease_expires_at,
+            "update workdo.steps s
+                set lease_expires_at = greatest(s.lease_expires_at,
                                                 now() + make_interval(secs => h.secs))
                from unnest($1::bigint[], $2::uuid[], $3::float8[]) as h(id, token, secs)
-              where r.step_id = h.id and r.lease_token = h.token",
+              where s.id = h.id and s.lease_token = h.token and s.status = 'started'",
         )
         .bind(&ids)
         .bind(&tokens)
@@ -53,9 +53,9 @@ impl Store {
     pub async fn steps_return_leases(&self, owner: &str, keep: &[i64]) -> Result<usize> {
         let mut tx = self.pool.begin().await?;
         let orphans: Vec<(i64, Uuid)> = sqlx::query_as(
-            "select step_id, lease_token from workdo.ready_queue
-              where lease_owner = $1 and lease_token is not null and not (step_id = any($2))
-              order by step_id
+            "select id, lease_token from workdo.steps
+              where lease_owner = $1 and status = 'started' and lease_token is not null
+                and not (id = any($2))
                 for update skip locked",
         )
         .bind(owner)

@@ -50,7 +50,7 @@ impl Store {
         let (key, value) = filter.property_parts();
         let names = facet_clause(template, step);
         Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "select * from workdo.step_rows s where {names} and {STEPS_IN}
+            "select * from workdo.steps s where {names} and {STEPS_IN}
               order by updated_at desc, id limit $8 offset $9"
         )))
         .bind(template)
@@ -80,7 +80,7 @@ impl Store {
         let names = facet_clause(template, step);
         Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "select count(*), coalesce((array_agg(s.id order by s.id) filter (where $8 > 0))[1:$8], '{{}}')
-               from workdo.step_rows s where {names} and {STEPS_IN}"
+               from workdo.steps s where {names} and {STEPS_IN}"
         )))
         .bind(template)
         .bind(step)
@@ -161,12 +161,7 @@ fn facet_clause(template: &str, step: &str) -> String {
 
 /// The steps a facet names ($3 status; the template $1 and step $2 by [`facet_clause`]),
 /// narrowed by lane ($4), milestone reached ($5) and property $6 = $7.
-///
-/// Read from `workdo.step_rows`, where a leased step is `started`; `wide_status` (the wide
-/// row's own, `ready` for a leased step) lets the planner find them through `steps_open`.
-const STEPS_IN: &str =
-    "status = $3 and wide_status in ($3, case when $3 = 'started' then 'ready' end)
-    and active
+const STEPS_IN: &str = "status = $3 and active
     and ($4::text is null or lane = $4)
     and ($5::text is null or exists (select 1 from workdo.milestones m
                                       where m.object_id = s.object_id and m.name = $5))

@@ -8,7 +8,7 @@ use sqlx::{Postgres, Transaction};
 use crate::model::status::Status;
 use crate::model::template::Template;
 use crate::store::Result;
-use crate::store::counts::{count_inserted, count_started, queue_inserted, steps_counted};
+use crate::store::counts::{count_inserted, count_started, steps_counted};
 
 /// A template's steps as they start, as arrays for `unnest`. Static: derived from the template
 /// and whether the start lies in the future.
@@ -154,26 +154,6 @@ pub(crate) async fn insert_steps(
         .bind(&init.lifecycles)
         .execute(&mut **tx)
         .await?;
-    // The steps ready at the start (those without prerequisites, unless future-dated) join the
-    // narrow ready queue, found by (workflow, name).
-    let ready: Vec<&String> = init
-        .names
-        .iter()
-        .zip(&init.statuses)
-        .filter(|(_, status)| status.as_str() == "ready")
-        .map(|(name, _)| name)
-        .collect();
-    if !ready.is_empty() {
-        let mut workflows = Vec::with_capacity(ids.len() * ready.len());
-        let mut names = Vec::with_capacity(ids.len() * ready.len());
-        for &id in ids {
-            for &name in &ready {
-                workflows.push(id);
-                names.push(name.clone());
-            }
-        }
-        queue_inserted(tx, &workflows, &names).await?;
-    }
     match ids.first() {
         Some(&first) if !counted_here => count_started(tx, first, ids.len()).await,
         _ => Ok(()),
