@@ -13,7 +13,6 @@ prints one JSON line: {"peer":"absurd",...,"steps_per_sec":…}. It makes databa
 DATABASE_URL's server anew, with Absurd's schema (`absurdctl init`) and a queue.
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -23,16 +22,14 @@ import time
 import psycopg
 from absurd_sdk import Absurd
 
-from dag_common import STEPS, with_database
+from dag_common import STEPS, arguments, report, with_database
 
 
 def main() -> int:
-    if len(sys.argv) < 2:
-        print("usage: absurd_dag.py DATABASE_URL WORKFLOWS [CONCURRENCY]", file=sys.stderr)
+    args = arguments("absurd_dag.py")
+    if args is None:
         return 2
-    url = sys.argv[1]
-    n = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
-    concurrency = int(sys.argv[3]) if len(sys.argv) > 3 else 10
+    url, n, concurrency = args
     with psycopg.connect(with_database(url, "postgres"), autocommit=True) as c:
         c.execute("drop database if exists peer_absurd with (force)")
         c.execute("create database peer_absurd")
@@ -80,21 +77,7 @@ def main() -> int:
             "select count(*) from absurd.t_dag where state not in ('completed')"
         ).fetchone()[0]
     ok = done == 8 * n and failed == 0
-    print(
-        json.dumps(
-            {
-                "peer": "absurd",
-                "workflows": n,
-                "steps": done,
-                "concurrency": concurrency,
-                "secs": round(secs, 3),
-                "steps_per_sec": round(done / secs),
-                "exactly_once": ok,
-                "tasks_not_completed": failed,
-            }
-        )
-    )
-    return 0 if ok else 1
+    return report("absurd", n, done, concurrency, secs, ok, tasks_not_completed=failed)
 
 
 if __name__ == "__main__":

@@ -13,23 +13,20 @@ prints one JSON line: {"peer":"dbos",...,"steps_per_sec":…}. DATABASE_URL name
 harness uses two databases on it, peer_dbos (the runs) and peer_dbos_sys (DBOS's own), made anew.
 """
 
-import json
 import sys
 import time
 
 import sqlalchemy as sa
 from dbos import DBOS, DBOSConfig
 
-from dag_common import STEPS, with_database
+from dag_common import STEPS, arguments, report, with_database
 
 
 def main() -> int:
-    if len(sys.argv) < 2:
-        print("usage: dbos_dag.py DATABASE_URL WORKFLOWS [CONCURRENCY]", file=sys.stderr)
+    args = arguments("dbos_dag.py")
+    if args is None:
         return 2
-    url = sys.argv[1]
-    n = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
-    concurrency = int(sys.argv[3]) if len(sys.argv) > 3 else 10
+    url, n, concurrency = args
     admin = sa.create_engine(with_database(url, "postgres"), isolation_level="AUTOCOMMIT")
     with admin.connect() as c:
         for db in ("peer_dbos", "peer_dbos_sys"):
@@ -70,20 +67,7 @@ def main() -> int:
         runs = c.execute(sa.text("select count(*) from runs")).scalar_one()
     DBOS.destroy()
     ok = finished == n and runs == 8 * n
-    print(
-        json.dumps(
-            {
-                "peer": "dbos",
-                "workflows": n,
-                "steps": runs,
-                "concurrency": concurrency,
-                "secs": round(secs, 3),
-                "steps_per_sec": round(runs / secs),
-                "exactly_once": ok,
-            }
-        )
-    )
-    return 0 if ok else 1
+    return report("dbos", n, runs, concurrency, secs, ok)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,20 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
 
 /// The top-level module a file belongs to (`store` for `src/store/steps.rs`), or `None` for
 /// the crate root and the binary.
+/// The folders of `dir` that are modules (they hold a `mod.rs`), with their names, in name
+/// order: a room's folders, the store's wings.
+fn folders(dir: &Path) -> Vec<(String, PathBuf)> {
+    let mut out: Vec<(String, PathBuf)> = std::fs::read_dir(dir)
+        .expect("a source folder")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("mod.rs").is_file())
+        .filter_map(|p| Some((p.file_name()?.to_str()?.to_string(), p)))
+        .collect();
+    out.sort();
+    out
+}
+
 fn module_of(path: &Path) -> Option<String> {
     let rel = path.strip_prefix(src()).ok()?;
     let first = rel.components().next()?.as_os_str().to_str()?;
@@ -452,12 +466,7 @@ fn no_import_cycle_inside_a_room() {
         }
         // And inside each of its folders (the store's wings): between their files, `mod.rs`
         // aside.
-        for wing in std::fs::read_dir(&room).expect("a room").flatten() {
-            let dir = wing.path();
-            if !dir.join("mod.rs").is_file() {
-                continue;
-            }
-            let wing_name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        for (wing_name, dir) in folders(&room) {
             let module = format!("{name}::{wing_name}");
             for (a, b) in closing_edges(&room_graph(&dir, &module)) {
                 found.insert((module.clone(), a, b));

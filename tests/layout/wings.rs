@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::{rust_files, src};
+use super::{folders, rust_files, src};
 
 /// The public methods of `impl Store` blocks in `text`.
 fn store_methods(text: &str) -> Vec<String> {
@@ -37,12 +37,8 @@ fn each_wing_lists_its_methods() {
     let store = src().join("store");
     let mut unlisted = Vec::new();
     let mut wings = 0;
-    for entry in std::fs::read_dir(&store).expect("store/") {
-        let dir = entry.expect("an entry").path();
+    for (_, dir) in folders(&store) {
         let listing = dir.join("mod.rs");
-        if !listing.is_file() {
-            continue;
-        }
         wings += 1;
         let docs: String = std::fs::read_to_string(&listing)
             .expect("mod.rs")
@@ -88,17 +84,8 @@ fn the_listing_check_sees_methods() {
 fn a_wing_is_a_list_and_its_files_name_each_other_by_file() {
     let store = src().join("store");
     let mut wrong = Vec::new();
-    for entry in std::fs::read_dir(&store).expect("store/") {
-        let dir = entry.expect("an entry").path();
+    for (wing, dir) in folders(&store) {
         let list = dir.join("mod.rs");
-        if !list.is_file() {
-            continue;
-        }
-        let wing = dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default()
-            .to_string();
         let text = std::fs::read_to_string(&list).expect("mod.rs");
         let mut in_use = false;
         for line in text.lines() {

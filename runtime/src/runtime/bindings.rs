@@ -3,7 +3,7 @@
 //! current template versions.
 
 use crate::model::dispatch::Observe;
-use crate::model::template::FunctionSpec;
+use crate::model::template::{FunctionSpec, StepSpec};
 use std::collections::BTreeMap;
 
 use crate::store::{Store, StoreError};
@@ -71,6 +71,45 @@ impl Binding {
     pub fn key(&self) -> String {
         format!("{}:{}", self.template, self.step)
     }
+
+    /// Template version `t`'s step `step`, claimed by its name, running the runtime's no-op
+    /// until a definition is laid on it ([`Binding::defined_by`]).
+    fn new(t: &crate::store::TemplateRow, step: String) -> Binding {
+        Binding {
+            template: t.name.clone(),
+            template_id: t.id,
+            other_versions: false,
+            step,
+            function: noop_function(),
+            batch_limit: None,
+            declared: Vec::new(),
+            kind: StepKind::Plain,
+            queue: None,
+            named: None,
+        }
+    }
+
+    /// Claimed by its queue, `TEMPLATE:STEP` (a machine's function action, a bricklet step).
+    fn by_queue(mut self) -> Binding {
+        self.queue = Some(self.key());
+        self
+    }
+
+    /// What `step` (a template's or a bricklet's) defines laid on it: its function (an observer
+    /// or generator without one runs the runtime's no-op, and an observer's function gets its
+    /// document), declared statuses, kind and batch limit.
+    pub(super) fn defined_by(mut self, step: &StepSpec) -> Binding {
+        self.function = step.function.clone().unwrap_or_else(noop_function);
+        if let Some(o) = &step.observe
+            && !self.function.documents.contains(&o.document)
+        {
+            self.function.documents.push(o.document.clone());
+        }
+        self.declared = step.statuses.clone();
+        self.kind = StepKind::of(step);
+        self.batch_limit = step.batch_limit;
+        self
+    }
 }
 
 /// Steps of the current template versions that have a function; with `only`, just those
@@ -128,7 +167,7 @@ pub async fn bindings(store: &Store, only: &[String]) -> Result<Vec<Binding>, Wo
 
 /// What an observer or generator with no function of its own runs: in process and quick (a
 /// short lease, so that a crashed runtime's observer or generator is taken up again soon).
-pub(crate) fn noop_function() -> FunctionSpec {
+fn noop_function() -> FunctionSpec {
     FunctionSpec {
         runner: crate::model::template::Runner::Builtin {
             name: "noop".into(),
@@ -148,72 +187,33 @@ async fn template_bindings(
     t: &crate::store::TemplateRow,
 ) -> Result<Vec<Binding>, WorkerError> {
     let mut out = Vec::new();
-    for s in &t.spec.steps {
-        if !s.is_run() {
-            continue;
-        }
-        // An observer or generator with no function of its own is performed by the runtime
-        // alone: a no-op call, then its rules or its composition. An observer's function
-        // gets its document.
-        let mut function = s.function.clone().unwrap_or_else(noop_function);
-        if let Some(o) = &s.observe
-            && !function.documents.contains(&o.document)
-        {
-            function.documents.push(o.document.clone());
-        }
-        out.push(Binding {
-            template: t.name.clone(),
-            template_id: t.id,
-            other_versions: false,
-            step: s.name.clone(),
-            function,
-            batch_limit: s.batch_limit,
-            declared: s.statuses.clone(),
-            kind: StepKind::of(s),
-            queue: None,
-            named: None,
-        });
+    // Its steps that are run (an observer or generator with no function of its own is
+    // performed by the runtime alone: a no-op call, then its rules or its composition).
+    for s in t.spec.steps.iter().filter(|s| s.is_run()) {
+        out.push(Binding::new(t, s.name.clone()).defined_by(s));
     }
     // A machine's function actions, each claimed by its queue.
     if let Some(m) = &t.spec.machine {
         for (name, f) in &m.functions {
-            let step = format!("call/{name}");
-            out.push(Binding {
-                template: t.name.clone(),
-                template_id: t.id,
-                other_versions: false,
-                queue: Some(format!("{}:{step}", t.name)),
-                step,
+            let call = Binding {
                 function: f.clone(),
-                batch_limit: None,
-                declared: Vec::new(),
                 kind: StepKind::MachineCall,
-                named: None,
-            });
+                ..Binding::new(t, format!("call/{name}"))
+            };
+            out.push(call.by_queue());
         }
     }
     // The steps of the bricklets its generators may compose, each claimed by its queue.
     if t.spec.steps.iter().any(|s| s.generate.is_some()) {
         let bricklets = store.bricklets_of(&t.spec).await?;
         for b in bricklets.by_name.values() {
-            for s in &b.steps {
-                let Some(f) = &s.function else { continue };
-                if s.skip_queue {
-                    continue;
-                }
+            for s in b
+                .steps
+                .iter()
+                .filter(|s| s.function.is_some() && !s.skip_queue)
+            {
                 let step = format!("{}/{}", b.name, s.name);
-                out.push(Binding {
-                    template: t.name.clone(),
-                    template_id: t.id,
-                    other_versions: false,
-                    queue: Some(format!("{}:{step}", t.name)),
-                    step,
-                    function: f.clone(),
-                    batch_limit: s.batch_limit,
-                    declared: s.statuses.clone(),
-                    kind: StepKind::Plain,
-                    named: None,
-                });
+                out.push(Binding::new(t, step).defined_by(s).by_queue());
             }
         }
     }

@@ -300,18 +300,5 @@ pub(super) fn binding_in(spec: &Template, template_id: i64, binding: &Binding) -
             .find(|x| x.name == step)?,
         None => spec.step(&binding.step)?,
     };
-    b.function = match &step.function {
-        Some(f) => f.clone(),
-        // An observer or generator without a function of its own: the runtime's no-op.
-        None => super::noop_function(),
-    };
-    if let Some(o) = &step.observe
-        && !b.function.documents.contains(&o.document)
-    {
-        b.function.documents.push(o.document.clone());
-    }
-    b.declared = step.statuses.clone();
-    b.kind = super::StepKind::of(step);
-    b.batch_limit = step.batch_limit;
-    Some(b)
+    Some(b.defined_by(step))
 }

@@ -129,7 +129,6 @@ impl Default for Config {
     }
 }
 
-use bindings::noop_function;
 pub use bindings::{Binding, StepKind, bindings};
 pub use maintenance::fold_step_counts;
 

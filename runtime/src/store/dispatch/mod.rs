@@ -5,7 +5,7 @@
 //! migrations/0011 has the schema and why.
 //!
 //! ## Methods
-//! - `sets.rs`: `step_claim_queue`, `bricklets_of`, `workflow_dispatch`.
+//! - `sets.rs`: `bricklets_of`, `workflow_dispatch`.
 
 pub(crate) mod compose;
 mod observe;

@@ -8,7 +8,6 @@ use sqlx::{Postgres, Transaction};
 
 use crate::model::dispatch::{self, Actset, Bricklet, RuleMatch};
 use crate::model::template::Template;
-use crate::store::steps::Claimed;
 use crate::store::{Result, Store, StoreError};
 
 /// What a completed observer or generator step does besides completing.
@@ -39,32 +38,6 @@ impl Bricklets {
 }
 
 impl Store {
-    /// Claim generated steps by the bricklet step they run (`queue`), as [`Store::step_claim`]
-    /// does template steps.
-    pub async fn step_claim_queue(
-        &self,
-        queue: &str,
-        lane: Option<&str>,
-        limit: i64,
-        owner: &str,
-        lease: std::time::Duration,
-    ) -> Result<Vec<Claimed>> {
-        // A statement of its own, as `step_claim`'s, so `async_claims` applies to it alone.
-        let claimed: Vec<Claimed> = sqlx::query_as(
-            "select * from workdo.claim_queue(p_queue => $1, p_lane => $2, p_limit => $3,
-                                              p_owner => $4, p_lease_secs => $5, p_async => $6)",
-        )
-        .bind(queue)
-        .bind(lane)
-        .bind(limit)
-        .bind(owner)
-        .bind(lease.as_secs_f64())
-        .bind(self.async_claims)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(claimed)
-    }
-
     /// The bricklets `spec`'s generators may compose.
     ///
     /// # Errors

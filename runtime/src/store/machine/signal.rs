@@ -408,51 +408,43 @@ impl Store {
                 }
             }
         };
-        let (error, outcome) = match stopped {
+        // Every signal received leaves a trace: one not accepted writes `signal_refused`, one
+        // whose transition failed `transition_rollback`. (A `child_done` from a child is the
+        // engine's, sent to every parent: a machine that does not take it, or that has ended,
+        // lets it pass unremarked; its inbox row says so.)
+        let unasked = signal == "child_done" && actor.starts_with("child:");
+        let state = job.record().map(|r| r.state);
+        let (error, outcome, trace) = match stopped {
             Stop::Db(e) => return Err(e),
-            Stop::NotAccepted(why) => (
-                StoreError::SignalRefused(why.clone()),
-                format!("refused: {why}"),
-            ),
+            Stop::NotAccepted(why) => {
+                let trace = (!unasked).then(|| {
+                    let detail = json!({"state": state, "signal": signal, "actor": actor,
+                                        "reason": why});
+                    ("signal_refused", detail)
+                });
+                let outcome = format!("refused: {why}");
+                (StoreError::SignalRefused(why), outcome, trace)
+            }
             Stop::Failed(reason) => {
-                let state = job.record().unwrap_or_default().state;
+                let detail = json!({"state": state, "transition": signal, "reason": reason});
                 (
                     StoreError::TransitionRolledBack(format!(
-                        "{signal} in {state}: {reason}; nothing of the transition happened"
+                        "{signal} in {}: {reason}; nothing of the transition happened",
+                        state.unwrap_or_default()
                     )),
                     format!("rolled back: {reason}"),
+                    Some(("transition_rollback", detail)),
                 )
             }
         };
-        // Every signal received leaves a trace: one not accepted writes `signal_refused`. (A
-        // `child_done` from a child is the engine's, sent to every parent: a machine that does
-        // not take it, or that has ended, lets it pass unremarked; its inbox row says so.)
-        let unasked = signal == "child_done" && actor.starts_with("child:");
-        if let StoreError::SignalRefused(why) = &error
-            && !unasked
-        {
-            let state = job.record().map(|r| r.state);
+        if let Some((kind, detail)) = trace {
             let mut events = EventBuf::default();
             events.push(
-                NewEvent::new(&job.object_id, "signal_refused", &actor)
+                NewEvent::new(&job.object_id, kind, &actor)
                     .workflow(job.id)
                     .template(&job.template)
                     .version(job.version)
-                    .detail(json!({"state": state, "signal": signal, "actor": actor,
-                                   "reason": why})),
-            );
-            events.flush(&mut tx).await?;
-        }
-        if let StoreError::TransitionRolledBack(_) = &error {
-            let state = job.record().map(|r| r.state);
-            let mut events = EventBuf::default();
-            events.push(
-                NewEvent::new(&job.object_id, "transition_rollback", &actor)
-                    .workflow(job.id)
-                    .template(&job.template)
-                    .version(job.version)
-                    .detail(json!({"state": state, "transition": signal,
-                                   "reason": outcome.trim_start_matches("rolled back: ")})),
+                    .detail(detail),
             );
             events.flush(&mut tx).await?;
         }

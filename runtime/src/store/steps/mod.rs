@@ -6,7 +6,7 @@
 //! - `apply.rs`: `steps_apply`, `step_set`, `steps_promote_due`, `steps_sweep_leases`.
 //! - `bulk.rs`: `objects_missing`, `steps_retry`, `steps_again`, `steps_retry_current`,
 //!   `steps_skip`, `steps_prioritize`, `workflow_skip_all`.
-//! - `claim.rs`: `step_claim`, `step_claim_objects`.
+//! - `claim.rs`: `step_claim`, `step_claim_queue`, `step_claim_objects`.
 //! - `leases.rs`: `steps_renew_leases`, `steps_return_leases`.
 //! - `pause.rs`: `step_pause`, `step_resume`, `paused_list`, `step_paused`.
 //! - `reads.rs`: `steps_in`, `steps_in_all`, `errors_grouped`, `timings`.
