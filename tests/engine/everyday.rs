@@ -306,7 +306,23 @@ async fn operators_list_page_delete_and_archive() {
     assert_eq!(archived["workflows"], 2);
     assert_eq!(archived["batches"], 2);
     assert_eq!(archived["steps"], 4);
+    // The tables it deleted from are vacuumed after it (decision 0037).
+    assert_eq!(
+        archived["vacuumed"],
+        serde_json::json!(["events", "steps", "workflows"]),
+        "{archived}"
+    );
     let pool = sqlx::PgPool::connect(&c.url).await.expect("connect");
+    let vacuumed: i64 = sqlx::query_scalar(
+        "select vacuum_count from pg_stat_user_tables where relid = 'workdo.steps'::regclass",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("vacuum count");
+    assert!(
+        vacuumed >= 1,
+        "the step table was not vacuumed after the archive"
+    );
     let kept: i64 = sqlx::query_scalar(
         "select count(*) from workdo.archive where jsonb_array_length(record -> 'steps') = 2
             and jsonb_array_length(record -> 'events') > 0",

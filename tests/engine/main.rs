@@ -1,4 +1,4 @@
-//! The engine on a real Postgres: steps, queues, claims and leases, counts, events, the schema, loading templates, restarts, kills and misbehaving functions.
+//! The engine on a real Postgres: steps, queues, claims and leases, counts, events, the schema, loading templates, restarts, kills and misbehaving functions, the hot tables' vacuums.
 //!
 //! One test binary for the area (one link of the crate, one shared Postgres cluster); each
 //! module is a file beside this one.
@@ -25,3 +25,4 @@ mod runtime_lifecycle;
 mod schema;
 mod templates;
 mod unknown_names;
+mod upkeep;

@@ -129,6 +129,15 @@ pub(super) async fn archive(
                 done.0.batches
             )?;
         }
+        // The space the moved rows held is reusable at once, not at autovacuum's next look:
+        // the next starts fill it instead of growing the files (decision 0037).
+        if done.0.workflows > 0 {
+            let vacuumed = store.archived_tables_vacuum().await?;
+            if !json && !vacuumed.is_empty() {
+                writeln!(out, "vacuumed workdo.{}", vacuumed.join(", workdo."))?;
+            }
+            said.insert("vacuumed".into(), vacuumed.into());
+        }
     }
     if let Some(older) = a.purge_archived_before {
         let before = Utc::now()

@@ -394,8 +394,8 @@ pub(super) async fn run_now(
     Ok(())
 }
 
-/// `workdo serve`: the HTTP API only (and the folding of step counts, which a runtime's
-/// maintenance would otherwise do).
+/// `workdo serve`: the HTTP API only (and the folding of step counts and the hot tables'
+/// vacuums, which a runtime's maintenance would otherwise do: robots update steps through it).
 pub(super) async fn serve(store: Store, args: &super::args::ApiArgs) -> Result<()> {
     let stop = shutdown_on_signal()?;
     let folding = tokio::spawn(runtime::fold_step_counts(
@@ -403,11 +403,18 @@ pub(super) async fn serve(store: Store, args: &super::args::ApiArgs) -> Result<(
         std::time::Duration::from_secs(1),
         stop.clone(),
     ));
+    let vacuums = tokio::spawn(runtime::vacuum_hot_tables(
+        store.clone(),
+        std::time::Duration::from_secs(1),
+        (runtime::VACUUM_DEAD_SHARE, runtime::VACUUM_DEAD_FLOOR),
+        stop.clone(),
+    ));
     // A session found shared is checked again and cleared here too, as in `up`.
     let session = tokio::spawn(runtime::session::watch(store.clone(), stop.clone()));
     let served = api::serve(store, args.address(), args.access(), stop.clone()).await;
     stop.cancel();
     let _ = folding.await;
+    let _ = vacuums.await;
     let _ = session.await;
     served?;
     Ok(())

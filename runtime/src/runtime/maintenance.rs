@@ -1,10 +1,12 @@
 //! Maintenance: promote due `scheduled`/`retrying` steps often, fold the step-count deltas
-//! into the counts, sweep expired leases less often, and sample queue depths for metrics. Safe in many processes at once (`SKIP LOCKED`).
+//! into the counts, sweep expired leases less often, and sample queue depths for metrics; and,
+//! in a task of its own, vacuum the hot tables when their dead rows pile up. Safe in many
+//! processes at once (`SKIP LOCKED`).
 
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::store::Store;
 
@@ -91,6 +93,41 @@ pub async fn fold_step_counts(store: Store, every: Duration, stop: CancellationT
             warn!(error = %e, "expiring idempotency keys failed");
         }
         tick = tick.wrapping_add(1);
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            () = stop.cancelled() => return,
+        }
+    }
+}
+
+/// A hot table is vacuumed once its dead row versions pass this share of its live rows...
+pub const VACUUM_DEAD_SHARE: f64 = 0.2;
+/// ...and this many: a small table is left to autovacuum.
+pub const VACUUM_DEAD_FLOOR: i64 = 10_000;
+
+/// Vacuum the hot tables (`steps`, `step_count_deltas`, `workflows`) every `every` that their
+/// dead row versions pass `share` of their live rows and `floor`, until `stop`
+/// ([0037](../../../docs/decisions/0037-the-runtime-vacuums-its-hot-tables.md)). A step leaves
+/// about three dead versions of its row behind, faster than autovacuum comes round (once a
+/// minute by default, never when it is off): measured, five rounds of 200,000 steps left the step
+/// table at 7.3 times its live rows and the last round ran at 0.76 times the first's rate; with
+/// this loop, 1.5 times and no slowdown. A task of its own, so that a long vacuum of a large
+/// table never holds up promotion, the lease sweep or the counts.
+pub async fn vacuum_hot_tables(
+    store: Store,
+    every: Duration,
+    (share, floor): (f64, i64),
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            done = store.hot_tables_vacuum(share, floor) => match done {
+                Ok(tables) if !tables.is_empty() => debug!(?tables, "hot tables vacuumed"),
+                Ok(_) => {}
+                Err(e) => warn!(error = %e, "vacuuming the hot tables failed"),
+            },
+            () = stop.cancelled() => return,
+        }
         tokio::select! {
             () = tokio::time::sleep(every) => {}
             () = stop.cancelled() => return,

@@ -70,8 +70,12 @@ pub struct Config {
     pub pass_env: Vec<String>,
     /// Claim size for steps with no `batch-limit`.
     pub default_batch: u32,
-    /// How often due steps are promoted and leases swept.
+    /// How often due steps are promoted and leases swept (the hot tables' dead rows are looked
+    /// at every fifth time).
     pub maintenance_interval: Duration,
+    /// A hot table is vacuumed when its dead rows pass this share of its live rows and this
+    /// many ([`vacuum_hot_tables`]): [`VACUUM_DEAD_SHARE`], [`VACUUM_DEAD_FLOOR`].
+    pub vacuum_dead: (f64, i64),
     /// Most results committed in one transaction.
     pub commit_batch: usize,
     /// `--commit-within`: commits sized to take about this long (at most `commit_batch`
@@ -114,6 +118,7 @@ impl Default for Config {
             pass_env: Vec::new(),
             default_batch: 100,
             maintenance_interval: Duration::from_millis(200),
+            vacuum_dead: (VACUUM_DEAD_SHARE, VACUUM_DEAD_FLOOR),
             commit_batch: 500,
             commit_within: None,
             completers: 2,
@@ -130,7 +135,7 @@ impl Default for Config {
 }
 
 pub use bindings::{Binding, StepKind, bindings};
-pub use maintenance::fold_step_counts;
+pub use maintenance::{VACUUM_DEAD_FLOOR, VACUUM_DEAD_SHARE, fold_step_counts, vacuum_hot_tables};
 
 /// The variables of the runtime's own environment every exec and warm function gets, when set.
 /// Nothing else of it is passed on — not `DATABASE_URL`, `PGPASSWORD` or `WORKDO_SMTP_URL` —
@@ -256,6 +261,12 @@ pub async fn run(
         Arc::clone(&cache),
         background.clone(),
     ));
+    let vacuums = tokio::spawn(maintenance::vacuum_hot_tables(
+        store.clone(),
+        config.maintenance_interval * 5,
+        config.vacuum_dead,
+        background.clone(),
+    ));
     let scheduler = config
         .schedules
         .then(|| tokio::spawn(scheduler::fire_schedules(store.clone(), background.clone())));
@@ -363,6 +374,7 @@ pub async fn run(
     let _ = listener.await;
     let _ = machines.await;
     let _ = maintenance.await;
+    let _ = vacuums.await;
     let _ = session.await;
     let _ = leases.await;
     if let Some(s) = scheduler {

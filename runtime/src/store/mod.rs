@@ -28,6 +28,7 @@ pub(crate) mod schedules;
 pub(crate) mod steps;
 pub(crate) mod templates;
 mod tokens;
+mod upkeep;
 pub(crate) mod workflows;
 
 pub use connect::{db, hosts, session};

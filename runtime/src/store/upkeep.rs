@@ -1,0 +1,86 @@
+//! The hot tables vacuumed by the runtime itself when their dead row versions pile up faster
+//! than autovacuum comes round, and by `workdo archive` after it deleted
+//! ([0037](../../../docs/decisions/0037-the-runtime-vacuums-its-hot-tables.md)).
+
+use crate::store::{Result, Store};
+
+/// The tables a runtime rewrites all day, each with the one statement that vacuums it: the
+/// statements are constants, so no name read back from the catalogue ever becomes SQL.
+const HOT_TABLES: [(&str, &str); 3] = [
+    ("steps", "vacuum (skip_locked) workdo.steps"),
+    (
+        "step_count_deltas",
+        "vacuum (skip_locked) workdo.step_count_deltas",
+    ),
+    ("workflows", "vacuum (skip_locked) workdo.workflows"),
+];
+
+/// What the archive deletes from, each with the statement that vacuums it. Not `skip_locked`:
+/// an autovacuum already at the table gives way to it (Postgres cancels an autovacuum that
+/// holds up another's lock), and a vacuum by another workdo is waited for, so each table
+/// reported vacuumed was.
+const ARCHIVED_TABLES: [(&str, &str); 3] = [
+    ("events", "vacuum workdo.events"),
+    ("steps", "vacuum workdo.steps"),
+    ("workflows", "vacuum workdo.workflows"),
+];
+
+impl Store {
+    /// Vacuum each hot table (`steps`, `step_count_deltas`, `workflows`) whose dead row
+    /// versions, as the server's statistics last counted them, number at least `share` of its
+    /// live rows and at least `floor`. A table another vacuum is at (autovacuum, or another
+    /// workdo's) is left to it: not tried when `pg_stat_progress_vacuum` shows one, skipped
+    /// (`skip_locked`) when one starts in between, so that many runtimes never queue up behind
+    /// each other nor fill their logs with the server's notices. So is a table this role could
+    /// not vacuum (it neither owns it nor is a member of its owner). Returns the tables
+    /// vacuumed, in name order.
+    pub async fn hot_tables_vacuum(&self, share: f64, floor: i64) -> Result<Vec<&'static str>> {
+        self.vacuum_where(&HOT_TABLES, share, floor, true).await
+    }
+
+    /// Vacuum the tables `workdo archive` deletes from (`events`, `steps`, `workflows`), after
+    /// it moved or purged workflows: the space their rows held is reusable at once, not
+    /// after autovacuum's next look, so the next starts and events fill it instead of growing
+    /// the files. A table this role could not vacuum is skipped. Returns the tables vacuumed.
+    pub async fn archived_tables_vacuum(&self) -> Result<Vec<&'static str>> {
+        self.vacuum_where(&ARCHIVED_TABLES, 0.0, 0, false).await
+    }
+
+    async fn vacuum_where(
+        &self,
+        tables: &[(&'static str, &'static str)],
+        share: f64,
+        floor: i64,
+        busy_skipped: bool,
+    ) -> Result<Vec<&'static str>> {
+        let names: Vec<&str> = tables.iter().map(|(name, _)| *name).collect();
+        let due: Vec<String> = sqlx::query_scalar(
+            "select c.relname::text
+               from pg_class c
+               join pg_namespace n on n.oid = c.relnamespace
+               left join pg_stat_user_tables s on s.relid = c.oid
+              where n.nspname = 'workdo' and c.relname = any($1::text[])
+                and coalesce(s.n_dead_tup, 0) >= greatest($3::bigint, $2::float8 * coalesce(s.n_live_tup, 0))
+                and pg_has_role(c.relowner, 'USAGE')
+                and not ($4 and exists (select 1 from pg_stat_progress_vacuum p
+                                         where p.relid = c.oid))",
+        )
+        .bind(&names)
+        .bind(share)
+        .bind(floor)
+        .bind(busy_skipped)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut done = Vec::with_capacity(due.len());
+        for (name, statement) in tables {
+            if due.iter().any(|d| d == name) {
+                // VACUUM cannot run inside a transaction block: the simple protocol, one
+                // statement, no transaction of ours around it.
+                sqlx::raw_sql(*statement).execute(&self.pool).await?;
+                done.push(*name);
+            }
+        }
+        done.sort_unstable();
+        Ok(done)
+    }
+}

@@ -1,0 +1,109 @@
+//! The hot tables vacuumed by the runtime itself when their dead rows pile up (decision 0037):
+//! the store leaves a table below its threshold alone and vacuums one past it, and a running
+//! runtime does so unasked.
+
+use crate::support;
+
+use std::time::Duration;
+
+use support::engine::load_one_step;
+use support::{TestDb, config, db, start, wait_until};
+use workdo::store::StartRequest;
+
+/// How many times `workdo.steps` was vacuumed by hand (autovacuum is counted apart).
+async fn steps_vacuumed(t: &TestDb) -> i64 {
+    sqlx::query_scalar(
+        "select vacuum_count from pg_stat_user_tables where relid = 'workdo.steps'::regclass",
+    )
+    .fetch_one(&t.pool)
+    .await
+    .expect("vacuum count")
+}
+
+/// 300 one-step workflows, then each step row rewritten once with a new priority (an indexed
+/// column, so no update is HOT and no page pruning takes the dead versions out of the count):
+/// 300 live rows and at least 300 dead. Autovacuum is off for the table, so that only the
+/// vacuums under test can take them.
+async fn dead_steps(t: &TestDb) {
+    sqlx::query("alter table workdo.steps set (autovacuum_enabled = false)")
+        .execute(&t.pool)
+        .await
+        .expect("autovacuum off for the table");
+    load_one_step(&t.store).await;
+    let objects: Vec<String> = (0..300).map(|i| format!("obj:vacuum{i}")).collect();
+    let names: Vec<&str> = objects.iter().map(String::as_str).collect();
+    t.store
+        .workflow_start(&StartRequest::new("oneWF", &names))
+        .await
+        .expect("start");
+    sqlx::query("update workdo.steps set priority = priority + 1")
+        .execute(&t.pool)
+        .await
+        .expect("rewrite every step");
+    // The server's statistics reach the table's counts within a second of the commit.
+    wait_until(
+        &t.pool,
+        "select n_dead_tup >= 300 from pg_stat_user_tables
+          where relid = 'workdo.steps'::regclass",
+        30,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_hot_table_is_vacuumed_past_its_threshold_and_not_before() {
+    let t = db().await;
+    dead_steps(&t).await;
+    assert_eq!(steps_vacuumed(&t).await, 0);
+
+    // Past the share (300 dead ≥ 0.5 × 300 live) but not the floor: left alone.
+    let done = t
+        .store
+        .hot_tables_vacuum(0.5, 1_000_000)
+        .await
+        .expect("vacuum check");
+    assert!(
+        !done.contains(&"steps"),
+        "vacuumed below the floor: {done:?}"
+    );
+    // Past the floor but not the share (300 dead < 2 × 300 live): left alone.
+    let done = t
+        .store
+        .hot_tables_vacuum(2.0, 100)
+        .await
+        .expect("vacuum check");
+    assert!(
+        !done.contains(&"steps"),
+        "vacuumed below the share: {done:?}"
+    );
+    assert_eq!(steps_vacuumed(&t).await, 0);
+
+    // Past both: vacuumed, once.
+    let done = t.store.hot_tables_vacuum(0.5, 100).await.expect("vacuum");
+    assert!(done.contains(&"steps"), "not vacuumed past both: {done:?}");
+    assert_eq!(steps_vacuumed(&t).await, 1);
+
+    // The vacuum took the dead rows out of the count: the next look finds nothing to do.
+    let done = t.store.hot_tables_vacuum(0.5, 100).await.expect("vacuum");
+    assert!(!done.contains(&"steps"), "vacuumed twice: {done:?}");
+    assert_eq!(steps_vacuumed(&t).await, 1);
+}
+
+#[tokio::test]
+async fn a_running_runtime_vacuums_the_step_table_itself() {
+    let t = db().await;
+    dead_steps(&t).await;
+    assert_eq!(steps_vacuumed(&t).await, 0);
+    let mut cfg = config();
+    cfg.maintenance_interval = Duration::from_millis(50);
+    cfg.vacuum_dead = (0.5, 100);
+    let running = start(&t.store, cfg).await;
+    wait_until(
+        &t.pool,
+        "select vacuum_count >= 1 from pg_stat_user_tables
+          where relid = 'workdo.steps'::regclass",
+        30,
+    )
+    .await;
+    running.stop().await;
+}
