@@ -1,6 +1,6 @@
 //! The hot tables vacuumed by the runtime itself when their dead rows pile up (decision 0037):
-//! the store leaves a table below its threshold alone and vacuums one past it, and a running
-//! runtime does so unasked.
+//! the store leaves a table below its threshold alone and vacuums one past it, a running
+//! runtime does so unasked, and a role that does not own the tables leaves them alone.
 
 use crate::support;
 
@@ -106,4 +106,51 @@ async fn a_running_runtime_vacuums_the_step_table_itself() {
     )
     .await;
     running.stop().await;
+}
+
+#[tokio::test]
+async fn a_role_that_does_not_own_the_tables_leaves_them_to_autovacuum() {
+    let t = db().await;
+    dead_steps(&t).await;
+    // A login role of its own that may read the schema but owns nothing in it.
+    let role = format!("workdo_not_owner_{}", std::process::id());
+    for sql in [
+        format!("drop role if exists {role}"),
+        format!("create role {role} login password 'not-the-owner'"),
+        format!("grant usage on schema workdo to {role}"),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&t.pool)
+            .await
+            .expect("the role");
+    }
+    let options: sqlx::postgres::PgConnectOptions = t.url.parse().expect("test URL");
+    let pool = sqlx::PgPool::connect_with(options.username(&role).password("not-the-owner"))
+        .await
+        .expect("connect as the role");
+    let store = workdo::store::Store::new(pool.clone());
+    let hot = store
+        .hot_tables_vacuum(0.5, 100)
+        .await
+        .expect("no error, only nothing done");
+    let archived = store
+        .archived_tables_vacuum()
+        .await
+        .expect("no error, only nothing done");
+    pool.close().await;
+    assert!(hot.is_empty(), "vacuumed tables it does not own: {hot:?}");
+    assert!(
+        archived.is_empty(),
+        "vacuumed tables it does not own: {archived:?}"
+    );
+    assert_eq!(steps_vacuumed(&t).await, 0);
+    for sql in [format!("drop owned by {role}"), format!("drop role {role}")] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&t.pool)
+            .await
+            .expect("the role dropped");
+    }
+    // The owner still can.
+    let done = t.store.hot_tables_vacuum(0.5, 100).await.expect("vacuum");
+    assert!(done.contains(&"steps"), "{done:?}");
 }
