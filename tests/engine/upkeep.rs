@@ -1,6 +1,7 @@
 //! The hot tables vacuumed by the runtime itself when their dead rows pile up (decision 0037):
 //! the store leaves a table below its threshold alone and vacuums one past it, a running
-//! runtime does so unasked, and a role that does not own the tables leaves them alone.
+//! runtime does so unasked, a role that does not own the tables leaves them alone, and an
+//! operator's `statement_timeout` cancels none of the vacuums.
 
 use crate::support;
 
@@ -153,4 +154,49 @@ async fn a_role_that_does_not_own_the_tables_leaves_them_to_autovacuum() {
     // The owner still can.
     let done = t.store.hot_tables_vacuum(0.5, 100).await.expect("vacuum");
     assert!(done.contains(&"steps"), "{done:?}");
+}
+
+#[tokio::test]
+async fn an_operators_statement_timeout_does_not_cancel_the_vacuums() {
+    let t = db().await;
+    dead_steps(&t).await;
+    let name: String = sqlx::query_scalar("select current_database()")
+        .fetch_one(&t.pool)
+        .await
+        .expect("database");
+    // An operator's timeout on the database, far shorter than any vacuum: every new connection
+    // takes it.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "alter database \"{name}\" set statement_timeout = '1ms'"
+    )))
+    .execute(&t.pool)
+    .await
+    .expect("the operator's timeout");
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&t.url)
+        .await
+        .expect("a connection under the timeout");
+    let timed_out = sqlx::query("select pg_sleep(0.1)").execute(&pool).await;
+    let store = workdo::store::Store::new(pool.clone());
+    let hot = store.hot_tables_vacuum(0.5, 100).await;
+    let archived = store.archived_tables_vacuum().await;
+    // The connection has its timeout back for whatever it runs next.
+    let timed_out_after = sqlx::query("select pg_sleep(0.1)").execute(&pool).await;
+    pool.close().await;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "alter database \"{name}\" reset statement_timeout"
+    )))
+    .execute(&t.pool)
+    .await
+    .expect("the timeout taken back");
+    assert!(timed_out.is_err(), "the timeout was not in force");
+    let hot = hot.expect("the vacuums were cancelled");
+    assert!(hot.contains(&"steps"), "{hot:?}");
+    assert_eq!(
+        archived.expect("the archive's vacuums were cancelled"),
+        vec!["events", "steps", "workflows"]
+    );
+    assert!(timed_out_after.is_err(), "the timeout was not put back");
+    assert_eq!(steps_vacuumed(&t).await, 2);
 }

@@ -53,6 +53,29 @@ impl Store {
         floor: i64,
         busy_skipped: bool,
     ) -> Result<Vec<&'static str>> {
+        // One connection for the look and the vacuums, its `statement_timeout` lifted for
+        // them: an operator's (set on the role or the database) would cancel a long vacuum of
+        // a large table every time, and the work would be done again and again for nothing.
+        let mut conn = self.pool.acquire().await?;
+        sqlx::raw_sql("set statement_timeout = 0")
+            .execute(&mut *conn)
+            .await?;
+        let done = Self::vacuum_on(&mut conn, tables, share, floor, busy_skipped).await;
+        let reset = sqlx::raw_sql("reset statement_timeout")
+            .execute(&mut *conn)
+            .await;
+        let done = done?;
+        reset?;
+        Ok(done)
+    }
+
+    async fn vacuum_on(
+        conn: &mut sqlx::PgConnection,
+        tables: &[(&'static str, &'static str)],
+        share: f64,
+        floor: i64,
+        busy_skipped: bool,
+    ) -> Result<Vec<&'static str>> {
         let names: Vec<&str> = tables.iter().map(|(name, _)| *name).collect();
         let due: Vec<String> = sqlx::query_scalar(
             "select c.relname::text
@@ -69,14 +92,14 @@ impl Store {
         .bind(share)
         .bind(floor)
         .bind(busy_skipped)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await?;
         let mut done = Vec::with_capacity(due.len());
         for (name, statement) in tables {
             if due.iter().any(|d| d == name) {
                 // VACUUM cannot run inside a transaction block: the simple protocol, one
                 // statement, no transaction of ours around it.
-                sqlx::raw_sql(*statement).execute(&self.pool).await?;
+                sqlx::raw_sql(*statement).execute(&mut *conn).await?;
                 done.push(*name);
             }
         }
