@@ -21,6 +21,24 @@ async fn steps_vacuumed(t: &TestDb) -> i64 {
     .expect("vacuum count")
 }
 
+/// Run `statements`, each built at run time (names of roles and databases), on `pool`.
+async fn run_all(pool: &sqlx::PgPool, statements: impl IntoIterator<Item = String>, what: &str) {
+    for sql in statements {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(pool)
+            .await
+            .expect(what);
+    }
+}
+
+/// One look of the store's hot-table vacuums with `share` and `floor`: the tables vacuumed.
+async fn vacuums(t: &TestDb, share: f64, floor: i64) -> Vec<&'static str> {
+    t.store
+        .hot_tables_vacuum(share, floor)
+        .await
+        .expect("vacuum look")
+}
+
 /// 300 one-step workflows, then each step row rewritten once with a new priority (an indexed
 /// column, so no update is HOT and no page pruning takes the dead versions out of the count):
 /// 300 live rows and at least 300 dead. Autovacuum is off for the table, so that only the
@@ -58,21 +76,13 @@ async fn a_hot_table_is_vacuumed_past_its_threshold_and_not_before() {
     assert_eq!(steps_vacuumed(&t).await, 0);
 
     // Past the share (300 dead ≥ 0.5 × 300 live) but not the floor: left alone.
-    let done = t
-        .store
-        .hot_tables_vacuum(0.5, 1_000_000)
-        .await
-        .expect("vacuum check");
+    let done = vacuums(&t, 0.5, 1_000_000).await;
     assert!(
         !done.contains(&"steps"),
         "vacuumed below the floor: {done:?}"
     );
     // Past the floor but not the share (300 dead < 2 × 300 live): left alone.
-    let done = t
-        .store
-        .hot_tables_vacuum(2.0, 100)
-        .await
-        .expect("vacuum check");
+    let done = vacuums(&t, 2.0, 100).await;
     assert!(
         !done.contains(&"steps"),
         "vacuumed below the share: {done:?}"
@@ -80,12 +90,12 @@ async fn a_hot_table_is_vacuumed_past_its_threshold_and_not_before() {
     assert_eq!(steps_vacuumed(&t).await, 0);
 
     // Past both: vacuumed, once.
-    let done = t.store.hot_tables_vacuum(0.5, 100).await.expect("vacuum");
+    let done = vacuums(&t, 0.5, 100).await;
     assert!(done.contains(&"steps"), "not vacuumed past both: {done:?}");
     assert_eq!(steps_vacuumed(&t).await, 1);
 
     // The vacuum took the dead rows out of the count: the next look finds nothing to do.
-    let done = t.store.hot_tables_vacuum(0.5, 100).await.expect("vacuum");
+    let done = vacuums(&t, 0.5, 100).await;
     assert!(!done.contains(&"steps"), "vacuumed twice: {done:?}");
     assert_eq!(steps_vacuumed(&t).await, 1);
 }
@@ -115,16 +125,12 @@ async fn a_role_that_does_not_own_the_tables_leaves_them_to_autovacuum() {
     dead_steps(&t).await;
     // A login role of its own that may read the schema but owns nothing in it.
     let role = format!("workdo_not_owner_{}", std::process::id());
-    for sql in [
+    let statements = [
         format!("drop role if exists {role}"),
         format!("create role {role} login password 'not-the-owner'"),
         format!("grant usage on schema workdo to {role}"),
-    ] {
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .execute(&t.pool)
-            .await
-            .expect("the role");
-    }
+    ];
+    run_all(&t.pool, statements, "the role").await;
     let options: sqlx::postgres::PgConnectOptions = t.url.parse().expect("test URL");
     let pool = sqlx::PgPool::connect_with(options.username(&role).password("not-the-owner"))
         .await
@@ -145,14 +151,10 @@ async fn a_role_that_does_not_own_the_tables_leaves_them_to_autovacuum() {
         "vacuumed tables it does not own: {archived:?}"
     );
     assert_eq!(steps_vacuumed(&t).await, 0);
-    for sql in [format!("drop owned by {role}"), format!("drop role {role}")] {
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .execute(&t.pool)
-            .await
-            .expect("the role dropped");
-    }
+    let statements = [format!("drop owned by {role}"), format!("drop role {role}")];
+    run_all(&t.pool, statements, "the role dropped").await;
     // The owner still can.
-    let done = t.store.hot_tables_vacuum(0.5, 100).await.expect("vacuum");
+    let done = vacuums(&t, 0.5, 100).await;
     assert!(done.contains(&"steps"), "{done:?}");
 }
 
@@ -166,12 +168,8 @@ async fn an_operators_statement_timeout_does_not_cancel_the_vacuums() {
         .expect("database");
     // An operator's timeout on the database, far shorter than any vacuum: every new connection
     // takes it.
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "alter database \"{name}\" set statement_timeout = '1ms'"
-    )))
-    .execute(&t.pool)
-    .await
-    .expect("the operator's timeout");
+    let timeout = format!("alter database \"{name}\" set statement_timeout = '1ms'");
+    run_all(&t.pool, [timeout], "the operator's timeout").await;
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
         .connect(&t.url)
@@ -184,12 +182,8 @@ async fn an_operators_statement_timeout_does_not_cancel_the_vacuums() {
     // The connection has its timeout back for whatever it runs next.
     let timed_out_after = sqlx::query("select pg_sleep(0.1)").execute(&pool).await;
     pool.close().await;
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "alter database \"{name}\" reset statement_timeout"
-    )))
-    .execute(&t.pool)
-    .await
-    .expect("the timeout taken back");
+    let reset = format!("alter database \"{name}\" reset statement_timeout");
+    run_all(&t.pool, [reset], "the timeout taken back").await;
     assert!(timed_out.is_err(), "the timeout was not in force");
     let hot = hot.expect("the vacuums were cancelled");
     assert!(hot.contains(&"steps"), "{hot:?}");

@@ -406,7 +406,7 @@ pub(super) async fn serve(store: Store, args: &super::args::ApiArgs) -> Result<(
     let vacuums = tokio::spawn(runtime::vacuum_hot_tables(
         store.clone(),
         std::time::Duration::from_secs(1),
-        (runtime::VACUUM_DEAD_SHARE, runtime::VACUUM_DEAD_FLOOR),
+        runtime::VACUUM_DEAD,
         stop.clone(),
     ));
     // A session found shared is checked again and cleared here too, as in `up`.

@@ -100,19 +100,20 @@ pub async fn fold_step_counts(store: Store, every: Duration, stop: CancellationT
     }
 }
 
-/// A hot table is vacuumed once its dead row versions pass this share of its live rows...
-pub const VACUUM_DEAD_SHARE: f64 = 0.2;
-/// ...and this many: a small table is left to autovacuum.
-pub const VACUUM_DEAD_FLOOR: i64 = 10_000;
+/// A hot table is vacuumed once its dead row versions pass this share of its live rows and
+/// this many (a small table is left to autovacuum): [`Config::vacuum_dead`]'s default, and
+/// `workdo serve`'s.
+///
+/// [`Config::vacuum_dead`]: super::Config::vacuum_dead
+pub const VACUUM_DEAD: (f64, i64) = (0.2, 10_000);
 
 /// Vacuum the hot tables (`steps`, `step_count_deltas`, `workflows`) every `every` that their
 /// dead row versions pass `share` of their live rows and `floor`, until `stop`
-/// ([0037](../../../docs/decisions/0037-the-runtime-vacuums-its-hot-tables.md)). A step leaves
-/// about three dead versions of its row behind, faster than autovacuum comes round (once a
-/// minute by default, never when it is off): measured, five rounds of 200,000 steps left the step
-/// table at 7.3 times its live rows and the last round ran at 0.76 times the first's rate; with
-/// this loop, 1.5 times and no slowdown. A task of its own, so that a long vacuum of a large
-/// table never holds up promotion, the lease sweep or the counts.
+/// ([0037](../../../docs/decisions/0037-the-runtime-vacuums-its-hot-tables.md), which has the
+/// measurements). A step leaves about three dead versions of its row behind, faster than
+/// autovacuum comes round (once a minute by default, never when it is off), and the claims walk
+/// them until a vacuum. A task of its own, so that a long vacuum of a large table never holds
+/// up promotion, the lease sweep or the counts.
 pub async fn vacuum_hot_tables(
     store: Store,
     every: Duration,

@@ -74,7 +74,7 @@ pub struct Config {
     /// at every fifth time).
     pub maintenance_interval: Duration,
     /// A hot table is vacuumed when its dead rows pass this share of its live rows and this
-    /// many ([`vacuum_hot_tables`]): [`VACUUM_DEAD_SHARE`], [`VACUUM_DEAD_FLOOR`].
+    /// many ([`vacuum_hot_tables`]); by default [`VACUUM_DEAD`].
     pub vacuum_dead: (f64, i64),
     /// Most results committed in one transaction.
     pub commit_batch: usize,
@@ -118,7 +118,7 @@ impl Default for Config {
             pass_env: Vec::new(),
             default_batch: 100,
             maintenance_interval: Duration::from_millis(200),
-            vacuum_dead: (VACUUM_DEAD_SHARE, VACUUM_DEAD_FLOOR),
+            vacuum_dead: VACUUM_DEAD,
             commit_batch: 500,
             commit_within: None,
             completers: 2,
@@ -135,7 +135,7 @@ impl Default for Config {
 }
 
 pub use bindings::{Binding, StepKind, bindings};
-pub use maintenance::{VACUUM_DEAD_FLOOR, VACUUM_DEAD_SHARE, fold_step_counts, vacuum_hot_tables};
+pub use maintenance::{VACUUM_DEAD, fold_step_counts, vacuum_hot_tables};
 
 /// The variables of the runtime's own environment every exec and warm function gets, when set.
 /// Nothing else of it is passed on — not `DATABASE_URL`, `PGPASSWORD` or `WORKDO_SMTP_URL` —

@@ -4,21 +4,22 @@
 
 use crate::store::{Result, Store};
 
-/// The tables a runtime rewrites all day, each with the one statement that vacuums it: the
-/// statements are constants, so no name read back from the catalogue ever becomes SQL.
+/// The tables a runtime rewrites all day, in name order, each with the one statement that
+/// vacuums it: the statements are constants, so no name read back from the catalogue ever
+/// becomes SQL.
 const HOT_TABLES: [(&str, &str); 3] = [
-    ("steps", "vacuum (skip_locked) workdo.steps"),
     (
         "step_count_deltas",
         "vacuum (skip_locked) workdo.step_count_deltas",
     ),
+    ("steps", "vacuum (skip_locked) workdo.steps"),
     ("workflows", "vacuum (skip_locked) workdo.workflows"),
 ];
 
-/// What the archive deletes from, each with the statement that vacuums it. Not `skip_locked`:
-/// an autovacuum already at the table gives way to it (Postgres cancels an autovacuum that
-/// holds up another's lock), and a vacuum by another workdo is waited for, so each table
-/// reported vacuumed was.
+/// What the archive deletes from, in name order, each with the statement that vacuums it. Not
+/// `skip_locked`: an autovacuum already at the table gives way to it (Postgres cancels an
+/// autovacuum that holds up another's lock), and a vacuum by another workdo is waited for, so
+/// each table reported vacuumed was.
 const ARCHIVED_TABLES: [(&str, &str); 3] = [
     ("events", "vacuum workdo.events"),
     ("steps", "vacuum workdo.steps"),
@@ -35,7 +36,7 @@ impl Store {
     /// not vacuum (it neither owns it nor is a member of its owner). Returns the tables
     /// vacuumed, in name order.
     pub async fn hot_tables_vacuum(&self, share: f64, floor: i64) -> Result<Vec<&'static str>> {
-        self.vacuum_where(&HOT_TABLES, share, floor, true).await
+        self.vacuum(&HOT_TABLES, Some((share, floor))).await
     }
 
     /// Vacuum the tables `workdo archive` deletes from (`events`, `steps`, `workflows`), after
@@ -43,15 +44,15 @@ impl Store {
     /// after autovacuum's next look, so the next starts and events fill it instead of growing
     /// the files. A table this role could not vacuum is skipped. Returns the tables vacuumed.
     pub async fn archived_tables_vacuum(&self) -> Result<Vec<&'static str>> {
-        self.vacuum_where(&ARCHIVED_TABLES, 0.0, 0, false).await
+        self.vacuum(&ARCHIVED_TABLES, None).await
     }
 
-    async fn vacuum_where(
+    /// Vacuum those of `tables` this role may vacuum: with `dead_past` (share, floor), only
+    /// those whose dead rows are past it and that no vacuum is at; without, all of them.
+    async fn vacuum(
         &self,
         tables: &[(&'static str, &'static str)],
-        share: f64,
-        floor: i64,
-        busy_skipped: bool,
+        dead_past: Option<(f64, i64)>,
     ) -> Result<Vec<&'static str>> {
         // One connection for the look and the vacuums, its `statement_timeout` lifted for
         // them: an operator's (set on the role or the database) would cancel a long vacuum of
@@ -60,7 +61,7 @@ impl Store {
         sqlx::raw_sql("set statement_timeout = 0")
             .execute(&mut *conn)
             .await?;
-        let done = Self::vacuum_on(&mut conn, tables, share, floor, busy_skipped).await;
+        let done = Self::vacuum_on(&mut conn, tables, dead_past).await;
         let reset = sqlx::raw_sql("reset statement_timeout")
             .execute(&mut *conn)
             .await;
@@ -72,9 +73,7 @@ impl Store {
     async fn vacuum_on(
         conn: &mut sqlx::PgConnection,
         tables: &[(&'static str, &'static str)],
-        share: f64,
-        floor: i64,
-        busy_skipped: bool,
+        dead_past: Option<(f64, i64)>,
     ) -> Result<Vec<&'static str>> {
         let names: Vec<&str> = tables.iter().map(|(name, _)| *name).collect();
         let due: Vec<String> = sqlx::query_scalar(
@@ -83,15 +82,16 @@ impl Store {
                join pg_namespace n on n.oid = c.relnamespace
                left join pg_stat_user_tables s on s.relid = c.oid
               where n.nspname = 'workdo' and c.relname = any($1::text[])
-                and coalesce(s.n_dead_tup, 0) >= greatest($3::bigint, $2::float8 * coalesce(s.n_live_tup, 0))
                 and pg_has_role(c.relowner, 'USAGE')
-                and not ($4 and exists (select 1 from pg_stat_progress_vacuum p
-                                         where p.relid = c.oid))",
+                and ($2::float8 is null
+                     or (coalesce(s.n_dead_tup, 0)
+                           >= greatest($3::bigint, $2 * coalesce(s.n_live_tup, 0))
+                         and not exists (select 1 from pg_stat_progress_vacuum p
+                                          where p.relid = c.oid)))",
         )
         .bind(&names)
-        .bind(share)
-        .bind(floor)
-        .bind(busy_skipped)
+        .bind(dead_past.map(|(share, _)| share))
+        .bind(dead_past.map(|(_, floor)| floor))
         .fetch_all(&mut *conn)
         .await?;
         let mut done = Vec::with_capacity(due.len());
@@ -103,7 +103,6 @@ impl Store {
                 done.push(*name);
             }
         }
-        done.sort_unstable();
         Ok(done)
     }
 }

@@ -20,7 +20,7 @@ impl Store {
         let sql = "select * from workdo.claim(p_template => $1, p_step => $2, p_lane => $3,
                                               p_limit => $4, p_owner => $5, p_lease_secs => $6,
                                               p_async => $7)";
-        self.claim_by(sql, &[template, step], lane, limit, (owner, lease))
+        self.claim_by(sql, &[template, step], lane, limit, owner, lease)
             .await
     }
 
@@ -36,7 +36,7 @@ impl Store {
     ) -> Result<Vec<Claimed>> {
         let sql = "select * from workdo.claim_queue(p_queue => $1, p_lane => $2, p_limit => $3,
                                                     p_owner => $4, p_lease_secs => $5, p_async => $6)";
-        self.claim_by(sql, &[queue], lane, limit, (owner, lease))
+        self.claim_by(sql, &[queue], lane, limit, owner, lease)
             .await
     }
 
@@ -50,7 +50,8 @@ impl Store {
         keys: &[&str],
         lane: Option<&str>,
         limit: i64,
-        (owner, lease): (&str, std::time::Duration),
+        owner: &str,
+        lease: std::time::Duration,
     ) -> Result<Vec<Claimed>> {
         let mut query = sqlx::query_as(sql);
         for key in keys {
